@@ -1,0 +1,1 @@
+//! CRD types per kind and version.

@@ -1,0 +1,2 @@
+//! valkey-operator: module tree only (see docs/architecture.md).
+pub mod api;
