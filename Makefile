@@ -1,0 +1,56 @@
+# valkey-operator: the commands the README documents. Build caches live outside the checkout
+# (cargo target, Go caches and tools under ~/.cache/valkey-operator), so a fresh clone
+# rebuilds nothing the machine already built.
+SHELL := /bin/bash
+CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/valkey-operator
+export CARGO_TARGET_DIR ?= $(CACHE)/target
+export LC_DIR ?= $(CURDIR)/.localcluster
+export KUBECONFIG := $(LC_DIR)/kubeconfig
+K8S_VERSION := $(shell . e2e/versions.env && echo $$K8S_VERSION)
+export PATH := $(CACHE)/k8s-v$(K8S_VERSION)/bin:$(HOME)/.cargo/bin:/usr/local/go/bin:$(PATH)
+# e2e tests share one cluster on a 2-core machine: a few at a time.
+E2E_THREADS ?= 3
+
+.PHONY: up down status tools test unit e2e crds lint bench chaos
+
+## up: build what is missing, start the local Kubernetes, install CRDs, RBAC, operator, samples
+up:
+	bash e2e/cluster.sh up
+
+## down: stop everything the local cluster started; no namespaces, links or processes left
+down:
+	bash e2e/cluster.sh down
+
+status:
+	bash e2e/cluster.sh status
+
+tools:
+	bash e2e/tools/install.sh
+
+## test: the whole suite (unit, real-Valkey driver tests, then e2e on a fresh local cluster)
+test: tools unit
+	bash e2e/cluster.sh down
+	set -o pipefail; trap 'bash e2e/cluster.sh down' EXIT; \
+	  bash e2e/cluster.sh up && $(MAKE) --no-print-directory e2e
+
+## unit: pure unit tests, CRD drift test, driver tests against real valkey-server processes
+unit:
+	cargo test --workspace
+
+## e2e: end-to-end suites against the running local cluster (make up first)
+e2e:
+	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test '*' -- --test-threads=$(E2E_THREADS)
+
+## crds: regenerate crds/ from the Rust types
+crds:
+	cargo run --quiet --bin valkey-operator -- crd > crds/valkey.gomomento.com.yaml
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+bench:
+	@echo "bench: see docs/benchmarks.md"; cargo run --release --quiet -p valkey-e2e --bin vk-bench
+
+chaos:
+	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e,valkey-e2e/chaos --test '*' -- --test-threads=1

@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# The local Kubernetes cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+# (built from Go modules by e2e/tools/install.sh) and our kubelet (e2e crate, vk-kubelet),
+# with pods in their own network namespaces on bridge vkbr0 (198.18.0.0/15).
+#
+#   e2e/cluster.sh up               tools + control plane + kubelet (+ CRDs, operator, samples
+#                                   when the repo provides them); idempotent
+#   e2e/cluster.sh up-controlplane  bridge, PKI, etcd, apiserver, kcm, scheduler only
+#   e2e/cluster.sh down             stop everything, remove namespaces, links and the bridge
+#   e2e/cluster.sh status           what is running
+#
+# Every process is started here, recorded in $LC_DIR/pids and stopped by `down`.
+# All state and logs live in $LC_DIR (default <repo>/.localcluster, gitignored).
+# Needs root (network namespaces, veth, bridge), like kind needs Docker.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+source "$REPO/e2e/versions.env"
+LC_DIR=${LC_DIR:-$REPO/.localcluster}
+CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CACHE/target}
+K8S_BIN=$CACHE/k8s-v$K8S_VERSION/bin
+ETCD_BIN=$CACHE/etcd-v$ETCD_VERSION/bin
+KUBECTL="$K8S_BIN/kubectl --kubeconfig $LC_DIR/kubeconfig"
+
+BRIDGE=vkbr0
+GATEWAY=198.18.0.1
+BRIDGE_CIDR=$GATEWAY/15
+SERVICE_CIDR=198.19.0.0/16
+FIRST_SERVICE_IP=198.19.0.1
+APISERVER_PORT=6443
+ETCD_CLIENT_PORT=23790
+ETCD_PEER_PORT=23800
+NODES=${LC_NODES:-3}
+
+PKI=$LC_DIR/pki
+LOGS=$LC_DIR/logs
+PIDS=$LC_DIR/pids
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
+
+require_root() {
+  [ "$(id -u)" = 0 ] || die "the local cluster needs root (network namespaces, veth pairs, a bridge); run as root"
+}
+
+# ---------------------------------------------------------------- processes
+is_running() { # name
+  local f=$PIDS/$1.pid
+  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+start_daemon() { # name cmd...
+  local name=$1; shift
+  if is_running "$name"; then return 0; fi
+  mkdir -p "$LOGS" "$PIDS"
+  # setsid: its own process group, so `down` can stop it with everything it spawned.
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! > "$PIDS/$name.pid"
+  log "started $name (pid $!, log $LOGS/$name.log)"
+}
+
+stop_daemon() { # name [grace-seconds]
+  local name=$1 grace=${2:-10} f=$PIDS/$1.pid pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq $((grace * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    log "stopped $name"
+  fi
+  rm -f "$f"
+}
+
+wait_for() { # description timeout-seconds command...
+  local what=$1 timeout=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || die "timed out after ${timeout}s waiting for $what (logs: $LOGS)"
+    sleep 0.5
+  done
+}
+
+# ---------------------------------------------------------------- network
+bridge_up() {
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge
+    log "created bridge $BRIDGE"
+  fi
+  ip addr show dev "$BRIDGE" | grep -q "inet $BRIDGE_CIDR" || ip addr add "$BRIDGE_CIDR" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+}
+
+# Removes every pod network namespace and veth of ours, then the bridge. Safe to run anytime.
+network_down() {
+  local ns link
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^vkp-' || true); do
+    # Kill whatever still runs inside (a killed kubelet leaves its containers behind).
+    for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
+    ip netns delete "$ns" 2>/dev/null || true
+  done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^vkh' || true); do
+    ip link delete "$link" 2>/dev/null || true
+  done
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link delete "$BRIDGE"
+    log "removed bridge $BRIDGE"
+  fi
+}
+
+# ---------------------------------------------------------------- PKI
+gen_cert() { # name subject [sans] [ca-name]
+  local name=$1 subj=$2 sans=${3:-} ca=${4:-ca}
+  [ -f "$PKI/$name.crt" ] && return 0
+  openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    if [ -n "$sans" ]; then
+      echo "extendedKeyUsage=serverAuth,clientAuth"
+      echo "subjectAltName=$sans"
+    else
+      echo "extendedKeyUsage=clientAuth"
+    fi
+  } > "$PKI/$name.ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
+    -days 365 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$PKI/$name.ext"
+}
+
+write_kubeconfig() { # file cert-name
+  local file=$1 cert=$2
+  cat > "$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://$GATEWAY:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 < "$PKI/ca.crt")
+users:
+- name: $cert
+  user:
+    client-certificate-data: $(base64 -w0 < "$PKI/$cert.crt")
+    client-key-data: $(base64 -w0 < "$PKI/$cert.key")
+contexts:
+- name: local
+  context: {cluster: local, user: $cert}
+current-context: local
+EOF
+  chmod 600 "$file"
+}
+
+pki() {
+  mkdir -p "$PKI"
+  if [ ! -f "$PKI/ca.crt" ]; then
+    openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
+    openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=valkey-operator-local-ca" -days 3650 \
+      -sha256 -out "$PKI/ca.crt" 2>/dev/null
+    log "generated cluster CA"
+  fi
+  gen_cert apiserver "/CN=kube-apiserver" \
+    "IP:$GATEWAY,IP:$FIRST_SERVICE_IP,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  gen_cert admin "/O=system:masters/CN=kubernetes-admin"
+  gen_cert controller-manager "/CN=system:kube-controller-manager"
+  gen_cert scheduler "/CN=system:kube-scheduler"
+  gen_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  [ -f "$PKI/sa.key" ] || { openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null; openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null; }
+  write_kubeconfig "$LC_DIR/kubeconfig" admin
+  write_kubeconfig "$PKI/controller-manager.kubeconfig" controller-manager
+  write_kubeconfig "$PKI/scheduler.kubeconfig" scheduler
+}
+
+# ---------------------------------------------------------------- components
+apiserver_ready() { $KUBECTL get --raw /readyz; }
+
+controlplane_up() {
+  require_root
+  [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$ETCD_BIN/etcd" ] || die "control-plane binaries missing in $CACHE; run e2e/tools/install.sh"
+  mkdir -p "$LC_DIR" "$LOGS" "$PIDS"
+  bridge_up
+  pki
+  start_daemon etcd "$ETCD_BIN/etcd" --name local --data-dir "$LC_DIR/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --quota-backend-bytes=4294967296
+  wait_for "etcd" 60 curl -sf "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
+  start_daemon kube-apiserver "$K8S_BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --bind-address "$GATEWAY" --advertise-address "$GATEWAY" --secure-port "$APISERVER_PORT" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --authorization-mode Node,RBAC \
+    --enable-aggregator-routing=true \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP \
+    --allow-privileged=true --profiling=false --v=1
+  wait_for "kube-apiserver /readyz" 120 apiserver_ready
+  start_daemon kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+    --kubeconfig "$PKI/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$PKI/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$PKI/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 10257 \
+    --leader-elect=false --use-service-account-credentials=true \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --service-cluster-ip-range "$SERVICE_CIDR" --allocate-node-cidrs=false \
+    --controllers '*,-bootstrapsigner,-tokencleaner,-csrsigning,-csrapproving,-csrcleaner,-cloud-node-lifecycle' \
+    --profiling=false --v=1
+  start_daemon kube-scheduler "$K8S_BIN/kube-scheduler" \
+    --kubeconfig "$PKI/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$PKI/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$PKI/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false --v=1
+  wait_for "the default service account token controller" 120 $KUBECTL -n default get serviceaccount default
+  log "control plane up: export KUBECONFIG=$LC_DIR/kubeconfig"
+}
+
+# ---------------------------------------------------------------- images
+write_image_map() {
+  local dir
+  dir=$(cargo_bin_dir)
+  {
+    echo "# Generated by e2e/cluster.sh: container image -> local executable directory."
+    echo "images:"
+    for v in $VALKEY_VERSIONS; do
+      echo "  valkey/valkey:$v: {path: \"$CACHE/valkey-$v/bin\", entrypoint: [valkey-server]}"
+    done
+    echo "  valkey-operator:dev: {path: \"$dir\", entrypoint: [valkey-operator]}"
+    echo "  registry.local/sleep:1: {path: /bin, entrypoint: [sleep, infinity]}"
+    echo "  redis:7.0-tls: {path: /usr/bin, entrypoint: [redis-server]}"
+  } > "$LC_DIR/images.yaml"
+}
+
+cargo_bin_dir() { echo "$CARGO_TARGET_DIR/debug"; }
+
+build_rust() {
+  log "building valkey-operator and vk-kubelet"
+  (cd "$REPO" && cargo build --quiet --bins --workspace)
+}
+
+kubelet_up() {
+  write_image_map
+  start_daemon vk-kubelet "$(cargo_bin_dir)/vk-kubelet" --kubeconfig "$LC_DIR/kubeconfig" \
+    --state-dir "$LC_DIR/kubelet" --image-map "$LC_DIR/images.yaml" --nodes "$NODES"
+  wait_for "$NODES Ready nodes" 120 nodes_ready
+}
+
+nodes_ready() {
+  [ "$($KUBECTL get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)" -ge "$NODES" ]
+}
+
+# ---------------------------------------------------------------- the project on top
+project_up() {
+  if [ -d "$REPO/crds" ] && ls "$REPO"/crds/*.yaml >/dev/null 2>&1; then
+    $KUBECTL apply --server-side -f "$REPO/crds/" >/dev/null
+    $KUBECTL wait --for condition=Established --timeout=60s crd -l app.kubernetes.io/part-of=valkey-operator >/dev/null 2>&1 || \
+      $KUBECTL wait --for condition=Established --timeout=60s -f "$REPO/crds/" >/dev/null
+    log "CRDs installed"
+  fi
+  if [ -d "$REPO/manifests/rbac" ]; then
+    $KUBECTL apply --server-side -f "$REPO/manifests/rbac/" >/dev/null
+    log "RBAC installed"
+  fi
+  if [ -x "$REPO/e2e/operator.sh" ]; then
+    "$REPO/e2e/operator.sh" up
+  fi
+}
+
+# ---------------------------------------------------------------- commands
+cleanup_stale() {
+  # A run that was killed leaves pid files of dead processes and namespaces/links behind.
+  local f
+  for f in "$PIDS"/*.pid; do
+    [ -e "$f" ] || continue
+    local name; name=$(basename "$f" .pid)
+    if ! is_running "$name"; then rm -f "$f"; STALE=1; fi
+  done
+  if ! is_running vk-kubelet; then
+    if ip netns list 2>/dev/null | grep -q '^vkp-' || ip -o link show 2>/dev/null | grep -q ': vkh'; then
+      log "removing pod namespaces and links left by a previous run"
+      local ns link
+      for ns in $(ip netns list | awk '{print $1}' | grep '^vkp-' || true); do
+        for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
+        ip netns delete "$ns" 2>/dev/null || true
+      done
+      for link in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^vkh' || true); do
+        ip link delete "$link" 2>/dev/null || true
+      done
+    fi
+  fi
+}
+
+cmd_up() {
+  require_root
+  "$REPO/e2e/tools/install.sh"
+  build_rust
+  STALE=0
+  cleanup_stale
+  controlplane_up
+  kubelet_up
+  project_up
+  echo
+  echo "Local cluster is up. Use it with:"
+  echo "  export KUBECONFIG=$LC_DIR/kubeconfig PATH=$K8S_BIN:\$PATH"
+  echo "  kubectl get nodes"
+}
+
+cmd_down() {
+  require_root
+  [ -x "$REPO/e2e/operator.sh" ] && "$REPO/e2e/operator.sh" down 2>/dev/null || true
+  stop_daemon vk-kubelet 30
+  stop_daemon kube-scheduler
+  stop_daemon kube-controller-manager
+  stop_daemon kube-apiserver
+  stop_daemon etcd
+  network_down
+  # Keep PKI and logs for inspection; etcd data goes so the next `up` starts clean.
+  rm -rf "$LC_DIR/etcd" "$LC_DIR/kubelet" "$PIDS"
+  log "down: nothing left running"
+}
+
+cmd_status() {
+  local n
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler vk-kubelet valkey-operator; do
+    if is_running "$n"; then echo "$n: running (pid $(cat "$PIDS/$n.pid"))"; else echo "$n: stopped"; fi
+  done
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  up-controlplane) "$REPO/e2e/tools/install.sh"; STALE=0; cleanup_stale; controlplane_up ;;
+  kubelet-up) kubelet_up ;;
+  project-up) project_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 up|up-controlplane|kubelet-up|project-up|down|status" >&2; exit 2 ;;
+esac

