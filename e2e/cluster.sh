@@ -54,6 +54,7 @@ start_daemon() { # name cmd...
   local name=$1; shift
   if is_running "$name"; then return 0; fi
   mkdir -p "$LOGS" "$PIDS"
+  [ -f "$LOGS/$name.log" ] && mv -f "$LOGS/$name.log" "$LOGS/$name.prev.log"
   # setsid: its own process group, so `down` can stop it with everything it spawned.
   setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
   echo $! > "$PIDS/$name.pid"
@@ -161,6 +162,13 @@ pki() {
       -sha256 -out "$PKI/ca.crt" 2>/dev/null
     log "generated cluster CA"
   fi
+  if [ ! -f "$PKI/front-proxy-ca.crt" ]; then
+    # Separate CA for the aggregation layer's request-header authentication.
+    openssl genrsa -out "$PKI/front-proxy-ca.key" 2048 2>/dev/null
+    openssl req -x509 -new -key "$PKI/front-proxy-ca.key" -subj "/CN=valkey-operator-local-front-proxy-ca" \
+      -days 3650 -sha256 -out "$PKI/front-proxy-ca.crt" 2>/dev/null
+  fi
+  gen_cert front-proxy-client "/CN=front-proxy-client" "" front-proxy-ca
   gen_cert apiserver "/CN=kube-apiserver" \
     "IP:$GATEWAY,IP:$FIRST_SERVICE_IP,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   gen_cert admin "/O=system:masters/CN=kubernetes-admin"
@@ -192,6 +200,10 @@ controlplane_up() {
     --bind-address "$GATEWAY" --advertise-address "$GATEWAY" --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
