@@ -1,1 +1,25 @@
-//! CRD types per kind and version.
+//! API group `valkey.gomomento.com`, version `v1alpha1`: the five custom resources, their
+//! shared parts, validation rules and the generated CRDs.
+
+pub mod acl;
+pub mod cluster;
+pub mod config;
+pub mod constants;
+pub mod crd;
+pub mod image;
+pub mod node;
+pub mod placement;
+pub mod role;
+pub mod validation;
+
+pub use acl::{AclBinding, AclPermission, ChannelPermission, KeyAccess, KeyPermission};
+pub use cluster::{
+    ClusterNodeStatus, ClusterState, TlsSpec, ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus,
+};
+pub use config::{Resources, ValkeyConfig, ValkeyConfigSpec, ValkeyConfigStatus};
+pub use image::{ValkeyImage, ValkeyImageSpec, ValkeyImageStatus};
+pub use node::{Lifecycle, NodePlacement, NodeRole, ValkeyNode, ValkeyNodeSpec, ValkeyNodeStatus};
+pub use placement::{Placement, ZoneSpread};
+pub use role::{
+    CategoryRule, CommandRule, RuleAccess, ValkeyRole, ValkeyRoleSpec, ValkeyRoleStatus,
+};

@@ -1,0 +1,176 @@
+//! ValkeyCluster: a product team's request for a Valkey cluster.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::acl::{AclBinding, unique_usernames_rule};
+use super::constants::DEFAULT_REPLICAS_PER_SHARD;
+use super::node::{Lifecycle, NodeRole};
+use super::placement::Placement;
+use super::validation::{
+    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, qualified_keys_rule, reserved_annotations_rule,
+};
+
+/// A sharded Valkey cluster (cluster mode) in this namespace, built from a ValkeyConfig the
+/// platform team published. The operator derives everything else (ValkeyNodes, pods, Services,
+/// ConfigMap, Secrets, PodDisruptionBudget, slot assignment, failover) from this spec and
+/// reports progress in status.
+#[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "valkey.gomomento.com",
+    version = "v1alpha1",
+    kind = "ValkeyCluster",
+    doc = "A sharded Valkey cluster requested by a product team: a ValkeyConfig from the platform menu plus topology (shards, replicas), ACL bindings, TLS, placement and pod annotations. The operator creates and runs everything else.",
+    plural = "valkeyclusters",
+    shortname = "vkc",
+    category = "valkey",
+    namespaced,
+    status = "ValkeyClusterStatus",
+    cel,
+    validation = Rule::new(CLUSTER_NAME.cel("self.metadata.name"))
+        .msg(format!("metadata.name of a ValkeyCluster must be {}", CLUSTER_NAME.describe)),
+    printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Active, Updating, Blocked, Degraded or Deleting"),
+    printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.shards", description = "Number of shards (primaries)"),
+    printcolumn(name = "REPLICAS", type_ = "integer", json_path = ".spec.replicasPerShard", description = "Replicas per shard"),
+    printcolumn(name = "CONFIG", type_ = "string", json_path = ".spec.configRef", description = "ValkeyConfig the cluster uses"),
+    printcolumn(name = "MESSAGE", type_ = "string", json_path = ".status.message", priority = 1),
+    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
+    .message("spec.tls is immutable: TLS can only be chosen when the ValkeyCluster is created; it cannot be added, removed or changed afterwards (create a new ValkeyCluster instead)")
+    .field_path(".tls")
+    .reason(Reason::FieldValueForbidden))]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyClusterSpec {
+    /// Name of the cluster-scoped ValkeyConfig (menu item) to run, for example `standard`.
+    /// Resolved live: if it (or its base chain or image) is missing, the cluster is Blocked
+    /// until the platform team publishes it. Changing it replaces nodes one shard at a time.
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = DNS1123_SUBDOMAIN.rule("configRef"))]
+    pub config_ref: String,
+
+    /// Number of shards (primaries), 1 to 500. The 16384 hash slots are spread evenly over
+    /// them; changing it scales out or in by migrating slots, without losing keys.
+    #[schemars(range(min = 1, max = 500))]
+    pub shards: i32,
+
+    /// Replicas per shard, 0 to 5 (default 1). Each replica is placed apart from its primary
+    /// where the nodes allow it; with 0 a lost primary loses its shard's data.
+    #[serde(default = "default_replicas_per_shard")]
+    #[schemars(range(min = 0, max = 5))]
+    pub replicas_per_shard: i32,
+
+    /// Per-cluster ACL bindings, added to the platform-level bindings of the config.
+    /// Usernames must be unique across both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(
+        validation = unique_usernames_rule(),
+        merge_strategy = ListMerge::Map(vec!["username".into()])
+    )]
+    pub acl: Vec<AclBinding>,
+
+    /// TLS for clients, replication and the cluster bus (TLS-only: the plain port is closed).
+    /// Can only be set when the cluster is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+
+    /// Where pods may run: zones, node selector, zone spread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+
+    /// Annotations put on every pod of this cluster (patched onto live pods; a removed key
+    /// disappears when the pod is next replaced). Keys under `valkey.gomomento.com/` are
+    /// reserved.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "super::validation::annotations_map_schema")]
+    #[x_kube(
+        validation = qualified_keys_rule("podAnnotations"),
+        validation = reserved_annotations_rule()
+    )]
+    pub pod_annotations: BTreeMap<String, String>,
+}
+
+fn default_replicas_per_shard() -> i32 {
+    DEFAULT_REPLICAS_PER_SHARD
+}
+
+/// TLS settings of a Valkey cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Name of a `kubernetes.io/tls` Secret in the cluster's namespace holding `tls.crt`,
+    /// `tls.key` and `ca.crt`, valid for `<cluster>.<namespace>.svc.cluster.local` and
+    /// `*.<cluster>.<namespace>.svc.cluster.local` (cert-manager is the recommended issuer).
+    /// Renewed certificates are reloaded without restarts.
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = DNS1123_SUBDOMAIN.rule("secretRef"))]
+    pub secret_ref: String,
+}
+
+/// Observed state of a Valkey cluster, written by the operator.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyClusterStatus {
+    /// Overall state: Creating, Active, Updating, Blocked, Degraded or Deleting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ClusterState>,
+
+    /// What is happening or what is wrong, in words a product team can act on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// `metadata.generation` of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Standard conditions (for example Ready, Progressing, ConfigResolved, AclApplied).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// Every member of the Valkey cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<ClusterNodeStatus>,
+}
+
+/// Overall state of a Valkey cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum ClusterState {
+    /// Members are being created and the cluster formed.
+    Creating,
+    /// All shards serve with their replicas; all slots are covered.
+    Active,
+    /// A rollout, scaling or slot migration is in progress.
+    Updating,
+    /// A reference (config, base config, image, role, TLS secret) is broken; see the message.
+    Blocked,
+    /// Serving, but with missing or failing members.
+    Degraded,
+    /// The cluster is being deleted.
+    Deleting,
+}
+
+/// One member of a Valkey cluster as the operator last observed it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNodeStatus {
+    /// Name of the ValkeyNode.
+    pub name: String,
+    /// Name of the pod running it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Shard index.
+    pub shard: i32,
+    /// Role observed in Valkey (primary or replica).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<NodeRole>,
+    /// Valkey version the member runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Lifecycle: Joining, Active or Leaving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
+}

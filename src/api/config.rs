@@ -1,0 +1,116 @@
+//! ValkeyConfig: a curated configuration "menu item" published by the platform team.
+
+use std::collections::BTreeMap;
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::acl::{AclBinding, unique_usernames_rule};
+use super::validation::{
+    DNS1123_SUBDOMAIN, forced_settings_rule, positive_quantity_rule, setting_keys_rule,
+    setting_values_rule,
+};
+
+/// A configuration menu item (platform team): which allowlisted image, how much CPU and
+/// memory, which Valkey settings and which platform-level ACL bindings. Product teams choose one
+/// by name in `ValkeyCluster.spec.configRef`. Configs inherit through `baseRef` (up to 10
+/// levels): fields set here win, `valkey` settings merge per key, and `acl` set here replaces
+/// the base's bindings entirely.
+#[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "valkey.gomomento.com",
+    version = "v1alpha1",
+    kind = "ValkeyConfig",
+    doc = "A curated configuration menu item (cluster-scoped, platform team): image, resources, Valkey settings and platform ACL bindings, with inheritance via spec.baseRef. Product teams select one in ValkeyCluster.spec.configRef.",
+    plural = "valkeyconfigs",
+    shortname = "vkcfg",
+    category = "valkey",
+    status = "ValkeyConfigStatus",
+    cel,
+    validation = Rule::new("!has(self.spec.baseRef) || self.spec.baseRef != self.metadata.name")
+        .message("spec.baseRef must name another ValkeyConfig: a config cannot inherit from itself")
+        .field_path(".spec.baseRef"),
+    printcolumn(name = "BASE", type_ = "string", json_path = ".spec.baseRef", description = "ValkeyConfig this one inherits from"),
+    printcolumn(name = "IMAGE", type_ = "string", json_path = ".spec.imageRef", description = "ValkeyImage set on this config (inherited when empty)"),
+    printcolumn(name = "CPU", type_ = "string", json_path = ".spec.resources.cpu", priority = 1),
+    printcolumn(name = "MEMORY", type_ = "string", json_path = ".spec.resources.memory", priority = 1),
+    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("has(self.imageRef) || has(self.baseRef)")
+    .message("spec must set imageRef or baseRef: a ValkeyConfig needs an image, directly or inherited"))]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyConfigSpec {
+    /// Name of the ValkeyConfig this one inherits from. Fields set here win; `valkey` settings
+    /// merge per key; `acl` set here replaces the base's bindings. Resolved live on every
+    /// reconcile; a missing base, a cycle or a chain deeper than 10 blocks the clusters using
+    /// this config until fixed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = DNS1123_SUBDOMAIN.rule("baseRef"))]
+    pub base_ref: Option<String>,
+
+    /// Name of the ValkeyImage (allowlist entry) nodes run. When unset, the first imageRef found
+    /// walking up the baseRef chain is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = DNS1123_SUBDOMAIN.rule("imageRef"))]
+    pub image_ref: Option<String>,
+
+    /// CPU and memory of every Valkey container (requests and limits are both set to these).
+    /// Each field set here overrides the base's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+
+    /// Valkey settings (valkey.conf names, lowercase) and their values, for example
+    /// `maxmemory: 1500mb`, `maxmemory-policy: allkeys-lru`. Merged per key over the base's.
+    /// Settings the operator forces (cluster-enabled, port, cluster-port, bind, dir,
+    /// cluster-config-file, aclfile, requirepass, masteruser/masterauth, replicaof,
+    /// replica-announce-*, cluster-announce-*, tls-*, daemonize, include, rename-command) are
+    /// refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "super::validation::settings_map_schema")]
+    #[x_kube(
+        validation = setting_keys_rule(),
+        validation = forced_settings_rule(),
+        validation = setting_values_rule()
+    )]
+    pub valkey: BTreeMap<String, String>,
+
+    /// Platform-level ACL bindings applied to every Valkey cluster using this config (cluster
+    /// bindings are added to them). Set here, it replaces the base's bindings entirely; an
+    /// empty list removes them. Unset: inherited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(
+        validation = unique_usernames_rule(),
+        merge_strategy = ListMerge::Map(vec!["username".into()])
+    )]
+    pub acl: Option<Vec<AclBinding>>,
+}
+
+/// CPU and memory of a Valkey container, as Kubernetes quantities.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    /// CPU, for example `"1"`, `"500m"` or `"4"` (quote numbers in YAML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = positive_quantity_rule("cpu", "\"500m\" or \"2\""))]
+    pub cpu: Option<String>,
+
+    /// Memory, for example `2Gi` or `16Gi`. Keep `maxmemory` well below it (replication and
+    /// fork overhead need headroom).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = positive_quantity_rule("memory", "2Gi"))]
+    pub memory: Option<String>,
+}
+
+/// Observed state of a ValkeyConfig (reserved; the operator does not write it yet).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyConfigStatus {
+    /// Generation of the spec last observed by the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}

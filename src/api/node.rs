@@ -1,0 +1,188 @@
+//! ValkeyNode: the operator's record of one Valkey cluster member. Operator-internal: users
+//! read it, only the operator writes it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::config::Resources;
+use super::placement::ZoneSpread;
+
+/// One member of a Valkey cluster with its fully resolved, immutable spec (image, resources,
+/// rendered settings, placement, shard). Created, updated (status) and deleted by the operator
+/// only: when anything about a member must change, the operator creates a replacement
+/// ValkeyNode and retires this one. Read it to observe lifecycle (Joining, Active, Leaving);
+/// do not create or edit it.
+#[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "valkey.gomomento.com",
+    version = "v1alpha1",
+    kind = "ValkeyNode",
+    doc = "Operator-internal record of one Valkey cluster member with its fully resolved, immutable spec. Read it to observe lifecycle (Joining, Active, Leaving); only the operator creates, changes or deletes it.",
+    plural = "valkeynodes",
+    shortname = "vkn",
+    category = "valkey",
+    namespaced,
+    status = "ValkeyNodeStatus",
+    cel,
+    printcolumn(
+        name = "CLUSTER",
+        type_ = "string",
+        json_path = ".spec.clusterName",
+        description = "ValkeyCluster this member belongs to"
+    ),
+    printcolumn(
+        name = "SHARD",
+        type_ = "integer",
+        json_path = ".spec.shard",
+        description = "Shard index"
+    ),
+    printcolumn(
+        name = "ROLE",
+        type_ = "string",
+        json_path = ".status.role",
+        description = "Role observed in Valkey"
+    ),
+    printcolumn(
+        name = "PHASE",
+        type_ = "string",
+        json_path = ".status.lifecycle",
+        description = "Lifecycle: Joining, Active or Leaving"
+    ),
+    printcolumn(
+        name = "VERSION",
+        type_ = "string",
+        json_path = ".spec.version",
+        priority = 1
+    ),
+    printcolumn(
+        name = "POD",
+        type_ = "string",
+        json_path = ".status.pod",
+        priority = 1
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("self == oldSelf")
+    .message("spec of a ValkeyNode is immutable: the operator replaces nodes instead of changing them")
+    .reason(Reason::FieldValueForbidden))]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyNodeSpec {
+    /// Name of the ValkeyCluster (same namespace) this member belongs to.
+    #[schemars(length(min = 1, max = 63))]
+    pub cluster_name: String,
+
+    /// Shard index, from 0.
+    #[schemars(range(min = 0, max = 499))]
+    pub shard: i32,
+
+    /// Role the member was created for (a replacement primary starts as a replica and is
+    /// failed over to). The actual role is always read from Valkey and shown in status.role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_hint: Option<NodeRole>,
+
+    /// Name of the ValkeyConfig the spec was resolved from (the cluster's configRef).
+    #[schemars(length(max = 253))]
+    pub config_ref: String,
+
+    /// Name of the ValkeyImage the image came from.
+    #[schemars(length(max = 253))]
+    pub image_ref: String,
+
+    /// Full container image reference (`repository:tag` or `repository@digest`).
+    #[schemars(length(min = 1, max = 512))]
+    pub image: String,
+
+    /// Valkey version the image provides.
+    #[schemars(length(max = 128))]
+    pub version: String,
+
+    /// CPU and memory of the Valkey container.
+    pub resources: Resources,
+
+    /// Resolved Valkey settings (the merged `valkey` map of the config chain, without the
+    /// forced settings, which the operator adds when rendering valkey.conf).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub valkey: BTreeMap<String, String>,
+
+    /// Hash of the rendered valkey.conf the pod runs with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+
+    /// Resolved placement.
+    #[serde(default)]
+    pub placement: NodePlacement,
+
+    /// Name of the TLS Secret when the cluster uses TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_secret_ref: Option<String>,
+}
+
+/// Resolved placement of one member.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePlacement {
+    /// Allowed zones (empty: any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<String>,
+    /// Node selector copied to the pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Zone spread mode (resolved: the cluster's, or the operator default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_spread: Option<ZoneSpread>,
+}
+
+/// Role of a member in its shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeRole {
+    /// Owns the shard's slots and takes writes.
+    Primary,
+    /// Replicates the shard's primary.
+    Replica,
+}
+
+/// Lifecycle of a member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum Lifecycle {
+    /// Created; pod starting, meeting the cluster, syncing.
+    Joining,
+    /// Serving as a full member.
+    Active,
+    /// Being retired (replaced or scaled in): slots drained, then forgotten.
+    Leaving,
+}
+
+/// Observed state of a member, written by the operator.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyNodeStatus {
+    /// Lifecycle: Joining, Active or Leaving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
+    /// Role observed in Valkey.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<NodeRole>,
+    /// Name of the pod running this member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Valkey cluster node ID (40 hex characters) once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Human-readable detail about the current lifecycle step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions (for example Ready, Synced).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

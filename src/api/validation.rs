@@ -1,0 +1,342 @@
+//! Validation rules shared by the CRD schemas (CEL `x-kubernetes-validations`) and Rust code
+//! (webhooks, resolver). A [`Pattern`] is written once and used twice: as a CEL `matches()`
+//! rule the API server evaluates at apply time, and as a Rust check. Unit tests run every
+//! pattern through both and require them to agree.
+
+use std::sync::OnceLock;
+
+use kube::core::{Message, Reason, Rule};
+use regex::Regex;
+
+use super::constants::{FORCED_SETTING_PREFIXES, FORCED_SETTINGS, RESERVED_PREFIX};
+
+/// Builder helpers for rules whose message is computed.
+pub trait RuleExt {
+    /// Set a fixed message.
+    fn msg(self, message: String) -> Rule;
+    /// Set a CEL message expression.
+    fn msg_expr(self, expression: String) -> Rule;
+}
+
+impl RuleExt for Rule {
+    fn msg(self, message: String) -> Rule {
+        self.message(Message::Message(message))
+    }
+
+    fn msg_expr(self, expression: String) -> Rule {
+        self.message(Message::Expression(expression))
+    }
+}
+
+/// A string format: an RE2-compatible regular expression (no backslashes, so it can be embedded
+/// verbatim in a CEL string literal), a maximum length and a human description used in
+/// messages ("must be <describe>").
+pub struct Pattern {
+    pub regex: &'static str,
+    pub max_len: usize,
+    pub describe: &'static str,
+    compiled: OnceLock<Regex>,
+}
+
+impl Pattern {
+    const fn new(regex: &'static str, max_len: usize, describe: &'static str) -> Self {
+        Self {
+            regex,
+            max_len,
+            describe,
+            compiled: OnceLock::new(),
+        }
+    }
+
+    /// Rust check, identical in meaning to [`Pattern::rule`].
+    pub fn is_match(&self, value: &str) -> bool {
+        let re = self
+            .compiled
+            .get_or_init(|| Regex::new(self.regex).expect("validation patterns are valid regexes"));
+        value.chars().count() <= self.max_len && re.is_match(value)
+    }
+
+    /// The CEL expression for a string value bound to `var`.
+    pub fn cel(&self, var: &str) -> String {
+        format!(
+            "size({var}) <= {} && {var}.matches('{}')",
+            self.max_len, self.regex
+        )
+    }
+
+    /// A CEL rule on a string field: `<field> must be <describe>`.
+    pub fn rule(&self, field: &str) -> Rule {
+        Rule::new(self.cel("self")).msg(format!("{field} must be {}", self.describe))
+    }
+
+    /// A CEL rule on a list of strings: every item must match.
+    pub fn each_rule(&self, field: &str) -> Rule {
+        Rule::new(format!("self.all(x, {})", self.cel("x")))
+            .msg(format!("every entry of {field} must be {}", self.describe))
+    }
+
+    /// The same rule as a Rust check with the same message.
+    pub fn check(&self, field: &str, value: &str) -> Result<(), String> {
+        if self.is_match(value) {
+            Ok(())
+        } else {
+            Err(format!("{field} must be {}, got {value:?}", self.describe))
+        }
+    }
+}
+
+/// Kubernetes object names (DNS-1123 subdomain): the format of every reference.
+pub static DNS1123_SUBDOMAIN: Pattern = Pattern::new(
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    253,
+    "a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending \
+     with a letter or digit, at most 253 characters",
+);
+
+/// ValkeyCluster names (DNS-1035 label, short enough to derive pod and Service names).
+pub static CLUSTER_NAME: Pattern = Pattern::new(
+    "^[a-z]([-a-z0-9]*[a-z0-9])?$",
+    super::constants::MAX_CLUSTER_NAME_LEN,
+    "a DNS-1035 label of at most 40 characters: lowercase letters, digits and '-', starting \
+     with a letter and ending with a letter or digit",
+);
+
+/// Semantic version 2.0.0 (no leading `v`).
+pub static SEMVER: Pattern = Pattern::new(
+    "^(0|[1-9][0-9]*)[.](0|[1-9][0-9]*)[.](0|[1-9][0-9]*)(-[0-9A-Za-z-]+([.][0-9A-Za-z-]+)*)?([+][0-9A-Za-z-]+([.][0-9A-Za-z-]+)*)?$",
+    128,
+    "a semantic version MAJOR.MINOR.PATCH (for example 9.0.0 or 9.1.0-rc1), without a leading 'v'",
+);
+
+/// Container image repository, optionally with a registry host and port.
+pub static IMAGE_REPOSITORY: Pattern = Pattern::new(
+    "^([a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$",
+    255,
+    "an image repository such as valkey/valkey or registry.example.com:5000/team/valkey \
+     (lowercase path, no tag or digest)",
+);
+
+/// Container image tag.
+pub static IMAGE_TAG: Pattern = Pattern::new(
+    "^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+    128,
+    "an image tag: letters, digits, '_', '.' and '-', not starting with '.' or '-', at most 128 characters",
+);
+
+/// Container image digest.
+pub static IMAGE_DIGEST: Pattern = Pattern::new(
+    "^sha256:[0-9a-f]{64}$",
+    71,
+    "an image digest of the form sha256:<64 lowercase hex characters>",
+);
+
+/// SHA-256 password hash as Valkey's ACL `#<hash>` expects it.
+pub static SHA256_HEX: Pattern = Pattern::new(
+    "^[0-9a-f]{64}$",
+    64,
+    "a SHA-256 hash written as 64 lowercase hexadecimal characters (for example the output of \
+     `printf '%s' \"$PASSWORD\" | sha256sum`)",
+);
+
+/// Valkey ACL username as bindings may use it. Names starting with `_` are reserved for the
+/// operator's own users.
+pub static ACL_USERNAME: Pattern = Pattern::new(
+    "^[A-Za-z0-9][A-Za-z0-9._:@-]*$",
+    64,
+    "a valid ACL username: at most 64 letters, digits, '.', '_', ':', '@' or '-', starting with a \
+     letter or digit (no spaces; names starting with '_' are reserved for the operator)",
+);
+
+/// Key or channel glob pattern: printable ASCII without spaces.
+pub static ACL_PATTERN: Pattern = Pattern::new(
+    "^[!-~]+$",
+    256,
+    "a non-empty glob pattern of printable ASCII characters without spaces (for example app:*)",
+);
+
+/// Valkey command name, optionally with one subcommand (`config|get`).
+pub static COMMAND_NAME: Pattern = Pattern::new(
+    "^[a-z][a-z0-9._-]*([|][a-z][a-z0-9._-]*)?$",
+    128,
+    "a lowercase Valkey command name, optionally with a subcommand as command|subcommand \
+     (for example get or config|get)",
+);
+
+/// Valkey ACL category name, without the leading `@`.
+pub static CATEGORY_NAME: Pattern = Pattern::new(
+    "^[a-z][a-z0-9-]*$",
+    64,
+    "a lowercase ACL category name without the leading '@' (for example read, write, keyspace)",
+);
+
+/// Valkey setting name as used in valkey.conf.
+pub static SETTING_KEY: Pattern = Pattern::new(
+    "^[a-z][a-z0-9-]*$",
+    128,
+    "a lowercase Valkey setting name (letters, digits and '-', for example maxmemory-policy)",
+);
+
+/// Kubernetes label value (zone names, nodeSelector values).
+pub static LABEL_VALUE: Pattern = Pattern::new(
+    "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+    63,
+    "a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', starting and ending \
+     with a letter or digit",
+);
+
+/// A zone name (a non-empty label value of `topology.kubernetes.io/zone`).
+pub static ZONE_NAME: Pattern = Pattern::new(
+    "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+    63,
+    "a zone name (a non-empty Kubernetes label value: at most 63 letters, digits, '-', '_' or \
+     '.', starting and ending with a letter or digit)",
+);
+
+/// Kubernetes qualified name (label and annotation keys): `[prefix/]name`.
+pub static QUALIFIED_NAME: Pattern = Pattern::new(
+    "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+    317,
+    "a Kubernetes qualified name [prefix/]name: an optional DNS subdomain prefix and a name of at \
+     most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+);
+
+/// CEL list literal of the forced setting names.
+fn forced_list() -> String {
+    let quoted: Vec<String> = FORCED_SETTINGS.iter().map(|k| format!("'{k}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// CEL predicate: `var` is a forced setting key.
+fn forced_cel(var: &str) -> String {
+    let mut parts = vec![format!("{var} in {}", forced_list())];
+    parts.extend(
+        FORCED_SETTING_PREFIXES
+            .iter()
+            .map(|p| format!("{var}.startsWith('{p}')")),
+    );
+    parts.join(" || ")
+}
+
+/// `ValkeyConfig.spec.valkey` may not set settings the operator forces.
+pub fn forced_settings_rule() -> Rule {
+    Rule::new(format!("!self.exists(k, {})", forced_cel("k")))
+        .msg_expr(format!(
+            "'valkey must not set operator-forced settings (cluster mode, ports, paths, \
+             replication identity, tls-*); remove: ' + self.filter(k, {})[0]",
+            forced_cel("k")
+        ))
+        .reason(Reason::FieldValueForbidden)
+}
+
+/// Rust twin of [`forced_settings_rule`]: the forced keys present in a settings map.
+pub fn forced_keys_in<'a>(keys: impl IntoIterator<Item = &'a String>) -> Vec<&'a str> {
+    keys.into_iter()
+        .map(String::as_str)
+        .filter(|k| super::constants::is_forced_setting(k))
+        .collect()
+}
+
+/// Setting names in `ValkeyConfig.spec.valkey` must be lowercase names.
+pub fn setting_keys_rule() -> Rule {
+    Rule::new(format!("self.all(k, {})", SETTING_KEY.cel("k"))).msg(format!(
+        "every key of valkey must be {}",
+        SETTING_KEY.describe
+    ))
+}
+
+/// Setting values must be single-line.
+pub fn setting_values_rule() -> Rule {
+    Rule::new("self.all(k, !self[k].matches('[[:cntrl:]]'))")
+        .message("values in valkey must be single-line strings without control characters (no newlines or tabs)")
+}
+
+/// Is a setting value acceptable (single line, no control characters)?
+pub fn is_valid_setting_value(value: &str) -> bool {
+    !value.chars().any(|c| c.is_ascii_control())
+}
+
+/// Pod annotation keys may not use the operator's reserved prefix.
+pub fn reserved_annotations_rule() -> Rule {
+    Rule::new(format!(
+        "!self.exists(k, k.startsWith('{RESERVED_PREFIX}'))"
+    ))
+    .msg_expr(format!(
+        "'podAnnotations keys under {RESERVED_PREFIX} are reserved for the operator; remove: ' \
+             + self.filter(k, k.startsWith('{RESERVED_PREFIX}'))[0]"
+    ))
+    .reason(Reason::FieldValueForbidden)
+}
+
+/// Annotation and label keys must be qualified names.
+pub fn qualified_keys_rule(field: &str) -> Rule {
+    Rule::new(format!("self.all(k, {})", QUALIFIED_NAME.cel("k"))).msg(format!(
+        "every key of {field} must be {}",
+        QUALIFIED_NAME.describe
+    ))
+}
+
+/// Label values in a map must be label values.
+pub fn label_values_rule(field: &str) -> Rule {
+    Rule::new(format!("self.all(k, {})", LABEL_VALUE.cel("self[k]"))).msg(format!(
+        "every value of {field} must be {}",
+        LABEL_VALUE.describe
+    ))
+}
+
+/// Items of a list of objects must be unique by `key`.
+pub fn unique_by_rule(field: &str, key: &str) -> Rule {
+    Rule::new(format!(
+        "self.all(a, self.exists_one(b, b.{key} == a.{key}))"
+    ))
+    .msg(format!(
+        "{field} must not contain two entries with the same {key}"
+    ))
+    .reason(Reason::FieldValueDuplicate)
+}
+
+/// A Kubernetes quantity that is strictly positive (`cpu`, `memory`).
+pub fn positive_quantity_rule(field: &str, example: &str) -> Rule {
+    Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").msg(format!(
+        "{field} must be a positive Kubernetes quantity (for example {example})"
+    ))
+}
+
+/// Rust twin of the quantity rule: a Kubernetes quantity (number with an optional suffix).
+pub fn is_positive_quantity(value: &str) -> bool {
+    static QUANTITY: OnceLock<Regex> = OnceLock::new();
+    let re = QUANTITY.get_or_init(|| {
+        Regex::new(
+            r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]+))?$",
+        )
+        .expect("valid regex")
+    });
+    re.is_match(value)
+        && value
+            .trim_start_matches('+')
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .any(|c| c.is_ascii_digit() && c != '0')
+}
+
+fn string_map_schema(max_properties: u32, max_value_len: u32) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": max_properties,
+        "additionalProperties": {"type": "string", "maxLength": max_value_len}
+    })
+}
+
+/// Schema of `ValkeyConfig.spec.valkey`: at most 200 settings, values up to 1024 characters.
+pub fn settings_map_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    string_map_schema(200, 1024)
+}
+
+/// Schema of `ValkeyCluster.spec.podAnnotations`: at most 64 annotations.
+pub fn annotations_map_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    string_map_schema(64, 4096)
+}
+
+/// Schema of `placement.nodeSelector`: at most 32 labels, values up to 63 characters.
+pub fn node_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    string_map_schema(32, 63)
+}
