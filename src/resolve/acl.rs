@@ -1,0 +1,233 @@
+//! Rendering the merged ACL bindings into a Valkey ACL file.
+//!
+//! Each binding becomes one `user` line: `on`, one `#<sha256>` per password hash, no root
+//! permissions, and one selector per permission: `(<keys> <channels> <role rules>)`, so each
+//! role's commands apply only to the keys and channels it was bound with. Key access renders
+//! as `%R~` (read), `%W~` (write) or `~` (readwrite); channels as `&`; a role's categories
+//! first, then its commands, each in list order.
+//!
+//! The operator adds two users of its own (names starting with `_`, which bindings may not
+//! use): its administration user with exactly the commands its driver sends, and the user
+//! replicas authenticate to their primary with. `default` is off unless a binding names it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::api::constants::{OPERATOR_ACL_USERNAME, REPLICATION_ACL_USERNAME};
+use crate::api::{AclBinding, KeyAccess, RuleAccess, ValkeyRoleSpec};
+
+use super::conf::sha256_hex;
+
+/// Commands the operator's driver needs: cluster administration (meet, slots, replicate,
+/// failover, forget, slot migration), introspection, CONFIG, ACL, MIGRATE and the
+/// RESTORE-ASKING its target runs, and connection housekeeping.
+pub const OPERATOR_COMMANDS: &[&str] = &[
+    "cluster", "info", "config", "acl", "migrate", "restore-asking", "asking", "ping", "auth",
+    "hello", "client", "role", "command", "dbsize", "readonly", "readwrite", "wait", "select",
+];
+
+/// Commands a replica runs against its primary.
+pub const REPLICATION_COMMANDS: &[&str] = &["psync", "sync", "replconf", "ping", "auth"];
+
+/// Passwords of the operator's own users (held in a Secret the operator generates).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorCredentials {
+    pub operator_password: String,
+    pub replication_password: String,
+}
+
+/// The ACL file: operator users, `default`, then the bindings in order.
+pub fn render_acl_file(
+    bindings: &[AclBinding],
+    roles: &BTreeMap<String, ValkeyRoleSpec>,
+    credentials: &OperatorCredentials,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "user {OPERATOR_ACL_USERNAME} on #{} ~* &* -@all {}",
+        sha256_hex(&credentials.operator_password),
+        OPERATOR_COMMANDS.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ")
+    );
+    let _ = writeln!(
+        out,
+        "user {REPLICATION_ACL_USERNAME} on #{} -@all {}",
+        sha256_hex(&credentials.replication_password),
+        REPLICATION_COMMANDS.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ")
+    );
+    if !bindings.iter().any(|b| b.username == "default") {
+        out.push_str("user default off resetpass resetkeys resetchannels -@all\n");
+    }
+    for binding in bindings {
+        out.push_str(&render_user(binding, roles));
+        out.push('\n');
+    }
+    out
+}
+
+/// One binding's `user` line.
+pub fn render_user(binding: &AclBinding, roles: &BTreeMap<String, ValkeyRoleSpec>) -> String {
+    let mut line = format!("user {} reset on", binding.username);
+    for hash in &binding.password_hashes {
+        let _ = write!(line, " #{}", hash.to_ascii_lowercase());
+    }
+    for permission in &binding.permissions {
+        let mut selector: Vec<String> = Vec::new();
+        for key in &permission.keys {
+            let prefix = match key.access {
+                KeyAccess::Read => "%R~",
+                KeyAccess::Write => "%W~",
+                KeyAccess::Readwrite => "~",
+            };
+            selector.push(format!("{prefix}{}", key.pattern));
+        }
+        for channel in &permission.channels {
+            selector.push(format!("&{}", channel.pattern));
+        }
+        // A missing role is a resolution error before rendering; render nothing for it here.
+        if let Some(role) = roles.get(&permission.role_ref) {
+            selector.extend(role_rules(role));
+        }
+        if !selector.is_empty() {
+            let _ = write!(line, " ({})", selector.join(" "));
+        }
+    }
+    line
+}
+
+/// A role's rules: categories first, then commands, each in list order.
+pub fn role_rules(role: &ValkeyRoleSpec) -> Vec<String> {
+    let sign = |access: RuleAccess| match access {
+        RuleAccess::Allow => '+',
+        RuleAccess::Deny => '-',
+    };
+    role.categories
+        .iter()
+        .map(|c| format!("{}@{}", sign(c.access), c.name))
+        .chain(role.commands.iter().map(|c| format!("{}{}", sign(c.access), c.name)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{AclPermission, CategoryRule, ChannelPermission, CommandRule, KeyPermission};
+
+    fn roles() -> BTreeMap<String, ValkeyRoleSpec> {
+        let mut roles = BTreeMap::new();
+        roles.insert(
+            "readonly".to_string(),
+            ValkeyRoleSpec {
+                categories: vec![CategoryRule { name: "read".into(), access: RuleAccess::Allow }],
+                commands: vec![CommandRule { name: "keys".into(), access: RuleAccess::Deny }],
+            },
+        );
+        roles.insert(
+            "readwrite".to_string(),
+            ValkeyRoleSpec {
+                categories: vec![
+                    CategoryRule { name: "read".into(), access: RuleAccess::Allow },
+                    CategoryRule { name: "write".into(), access: RuleAccess::Allow },
+                ],
+                commands: vec![],
+            },
+        );
+        roles
+    }
+
+    fn creds() -> OperatorCredentials {
+        OperatorCredentials { operator_password: "op".into(), replication_password: "rep".into() }
+    }
+
+    fn binding(user: &str, hashes: &[&str], perms: Vec<AclPermission>) -> AclBinding {
+        AclBinding {
+            username: user.into(),
+            password_hashes: hashes.iter().map(|h| h.to_string()).collect(),
+            permissions: perms,
+        }
+    }
+
+    fn perm(role: &str, keys: &[(&str, KeyAccess)], channels: &[&str]) -> AclPermission {
+        AclPermission {
+            role_ref: role.into(),
+            keys: keys.iter().map(|(p, a)| KeyPermission { pattern: p.to_string(), access: *a }).collect(),
+            channels: channels.iter().map(|c| ChannelPermission { pattern: c.to_string() }).collect(),
+        }
+    }
+
+    const H1: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+    const H2: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+
+    #[test]
+    fn each_user_is_on_with_one_hash_per_password() {
+        let line = render_user(&binding("app", &[H1, H2], vec![perm("readonly", &[], &[])]), &roles());
+        assert!(line.starts_with(&format!("user app reset on #{H1} #{H2} ")), "{line}");
+    }
+
+    #[test]
+    fn key_access_renders_read_write_and_readwrite() {
+        let b = binding(
+            "app",
+            &[H1],
+            vec![perm(
+                "readwrite",
+                &[("r:*", KeyAccess::Read), ("w:*", KeyAccess::Write), ("rw:*", KeyAccess::Readwrite)],
+                &[],
+            )],
+        );
+        let line = render_user(&b, &roles());
+        assert!(line.contains("(%R~r:* %W~w:* ~rw:* +@read +@write)"), "{line}");
+    }
+
+    #[test]
+    fn channels_render_with_ampersand() {
+        let line = render_user(&binding("app", &[H1], vec![perm("readonly", &[], &["events:*"])]), &roles());
+        assert!(line.contains("(&events:* +@read -keys)"), "{line}");
+    }
+
+    #[test]
+    fn role_categories_come_before_commands() {
+        assert_eq!(role_rules(&roles()["readonly"]), vec!["+@read", "-keys"]);
+    }
+
+    #[test]
+    fn each_permission_is_its_own_selector() {
+        let b = binding(
+            "app",
+            &[H1],
+            vec![
+                perm("readonly", &[("app:*", KeyAccess::Read)], &[]),
+                perm("readwrite", &[("tmp:*", KeyAccess::Readwrite)], &[]),
+            ],
+        );
+        let line = render_user(&b, &roles());
+        assert!(line.ends_with("(%R~app:* +@read -keys) (~tmp:* +@read +@write)"), "{line}");
+    }
+
+    #[test]
+    fn default_user_is_off_unless_a_binding_names_it() {
+        let file = render_acl_file(&[], &roles(), &creds());
+        assert!(file.contains("user default off"));
+        let file = render_acl_file(&[binding("default", &[H1], vec![perm("readonly", &[], &[])])], &roles(), &creds());
+        assert!(!file.contains("user default off"));
+        assert!(file.contains("user default reset on"));
+    }
+
+    #[test]
+    fn operator_users_get_exactly_their_commands() {
+        let file = render_acl_file(&[], &roles(), &creds());
+        let op = file.lines().find(|l| l.starts_with("user _valkey-operator ")).unwrap();
+        assert!(op.contains(&format!("#{}", sha256_hex("op"))));
+        assert!(op.contains("-@all +cluster +info"));
+        assert!(!op.contains("+@all"));
+        let rep = file.lines().find(|l| l.starts_with("user _valkey-replication ")).unwrap();
+        assert!(rep.ends_with("-@all +psync +sync +replconf +ping +auth"), "{rep}");
+    }
+
+    #[test]
+    fn hashes_are_rendered_lowercase() {
+        let upper = H1.replace('1', "A");
+        let line = render_user(&binding("app", &[&upper], vec![perm("readonly", &[], &[])]), &roles());
+        assert!(line.contains(&format!("#{}", upper.to_ascii_lowercase())));
+    }
+}

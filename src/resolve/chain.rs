@@ -1,0 +1,447 @@
+//! Config resolution, exactly as the resource model states it: `configRef` → ValkeyConfig,
+//! follow `baseRef` up to 10 levels; a field set on the child wins; `valkey` settings merge per
+//! key; `acl` set on a child replaces its base's bindings entirely; `imageRef` is the first one
+//! found walking from the child to the root; the ValkeyImage is looked up by name.
+//! Cluster-level ACL bindings are added to the config's, and usernames must be unique across
+//! the merged set.
+//!
+//! Pure: the caller hands in a [`Catalog`] (reflector stores in the controller, maps in tests).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::api::constants::MAX_CONFIG_CHAIN_DEPTH;
+use crate::api::{AclBinding, Resources, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec};
+
+/// Where resolution reads the platform team's menu from.
+pub trait Catalog {
+    fn config(&self, name: &str) -> Option<ValkeyConfigSpec>;
+    fn image(&self, name: &str) -> Option<ValkeyImageSpec>;
+    fn role(&self, name: &str) -> Option<ValkeyRoleSpec>;
+}
+
+/// A catalog held in maps: tests, and snapshots.
+#[derive(Clone, Debug, Default)]
+pub struct MapCatalog {
+    pub configs: BTreeMap<String, ValkeyConfigSpec>,
+    pub images: BTreeMap<String, ValkeyImageSpec>,
+    pub roles: BTreeMap<String, ValkeyRoleSpec>,
+}
+
+impl Catalog for MapCatalog {
+    fn config(&self, name: &str) -> Option<ValkeyConfigSpec> {
+        self.configs.get(name).cloned()
+    }
+    fn image(&self, name: &str) -> Option<ValkeyImageSpec> {
+        self.images.get(name).cloned()
+    }
+    fn role(&self, name: &str) -> Option<ValkeyRoleSpec> {
+        self.roles.get(name).cloned()
+    }
+}
+
+/// Resources a node gets when no config in the chain sets them.
+pub const DEFAULT_CPU: &str = "1";
+pub const DEFAULT_MEMORY: &str = "1Gi";
+
+/// The merged result of a config chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedConfig {
+    /// Config names from the cluster's `configRef` (first) to the root (last).
+    pub chain: Vec<String>,
+    /// The ValkeyImage name (first `imageRef` from the child up) and its spec.
+    pub image_ref: String,
+    pub image: ValkeyImageSpec,
+    /// cpu and memory, each from the nearest config that sets it (defaults otherwise).
+    pub resources: Resources,
+    /// Settings merged per key, child over base.
+    pub valkey: BTreeMap<String, String>,
+    /// Platform-level bindings: those of the nearest config that sets `acl`.
+    pub acl: Vec<AclBinding>,
+}
+
+/// Who holds a reference that could not be resolved; used in messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Referrer {
+    /// `ValkeyCluster.spec.configRef`.
+    Cluster,
+    /// `ValkeyConfig <name>.spec.baseRef`.
+    Config(String),
+}
+
+/// Why a chain does not resolve. Each message names the broken link and says how to fix it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResolveError {
+    ConfigNotFound { name: String, referrer: Referrer },
+    Cycle { chain: Vec<String> },
+    TooDeep { chain: Vec<String> },
+    NoImageRef { chain: Vec<String> },
+    ImageNotFound { image: String, config: String },
+    RoleNotFound { role: String, username: String },
+    DuplicateUsername { username: String },
+}
+
+impl ResolveError {
+    /// A short machine-friendly reason (status condition reason, metric label).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ResolveError::ConfigNotFound { .. } => "ConfigNotFound",
+            ResolveError::Cycle { .. } => "ConfigCycle",
+            ResolveError::TooDeep { .. } => "ConfigChainTooDeep",
+            ResolveError::NoImageRef { .. } => "NoImageRef",
+            ResolveError::ImageNotFound { .. } => "ImageNotFound",
+            ResolveError::RoleNotFound { .. } => "RoleNotFound",
+            ResolveError::DuplicateUsername { .. } => "DuplicateUsername",
+        }
+    }
+}
+
+fn arrow(chain: &[String]) -> String {
+    chain.join(" -> ")
+}
+
+impl fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResolveError::ConfigNotFound { name, referrer: Referrer::Cluster } => write!(
+                f,
+                "spec.configRef names ValkeyConfig \"{name}\", which does not exist; ask the platform team to publish it, or choose an existing config (kubectl get valkeyconfigs)"
+            ),
+            ResolveError::ConfigNotFound { name, referrer: Referrer::Config(child) } => write!(
+                f,
+                "ValkeyConfig \"{child}\" inherits from \"{name}\" (spec.baseRef), which does not exist; create ValkeyConfig \"{name}\" or change spec.baseRef of \"{child}\""
+            ),
+            ResolveError::Cycle { chain } => write!(
+                f,
+                "ValkeyConfig inheritance forms a cycle ({}); change spec.baseRef of one of them so the chain ends",
+                arrow(chain)
+            ),
+            ResolveError::TooDeep { chain } => write!(
+                f,
+                "ValkeyConfig chain is deeper than {MAX_CONFIG_CHAIN_DEPTH} levels ({} ...); flatten the baseRef chain",
+                arrow(&chain[..chain.len().min(MAX_CONFIG_CHAIN_DEPTH + 1)])
+            ),
+            ResolveError::NoImageRef { chain } => write!(
+                f,
+                "no ValkeyConfig in the chain {} sets spec.imageRef; set imageRef on one of them",
+                arrow(chain)
+            ),
+            ResolveError::ImageNotFound { image, config } => write!(
+                f,
+                "ValkeyConfig \"{config}\" uses image \"{image}\" (spec.imageRef), but no ValkeyImage \"{image}\" exists (it is not on the allowlist); create the ValkeyImage or change spec.imageRef"
+            ),
+            ResolveError::RoleNotFound { role, username } => write!(
+                f,
+                "ACL user \"{username}\" is bound to ValkeyRole \"{role}\", which does not exist; create the ValkeyRole or change the binding's roleRef"
+            ),
+            ResolveError::DuplicateUsername { username } => write!(
+                f,
+                "ACL user \"{username}\" is bound both by the ValkeyConfig and by the ValkeyCluster; usernames must be unique across both, rename one"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ResolveError {}
+
+/// Walks the chain from `config_ref` to its root and merges it.
+pub fn resolve_config(catalog: &impl Catalog, config_ref: &str) -> Result<ResolvedConfig, ResolveError> {
+    let mut chain: Vec<String> = Vec::new();
+    let mut specs: Vec<ValkeyConfigSpec> = Vec::new();
+    let mut next = Some((config_ref.to_string(), Referrer::Cluster));
+    while let Some((name, referrer)) = next.take() {
+        if chain.contains(&name) {
+            chain.push(name);
+            return Err(ResolveError::Cycle { chain });
+        }
+        if chain.len() == MAX_CONFIG_CHAIN_DEPTH {
+            chain.push(name);
+            return Err(ResolveError::TooDeep { chain });
+        }
+        let spec = catalog.config(&name).ok_or_else(|| ResolveError::ConfigNotFound {
+            name: name.clone(),
+            referrer,
+        })?;
+        next = spec.base_ref.clone().map(|base| (base, Referrer::Config(name.clone())));
+        chain.push(name);
+        specs.push(spec);
+    }
+
+    let (image_config, image_ref) = chain
+        .iter()
+        .zip(&specs)
+        .find_map(|(name, spec)| spec.image_ref.clone().map(|image| (name.clone(), image)))
+        .ok_or_else(|| ResolveError::NoImageRef { chain: chain.clone() })?;
+    let image = catalog.image(&image_ref).ok_or_else(|| ResolveError::ImageNotFound {
+        image: image_ref.clone(),
+        config: image_config,
+    })?;
+
+    // Root first, so each child overwrites what its base set.
+    let mut valkey = BTreeMap::new();
+    let mut cpu = None;
+    let mut memory = None;
+    let mut acl = None;
+    for spec in specs.iter().rev() {
+        valkey.extend(spec.valkey.clone());
+        if let Some(resources) = &spec.resources {
+            cpu = resources.cpu.clone().or(cpu);
+            memory = resources.memory.clone().or(memory);
+        }
+        if spec.acl.is_some() {
+            acl = spec.acl.clone();
+        }
+    }
+    Ok(ResolvedConfig {
+        chain,
+        image_ref,
+        image,
+        resources: Resources {
+            cpu: Some(cpu.unwrap_or_else(|| DEFAULT_CPU.to_string())),
+            memory: Some(memory.unwrap_or_else(|| DEFAULT_MEMORY.to_string())),
+        },
+        valkey,
+        acl: acl.unwrap_or_default(),
+    })
+}
+
+/// Config-level bindings plus cluster-level bindings, with every role resolved.
+pub fn merge_bindings(
+    config_bindings: &[AclBinding],
+    cluster_bindings: &[AclBinding],
+) -> Result<Vec<AclBinding>, ResolveError> {
+    let mut merged: Vec<AclBinding> = config_bindings.to_vec();
+    for binding in cluster_bindings {
+        if merged.iter().any(|b| b.username == binding.username) {
+            return Err(ResolveError::DuplicateUsername { username: binding.username.clone() });
+        }
+        merged.push(binding.clone());
+    }
+    Ok(merged)
+}
+
+/// Looks up every role the bindings name.
+pub fn resolve_roles(
+    catalog: &impl Catalog,
+    bindings: &[AclBinding],
+) -> Result<BTreeMap<String, ValkeyRoleSpec>, ResolveError> {
+    let mut roles = BTreeMap::new();
+    for binding in bindings {
+        for permission in &binding.permissions {
+            if roles.contains_key(&permission.role_ref) {
+                continue;
+            }
+            let role = catalog.role(&permission.role_ref).ok_or_else(|| ResolveError::RoleNotFound {
+                role: permission.role_ref.clone(),
+                username: binding.username.clone(),
+            })?;
+            roles.insert(permission.role_ref.clone(), role);
+        }
+    }
+    Ok(roles)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{AclPermission, CategoryRule, RuleAccess};
+
+    fn image(version: &str) -> ValkeyImageSpec {
+        ValkeyImageSpec {
+            repository: "valkey/valkey".into(),
+            tag: version.into(),
+            digest: None,
+            version: version.into(),
+        }
+    }
+
+    fn config(base: Option<&str>, image: Option<&str>) -> ValkeyConfigSpec {
+        ValkeyConfigSpec {
+            base_ref: base.map(Into::into),
+            image_ref: image.map(Into::into),
+            resources: None,
+            valkey: BTreeMap::new(),
+            acl: None,
+        }
+    }
+
+    fn binding(user: &str, role: &str) -> AclBinding {
+        AclBinding {
+            username: user.into(),
+            password_hashes: vec!["a".repeat(64)],
+            permissions: vec![AclPermission { role_ref: role.into(), keys: vec![], channels: vec![] }],
+        }
+    }
+
+    /// The seed's example menu: valkey-9-0, standard, large (inherits standard).
+    fn seed_catalog() -> MapCatalog {
+        let mut c = MapCatalog::default();
+        c.images.insert("valkey-9-0".into(), image("9.0.0"));
+        let mut standard = config(None, Some("valkey-9-0"));
+        standard.resources = Some(Resources { cpu: Some("1".into()), memory: Some("2Gi".into()) });
+        standard.valkey.insert("maxmemory".into(), "1500mb".into());
+        standard.valkey.insert("maxmemory-policy".into(), "allkeys-lru".into());
+        c.configs.insert("standard".into(), standard);
+        let mut large = config(Some("standard"), None);
+        large.resources = Some(Resources { cpu: Some("4".into()), memory: Some("16Gi".into()) });
+        large.valkey.insert("maxmemory".into(), "12gb".into());
+        c.configs.insert("large".into(), large);
+        c
+    }
+
+    #[test]
+    fn child_inherits_image_and_settings_from_base() {
+        let r = resolve_config(&seed_catalog(), "large").unwrap();
+        assert_eq!(r.chain, vec!["large", "standard"]);
+        assert_eq!(r.image_ref, "valkey-9-0");
+        assert_eq!(r.image.version, "9.0.0");
+    }
+
+    #[test]
+    fn valkey_settings_merge_per_key_child_wins() {
+        let r = resolve_config(&seed_catalog(), "large").unwrap();
+        assert_eq!(r.valkey["maxmemory"], "12gb");
+        assert_eq!(r.valkey["maxmemory-policy"], "allkeys-lru");
+    }
+
+    #[test]
+    fn fields_set_on_the_child_win() {
+        let r = resolve_config(&seed_catalog(), "large").unwrap();
+        assert_eq!(r.resources.cpu.as_deref(), Some("4"));
+        assert_eq!(r.resources.memory.as_deref(), Some("16Gi"));
+        let r = resolve_config(&seed_catalog(), "standard").unwrap();
+        assert_eq!(r.resources.memory.as_deref(), Some("2Gi"));
+    }
+
+    #[test]
+    fn resources_merge_per_field_and_default_when_unset() {
+        let mut c = seed_catalog();
+        let mut only_memory = config(Some("standard"), None);
+        only_memory.resources = Some(Resources { cpu: None, memory: Some("8Gi".into()) });
+        c.configs.insert("memory-only".into(), only_memory);
+        let r = resolve_config(&c, "memory-only").unwrap();
+        assert_eq!(r.resources.cpu.as_deref(), Some("1"));
+        assert_eq!(r.resources.memory.as_deref(), Some("8Gi"));
+
+        c.configs.insert("bare".into(), config(None, Some("valkey-9-0")));
+        let r = resolve_config(&c, "bare").unwrap();
+        assert_eq!(r.resources.cpu.as_deref(), Some(DEFAULT_CPU));
+        assert_eq!(r.resources.memory.as_deref(), Some(DEFAULT_MEMORY));
+    }
+
+    #[test]
+    fn image_ref_is_the_first_found_from_the_child_up() {
+        let mut c = seed_catalog();
+        c.images.insert("valkey-9-1".into(), image("9.1.2"));
+        c.configs.insert("newer".into(), config(Some("large"), Some("valkey-9-1")));
+        let r = resolve_config(&c, "newer").unwrap();
+        assert_eq!(r.image_ref, "valkey-9-1");
+        assert_eq!(r.chain, vec!["newer", "large", "standard"]);
+    }
+
+    #[test]
+    fn acl_on_a_child_replaces_the_base_bindings() {
+        let mut c = seed_catalog();
+        c.configs.get_mut("standard").unwrap().acl = Some(vec![binding("app", "rw"), binding("metrics", "ro")]);
+        c.configs.get_mut("large").unwrap().acl = Some(vec![binding("batch", "rw")]);
+        let r = resolve_config(&c, "large").unwrap();
+        assert_eq!(r.acl.iter().map(|b| b.username.as_str()).collect::<Vec<_>>(), vec!["batch"]);
+        // Unset on the child: inherited.
+        c.configs.get_mut("large").unwrap().acl = None;
+        assert_eq!(resolve_config(&c, "large").unwrap().acl.len(), 2);
+        // Set to an empty list: the base's bindings are removed.
+        c.configs.get_mut("large").unwrap().acl = Some(vec![]);
+        assert!(resolve_config(&c, "large").unwrap().acl.is_empty());
+    }
+
+    #[test]
+    fn missing_config_blocks_naming_the_cluster_reference() {
+        let err = resolve_config(&seed_catalog(), "huge").unwrap_err();
+        assert_eq!(err, ResolveError::ConfigNotFound { name: "huge".into(), referrer: Referrer::Cluster });
+        assert!(err.to_string().contains("spec.configRef names ValkeyConfig \"huge\""));
+    }
+
+    #[test]
+    fn missing_base_blocks_naming_the_child_and_its_base() {
+        let mut c = seed_catalog();
+        c.configs.get_mut("standard").unwrap().base_ref = Some("base".into());
+        let err = resolve_config(&c, "large").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "ValkeyConfig \"standard\" inherits from \"base\" (spec.baseRef), which does not exist; create ValkeyConfig \"base\" or change spec.baseRef of \"standard\""
+        );
+    }
+
+    #[test]
+    fn cycle_blocks_and_lists_the_loop() {
+        let mut c = MapCatalog::default();
+        c.configs.insert("a".into(), config(Some("b"), Some("img")));
+        c.configs.insert("b".into(), config(Some("a"), None));
+        let err = resolve_config(&c, "a").unwrap_err();
+        assert_eq!(err, ResolveError::Cycle { chain: vec!["a".into(), "b".into(), "a".into()] });
+        assert!(err.to_string().contains("a -> b -> a"));
+    }
+
+    #[test]
+    fn chains_resolve_up_to_ten_levels_and_no_deeper() {
+        let mut c = MapCatalog::default();
+        c.images.insert("img".into(), image("9.0.0"));
+        // c0 -> c1 -> ... -> c9: ten configs.
+        for i in 0..10 {
+            let base = (i < 9).then(|| format!("c{}", i + 1));
+            let img = (i == 9).then_some("img");
+            c.configs.insert(format!("c{i}"), config(base.as_deref(), img));
+        }
+        assert_eq!(resolve_config(&c, "c0").unwrap().chain.len(), 10);
+        // One more level on top: eleven.
+        c.configs.insert("top".into(), config(Some("c0"), None));
+        let err = resolve_config(&c, "top").unwrap_err();
+        assert!(matches!(err, ResolveError::TooDeep { .. }), "{err:?}");
+        assert!(err.to_string().contains("deeper than 10"));
+    }
+
+    #[test]
+    fn a_chain_without_image_ref_blocks() {
+        let mut c = MapCatalog::default();
+        c.configs.insert("a".into(), config(Some("b"), None));
+        c.configs.insert("b".into(), config(None, None));
+        let err = resolve_config(&c, "a").unwrap_err();
+        assert_eq!(err, ResolveError::NoImageRef { chain: vec!["a".into(), "b".into()] });
+    }
+
+    #[test]
+    fn image_ref_naming_no_image_blocks() {
+        let mut c = seed_catalog();
+        c.images.clear();
+        let err = resolve_config(&c, "large").unwrap_err();
+        assert_eq!(err, ResolveError::ImageNotFound { image: "valkey-9-0".into(), config: "standard".into() });
+        assert!(err.to_string().contains("not on the allowlist"));
+    }
+
+    #[test]
+    fn cluster_bindings_add_to_config_bindings() {
+        let merged = merge_bindings(&[binding("app", "rw")], &[binding("batch", "rw")]).unwrap();
+        assert_eq!(merged.iter().map(|b| b.username.as_str()).collect::<Vec<_>>(), vec!["app", "batch"]);
+    }
+
+    #[test]
+    fn usernames_must_be_unique_across_config_and_cluster() {
+        let err = merge_bindings(&[binding("app", "rw")], &[binding("app", "ro")]).unwrap_err();
+        assert_eq!(err, ResolveError::DuplicateUsername { username: "app".into() });
+    }
+
+    #[test]
+    fn bindings_naming_a_missing_role_block() {
+        let mut c = seed_catalog();
+        c.roles.insert(
+            "rw".into(),
+            ValkeyRoleSpec {
+                categories: vec![CategoryRule { name: "read".into(), access: RuleAccess::Allow }],
+                commands: vec![],
+            },
+        );
+        assert_eq!(resolve_roles(&c, &[binding("app", "rw")]).unwrap().len(), 1);
+        let err = resolve_roles(&c, &[binding("app", "rw"), binding("metrics", "ro")]).unwrap_err();
+        assert_eq!(err, ResolveError::RoleNotFound { role: "ro".into(), username: "metrics".into() });
+    }
+}

@@ -1,0 +1,186 @@
+//! Rendering valkey.conf for one member: the config chain's settings, then the settings the
+//! operator forces whatever a config says (cluster mode, ports, file paths, ACL file,
+//! replication identity and authentication, TLS). A forced key that slipped into the settings
+//! is dropped, so the forced value always wins.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use sha2::{Digest, Sha256};
+
+use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, is_forced_setting};
+
+/// Where things live inside a Valkey pod. One place, shared by the renderer and the pod builder.
+pub mod paths {
+    /// ConfigMap volume with valkey.conf.
+    pub const CONFIG_DIR: &str = "/etc/valkey";
+    pub const CONFIG_FILE: &str = "/etc/valkey/valkey.conf";
+    /// Secret volume with the ACL file and the replication credentials.
+    pub const ACL_DIR: &str = "/etc/valkey-acl";
+    pub const ACL_FILE: &str = "/etc/valkey-acl/users.acl";
+    pub const REPLICATION_AUTH_FILE: &str = "/etc/valkey-acl/replication.conf";
+    /// Secret volume with the TLS certificate when the cluster uses TLS.
+    pub const TLS_DIR: &str = "/etc/valkey-tls";
+    /// Data directory (emptyDir): nodes.conf and any persistence files.
+    pub const DATA_DIR: &str = "/data";
+    pub const NODES_CONF: &str = "/data/nodes.conf";
+}
+
+/// ACL Secret keys (mounted at [`paths::ACL_DIR`]).
+pub const ACL_FILE_KEY: &str = "users.acl";
+pub const REPLICATION_AUTH_KEY: &str = "replication.conf";
+
+/// What the renderer needs to know about one member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberConf<'a> {
+    /// Merged settings of the config chain.
+    pub settings: &'a BTreeMap<String, String>,
+    /// Stable DNS name of the member (pod name under the headless Service).
+    pub announce_hostname: String,
+    /// TLS for clients, replication and the bus.
+    pub tls: bool,
+}
+
+/// valkey.conf text. The member's IP is not known before its pod runs, so the pod passes
+/// `--cluster-announce-ip` on the command line (see the pod builder); everything else is here.
+pub fn render_valkey_conf(member: &MemberConf<'_>) -> String {
+    let mut out = String::from("# Rendered by valkey-operator. Do not edit: changes come from the ValkeyConfig chain.\n");
+    out.push_str("# Settings from the ValkeyConfig chain:\n");
+    for (key, value) in member.settings {
+        if is_forced_setting(key) {
+            continue;
+        }
+        // The schema refuses line breaks; never let one through to start a new directive.
+        let value = value.replace(['\n', '\r'], " ");
+        let value = if value.trim().is_empty() { "\"\"".to_string() } else { value };
+        let _ = writeln!(out, "{key} {value}");
+    }
+    out.push_str("# Forced by the operator:\n");
+    for (key, value) in forced_settings(member) {
+        let _ = writeln!(out, "{key} {value}");
+    }
+    let _ = writeln!(out, "include {}", paths::REPLICATION_AUTH_FILE);
+    out
+}
+
+/// The forced settings, in file order.
+pub fn forced_settings(member: &MemberConf<'_>) -> Vec<(&'static str, String)> {
+    let mut forced = vec![
+        ("cluster-enabled", "yes".to_string()),
+        ("cluster-port", CLUSTER_BUS_PORT.to_string()),
+        ("bind", "* -::*".to_string()),
+        ("daemonize", "no".to_string()),
+        ("dir", paths::DATA_DIR.to_string()),
+        ("cluster-config-file", paths::NODES_CONF.to_string()),
+        ("aclfile", paths::ACL_FILE.to_string()),
+        ("cluster-announce-hostname", member.announce_hostname.clone()),
+        ("cluster-preferred-endpoint-type", "ip".to_string()),
+    ];
+    if member.tls {
+        forced.extend([
+            ("port", "0".to_string()),
+            ("tls-port", CLIENT_PORT.to_string()),
+            ("tls-cluster", "yes".to_string()),
+            ("tls-replication", "yes".to_string()),
+            ("tls-cert-file", format!("{}/tls.crt", paths::TLS_DIR)),
+            ("tls-key-file", format!("{}/tls.key", paths::TLS_DIR)),
+            ("tls-ca-cert-file", format!("{}/ca.crt", paths::TLS_DIR)),
+            ("tls-auth-clients", "optional".to_string()),
+        ]);
+    } else {
+        forced.push(("port", CLIENT_PORT.to_string()));
+    }
+    forced
+}
+
+/// The replication credentials file included by valkey.conf (lives in the ACL Secret).
+pub fn render_replication_auth(username: &str, password: &str) -> String {
+    format!("masteruser {username}\nmasterauth {password}\n")
+}
+
+/// Hex SHA-256, the content hash used to name and compare rendered artefacts.
+pub fn sha256_hex(data: impl AsRef<[u8]>) -> String {
+    hex::encode(Sha256::digest(data.as_ref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn conf(s: &BTreeMap<String, String>, tls: bool) -> String {
+        render_valkey_conf(&MemberConf {
+            settings: s,
+            announce_hostname: "my-cluster-0-0.my-cluster-nodes.my-app.svc.cluster.local".into(),
+            tls,
+        })
+    }
+
+    fn directive<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(key).and_then(|rest| rest.strip_prefix(' ')))
+            .collect()
+    }
+
+    #[test]
+    fn chain_settings_are_rendered() {
+        let text = conf(&settings(&[("maxmemory", "1500mb"), ("maxmemory-policy", "allkeys-lru")]), false);
+        assert_eq!(directive(&text, "maxmemory"), vec!["1500mb"]);
+        assert_eq!(directive(&text, "maxmemory-policy"), vec!["allkeys-lru"]);
+    }
+
+    #[test]
+    fn forced_settings_are_always_present() {
+        let text = conf(&BTreeMap::new(), false);
+        assert_eq!(directive(&text, "cluster-enabled"), vec!["yes"]);
+        assert_eq!(directive(&text, "port"), vec!["6379"]);
+        assert_eq!(directive(&text, "cluster-port"), vec!["16379"]);
+        assert_eq!(directive(&text, "dir"), vec!["/data"]);
+        assert_eq!(directive(&text, "cluster-config-file"), vec!["/data/nodes.conf"]);
+        assert_eq!(directive(&text, "aclfile"), vec!["/etc/valkey-acl/users.acl"]);
+        assert_eq!(directive(&text, "include"), vec!["/etc/valkey-acl/replication.conf"]);
+        assert_eq!(
+            directive(&text, "cluster-announce-hostname"),
+            vec!["my-cluster-0-0.my-cluster-nodes.my-app.svc.cluster.local"]
+        );
+    }
+
+    #[test]
+    fn a_forced_key_that_slipped_in_loses_to_the_forced_value() {
+        let text = conf(&settings(&[("port", "7000"), ("cluster-enabled", "no"), ("tls-port", "1")]), false);
+        assert_eq!(directive(&text, "port"), vec!["6379"]);
+        assert_eq!(directive(&text, "cluster-enabled"), vec!["yes"]);
+        assert!(directive(&text, "tls-port").is_empty());
+    }
+
+    #[test]
+    fn tls_closes_the_plain_port_and_encrypts_bus_and_replication() {
+        let text = conf(&BTreeMap::new(), true);
+        assert_eq!(directive(&text, "port"), vec!["0"]);
+        assert_eq!(directive(&text, "tls-port"), vec!["6379"]);
+        assert_eq!(directive(&text, "tls-cluster"), vec!["yes"]);
+        assert_eq!(directive(&text, "tls-replication"), vec!["yes"]);
+        assert_eq!(directive(&text, "tls-cert-file"), vec!["/etc/valkey-tls/tls.crt"]);
+    }
+
+    #[test]
+    fn values_cannot_inject_directives() {
+        let text = conf(&settings(&[("maxmemory-policy", "noeviction\nport 1")]), false);
+        assert_eq!(directive(&text, "port"), vec!["6379"]);
+        assert_eq!(directive(&text, "maxmemory-policy"), vec!["noeviction port 1"]);
+    }
+
+    #[test]
+    fn empty_values_are_quoted() {
+        let text = conf(&settings(&[("save", "")]), false);
+        assert_eq!(directive(&text, "save"), vec!["\"\""]);
+    }
+
+    #[test]
+    fn replication_auth_names_user_and_password() {
+        assert_eq!(render_replication_auth("_r", "pw"), "masteruser _r\nmasterauth pw\n");
+    }
+}

@@ -1,0 +1,7 @@
+//! Pure desired-state computation: the config chain and its merge, valkey.conf rendering with
+//! forced settings, and the ACL file. No I/O here; the controllers feed in what they read.
+pub mod acl;
+pub mod chain;
+pub mod conf;
+
+pub use chain::{Catalog, MapCatalog, ResolveError, ResolvedConfig, merge_bindings, resolve_config, resolve_roles};
