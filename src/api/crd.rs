@@ -19,6 +19,45 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         with_max_name_len(ValkeyCluster::crd(), MAX_CLUSTER_NAME_LEN),
         ValkeyNode::crd(),
     ]
+    .into_iter()
+    .map(unwrap_descriptions)
+    .collect()
+}
+
+/// Doc comments are wrapped at 100 columns in the source; `kubectl explain` re-wraps text
+/// itself, so join wrapped lines and keep only paragraph breaks.
+fn unwrap_descriptions(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, child) in map.iter_mut() {
+                    match child {
+                        serde_json::Value::String(text) if key == "description" => {
+                            *text = unwrap(text);
+                        }
+                        _ => walk(child),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    fn unwrap(text: &str) -> String {
+        text.split("\n\n")
+            .map(|paragraph| {
+                paragraph
+                    .split('\n')
+                    .map(str::trim)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    }
+    let mut value = serde_json::to_value(&crd).expect("a CRD serializes to JSON");
+    walk(&mut value);
+    serde_json::from_value(value).expect("a CRD with rewritten descriptions deserializes")
 }
 
 /// Bound `metadata.name` in the schema (the only metadata constraint a CRD may declare). Besides
