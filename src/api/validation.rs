@@ -110,7 +110,7 @@ pub static SEMVER: Pattern = Pattern::new(
 
 /// Container image repository, optionally with a registry host and port.
 pub static IMAGE_REPOSITORY: Pattern = Pattern::new(
-    "^([a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$",
+    "^(([a-zA-Z0-9-]+([.][a-zA-Z0-9-]+)+|localhost)(:[0-9]+)?/|[a-zA-Z0-9-]+:[0-9]+/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$",
     255,
     "an image repository such as valkey/valkey or registry.example.com:5000/team/valkey \
      (lowercase path, no tag or digest)",

@@ -1,0 +1,237 @@
+//! Validation rules evaluated client-side: every CEL rule of the CRDs (with kube's `cel`
+//! feature) and every rule also enforced in Rust, which must agree with its CEL twin.
+
+mod api_common;
+
+use api_common::*;
+use kube::core::cel::Validator;
+use serde_json::{Value, json};
+use valkey_operator::api::constants::{FORCED_SETTINGS, is_forced_setting, is_reserved_annotation};
+use valkey_operator::api::validation::*;
+use valkey_operator::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole, crd};
+
+fn schema_of(kind: &str) -> Value {
+    let definition = crd::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .unwrap_or_else(|| panic!("no CRD for {kind}"));
+    serde_json::to_value(
+        definition.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap(),
+    )
+    .unwrap()
+}
+
+/// CEL failures for `object` (and `old` for transition rules) as "path: message" strings.
+fn cel_errors(object: &Value, old: Option<&Value>) -> Vec<String> {
+    let kind = object["kind"].as_str().unwrap();
+    match Validator::new().validate(&schema_of(kind), object, old) {
+        Ok(()) => vec![],
+        Err(errors) => errors.iter().map(|e| format!("{}: {}", e.field_path, e.message)).collect(),
+    }
+}
+
+fn assert_valid(object: &Value) {
+    let errors = cel_errors(object, None);
+    assert!(errors.is_empty(), "{} rejected: {errors:?}", object["metadata"]["name"]);
+}
+
+#[test]
+fn valid_objects_pass_every_cel_rule_and_deserialize() {
+    for object in [image("valkey-9-0"), config("standard"), role("cache-readwrite"), cluster("my-cluster", "my-app"), node("n-0", "my-app")] {
+        assert_valid(&object);
+    }
+    serde_json::from_value::<ValkeyImage>(image("valkey-9-0")).unwrap();
+    serde_json::from_value::<ValkeyConfig>(config("standard")).unwrap();
+    serde_json::from_value::<ValkeyRole>(role("cache-readwrite")).unwrap();
+    serde_json::from_value::<ValkeyCluster>(cluster("my-cluster", "my-app")).unwrap();
+    serde_json::from_value::<ValkeyNode>(node("n-0", "my-app")).unwrap();
+}
+
+#[test]
+fn every_sample_manifest_passes_every_cel_rule() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/samples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let object: Value = serde::Deserialize::deserialize(document).unwrap();
+            if object["apiVersion"] == "valkey.gomomento.com/v1alpha1" {
+                assert_valid(&object);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 7, "expected the seed's samples, checked {checked}");
+}
+
+#[test]
+fn every_invalid_cel_case_is_rejected_naming_its_field() {
+    let mut count = 0;
+    for case in invalid_creates().into_iter().filter(|c| c.cel) {
+        let object = case.object.to_string().replace("\"NAME\"", "\"x\"").replace("\"NS\"", "\"ns\"");
+        let object: Value = serde_json::from_str(&object).unwrap();
+        // `metadata.name` cases replace the placeholder themselves.
+        let errors = cel_errors(&object, None);
+        assert!(!errors.is_empty(), "{}: accepted", case.name);
+        let leaf = case.field.rsplit('.').next().unwrap();
+        let leaf = leaf.split('[').next().unwrap();
+        assert!(
+            errors.iter().any(|e| e.contains(leaf)),
+            "{}: errors {errors:?} do not name {}",
+            case.name,
+            case.field
+        );
+        count += 1;
+    }
+    assert!(count >= 40, "only {count} CEL cases");
+}
+
+#[test]
+fn tls_cannot_be_added_removed_or_changed_after_creation() {
+    let plain = cluster("c", "ns");
+    let tls = with(plain.clone(), "/spec/tls", Some(json!({"secretRef": "c-tls"})));
+    let other = with(plain.clone(), "/spec/tls", Some(json!({"secretRef": "other"})));
+    assert!(cel_errors(&tls, None).is_empty(), "TLS at creation is allowed");
+    for (what, new, old) in [("added", &tls, &plain), ("removed", &plain, &tls), ("changed", &other, &tls)] {
+        let errors = cel_errors(new, Some(old));
+        assert!(errors.iter().any(|e| e.contains("spec.tls is immutable")), "tls {what}: {errors:?}");
+    }
+    let scaled = with(tls.clone(), "/spec/shards", Some(json!(6)));
+    assert!(cel_errors(&scaled, Some(&tls)).is_empty(), "other fields stay mutable");
+}
+
+#[test]
+fn valkey_node_spec_is_immutable() {
+    let old = node("n", "ns");
+    let new = with(old.clone(), "/spec/image", Some(json!("valkey/valkey:9.1.2")));
+    let errors = cel_errors(&new, Some(&old));
+    assert!(errors.iter().any(|e| e.contains("immutable")), "{errors:?}");
+    assert!(cel_errors(&old, Some(&old)).is_empty());
+}
+
+#[test]
+fn forced_settings_message_names_the_key() {
+    let object = with(config("c"), "/spec/valkey/cluster-config-file", Some(json!("x.conf")));
+    let errors = cel_errors(&object, None);
+    assert!(errors.iter().any(|e| e.contains("remove: cluster-config-file")), "{errors:?}");
+}
+
+#[test]
+fn reserved_annotation_message_names_the_key() {
+    let object = with(cluster("c", "ns"), "/spec/podAnnotations/valkey.gomomento.com~1x", Some(json!("1")));
+    let errors = cel_errors(&object, None);
+    assert!(errors.iter().any(|e| e.contains("remove: valkey.gomomento.com/x")), "{errors:?}");
+}
+
+/// Evaluate one rule on one value, client-side.
+fn rule_accepts(rule: kube::core::Rule, value: Value) -> bool {
+    let schema = json!({"type": "string", "maxLength": 1024, "x-kubernetes-validations": [rule]});
+    Validator::new().validate(&schema, &value, None).is_ok()
+}
+
+fn agree(pattern: &Pattern, good: &[&str], bad: &[&str]) {
+    for value in good {
+        assert!(pattern.is_match(value), "Rust refuses {value:?}");
+        assert!(rule_accepts(pattern.rule("f"), json!(value)), "CEL refuses {value:?}");
+    }
+    for value in bad {
+        assert!(!pattern.is_match(value), "Rust accepts {value:?}");
+        assert!(!rule_accepts(pattern.rule("f"), json!(value)), "CEL accepts {value:?}");
+        assert!(pattern.check("spec.f", value).unwrap_err().starts_with("spec.f must be"));
+    }
+}
+
+#[test]
+fn references_are_dns_1123_subdomains() {
+    agree(&DNS1123_SUBDOMAIN, &["standard", "valkey-9-0", "a.b-c", "x"], &["", "Standard", "-a", "a-", "a_b", "a b", &"a".repeat(254)]);
+}
+
+#[test]
+fn cluster_names_are_short_dns_1035_labels() {
+    agree(&CLUSTER_NAME, &["my-cluster", "c", &"a".repeat(40)], &["1c", "my.cluster", "c-", &"a".repeat(41)]);
+}
+
+#[test]
+fn versions_are_semver() {
+    agree(&SEMVER, &["9.0.0", "9.1.2", "10.0.0-rc1", "9.0.0+build.5"], &["9.0", "v9.0.0", "9.0.0.1", "09.0.0", "9.0.x"]);
+}
+
+#[test]
+fn image_repository_tag_and_digest_formats() {
+    agree(&IMAGE_REPOSITORY, &["valkey/valkey", "valkey", "registry.example.com:5000/team/valkey", "ghcr.io/a/b_c"], &["valkey/valkey:9", "Valkey/valkey", "valkey//x", "a@sha256:1"]);
+    agree(&IMAGE_TAG, &["9.0.0", "latest", "9.0.0-alpine"], &["", ".9", "-9", "a b", "a:b"]);
+    agree(&IMAGE_DIGEST, &[&format!("sha256:{HASH_A}")], &["sha256:abc", HASH_A, &format!("md5:{HASH_A}")]);
+}
+
+#[test]
+fn password_hashes_are_lowercase_sha256_hex() {
+    agree(&SHA256_HEX, &[HASH_A], &["", &HASH_A.to_uppercase(), &HASH_A[1..], &format!("{HASH_A}0"), "password"]);
+}
+
+#[test]
+fn usernames_are_valid_acl_usernames() {
+    agree(&ACL_USERNAME, &["app", "default", "team-a.reader", "svc@team", "a:b"], &["", "with space", "_valkey-operator", "_x", "-x", "a>b", &"a".repeat(65)]);
+}
+
+#[test]
+fn key_and_channel_patterns_have_no_spaces() {
+    agree(&ACL_PATTERN, &["app:*", "*", "user:{*}:session", "a?b[cd]"], &["", "a b", "a\tb", "ключ"]);
+}
+
+#[test]
+fn role_command_and_category_names() {
+    agree(&COMMAND_NAME, &["get", "config|get", "client|no-evict", "json.get"], &["GET", "config|", "|get", "a|b|c", "config get", "+get"]);
+    agree(&CATEGORY_NAME, &["read", "keyspace", "all"], &["@read", "Read", "", "read write"]);
+}
+
+#[test]
+fn setting_keys_zones_and_label_formats() {
+    agree(&SETTING_KEY, &["maxmemory", "maxmemory-policy", "io-threads"], &["PORT", "max memory", "-x", ""]);
+    agree(&ZONE_NAME, &["zone-a", "us-east-1a", "Z1"], &["", "-a", "a b"]);
+    agree(&LABEL_VALUE, &["", "linux", "a.b_c-d"], &["a b", "-a", &"a".repeat(64)]);
+    agree(&QUALIFIED_NAME, &["prometheus.io/scrape", "app", "kubernetes.io/os", "a.b/c_d"], &["bad key", "/x", "a/", "A.B/c", &format!("x/{}", "a".repeat(64))]);
+}
+
+#[test]
+fn forced_settings_cover_what_product_md_lists() {
+    for key in ["cluster-enabled", "port", "cluster-port", "dir", "cluster-config-file", "aclfile", "cluster-announce-ip", "cluster-announce-hostname", "replica-announce-ip", "tls-port", "tls-cert-file", "tls-cluster", "tls-replication"] {
+        assert!(is_forced_setting(key), "{key} must be forced");
+        let keys = [key.to_string()];
+        assert_eq!(forced_keys_in(&keys), vec![key]);
+    }
+    for key in ["maxmemory", "maxmemory-policy", "appendonly", "io-threads", "portal"] {
+        assert!(!is_forced_setting(key), "{key} is a user setting");
+    }
+    // The CEL rule and the Rust check agree on every forced key.
+    for key in FORCED_SETTINGS {
+        let object = with(config("c"), &format!("/spec/valkey/{key}"), Some(json!("x")));
+        assert!(!cel_errors(&object, None).is_empty(), "CEL accepts forced {key}");
+    }
+}
+
+#[test]
+fn setting_values_are_single_line() {
+    assert!(is_valid_setting_value("1500mb"));
+    assert!(is_valid_setting_value("save 900 1"));
+    assert!(!is_valid_setting_value("1gb\nport 7000"));
+    assert!(!is_valid_setting_value("a\tb"));
+}
+
+#[test]
+fn reserved_annotation_prefix() {
+    assert!(is_reserved_annotation("valkey.gomomento.com/spec-hash"));
+    assert!(!is_reserved_annotation("prometheus.io/scrape"));
+    assert!(!is_reserved_annotation("sub.valkey.gomomento.com/x"));
+}
+
+#[test]
+fn quantities_are_positive_kubernetes_quantities() {
+    for value in ["1", "500m", "0.5", "2Gi", "16Gi", "1e3", "+1"] {
+        assert!(is_positive_quantity(value), "Rust refuses {value}");
+        assert!(rule_accepts(positive_quantity_rule("cpu", "1"), json!(value)), "CEL refuses {value}");
+    }
+    for value in ["0", "0m", "one", "2GB", "-1", "", "1 Gi"] {
+        assert!(!is_positive_quantity(value), "Rust accepts {value}");
+        assert!(!rule_accepts(positive_quantity_rule("cpu", "1"), json!(value)), "CEL accepts {value}");
+    }
+}
