@@ -1,0 +1,238 @@
+//! Fault hooks for tests, working from the kubelet's state files (see [`crate::state`]).
+//! They need root (like the kubelet) and a running local cluster.
+//!
+//! ```no_run
+//! use valkey_e2e::faults::{self, PodRef};
+//! # fn main() -> anyhow::Result<()> {
+//! let a = PodRef::find("ns", "valkey-0")?;
+//! let b = PodRef::find("ns", "valkey-1")?;
+//! a.kill("valkey")?;                 // SIGKILL the container (the kubelet restarts it)
+//! a.pause("valkey")?;                // SIGSTOP: a hung process, TCP stays open
+//! a.resume("valkey")?;               // SIGCONT
+//! faults::cut_link(&a, &b)?;         // a and b can no longer reach each other
+//! faults::heal_link(&a, &b)?;
+//! faults::cut_apiserver(&a)?;        // a cannot reach the apiserver (probes still work)
+//! faults::heal_apiserver(&a)?;
+//! faults::stop_node("node-b")?;      // no heartbeats, its pods SIGSTOPped
+//! faults::start_node("node-b")?;
+//! # Ok(()) }
+//! ```
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use anyhow::{Context, anyhow, bail};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use crate::state::{StateDir, read_trimmed};
+
+/// The apiserver's address as pods see it.
+pub const APISERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+
+/// A pod as the kubelet runs it: its state dir, network namespace and address.
+#[derive(Clone, Debug)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub dir: PathBuf,
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<Output> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out)
+}
+
+impl PodRef {
+    /// Finds the pod in the default state dir (`$LC_DIR/kubelet`).
+    pub fn find(namespace: &str, name: &str) -> anyhow::Result<Self> {
+        Self::find_in(&StateDir::default_location(), namespace, name)
+    }
+
+    pub fn find_in(state: &StateDir, namespace: &str, name: &str) -> anyhow::Result<Self> {
+        let dir = state.find_pod_dir(namespace, name).ok_or_else(|| {
+            anyhow!(
+                "pod {namespace}/{name} has no state under {} (not running on vk-kubelet?)",
+                state.root.display()
+            )
+        })?;
+        Ok(Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            dir,
+        })
+    }
+
+    /// The pod's network namespace name (`vkp-...`).
+    pub fn netns(&self) -> anyhow::Result<String> {
+        read_trimmed(&self.dir.join("netns")).context("reading netns file")
+    }
+
+    /// The pod's IP.
+    pub fn ip(&self) -> anyhow::Result<Ipv4Addr> {
+        Ok(read_trimmed(&self.dir.join("ip"))
+            .context("reading ip file")?
+            .parse()?)
+    }
+
+    /// The node the pod runs on.
+    pub fn node(&self) -> anyhow::Result<String> {
+        read_trimmed(&self.dir.join("node")).context("reading node file")
+    }
+
+    /// The pid of a container's current process (also its process group).
+    pub fn pid(&self, container: &str) -> anyhow::Result<i32> {
+        let p = self.dir.join(format!("{container}.pid"));
+        Ok(read_trimmed(&p)
+            .with_context(|| {
+                format!(
+                    "container {container} of {}/{} is not running",
+                    self.namespace, self.name
+                )
+            })?
+            .parse()?)
+    }
+
+    /// Path of a container's current log file.
+    pub fn log_path(&self, container: &str) -> PathBuf {
+        self.dir.join(format!("{container}.log"))
+    }
+
+    /// Sends a signal to a container's process group, like a runtime signalling the
+    /// container's pid namespace.
+    pub fn signal(&self, container: &str, sig: Signal) -> anyhow::Result<()> {
+        let pid = self.pid(container)?;
+        nix::sys::signal::killpg(Pid::from_raw(pid), sig)
+            .with_context(|| format!("signal {sig} to {pid}"))?;
+        Ok(())
+    }
+
+    /// SIGKILL: the container dies; the kubelet restarts it per restartPolicy.
+    pub fn kill(&self, container: &str) -> anyhow::Result<()> {
+        self.signal(container, Signal::SIGKILL)
+    }
+
+    /// SIGSTOP: the process hangs (connections stay open, nothing answers).
+    pub fn pause(&self, container: &str) -> anyhow::Result<()> {
+        self.signal(container, Signal::SIGSTOP)
+    }
+
+    /// SIGCONT after [`PodRef::pause`].
+    pub fn resume(&self, container: &str) -> anyhow::Result<()> {
+        self.signal(container, Signal::SIGCONT)
+    }
+
+    /// Runs a command inside the container (its network and mount namespaces, with the
+    /// kubelet's view of its PATH), like `kubectl exec`.
+    pub fn exec(&self, container: &str, argv: &[&str]) -> anyhow::Result<Output> {
+        let pid = self.pid(container)?;
+        let path = std::fs::read(self.dir.join("run").join(format!("{container}.json")))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<crate::kubelet::launch::LaunchSpec>(&b).ok())
+            .and_then(|s| s.env.into_iter().find(|(k, _)| k == "PATH").map(|(_, v)| v))
+            .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
+        Command::new("nsenter")
+            .args(["-t", &pid.to_string(), "-n", "-m", "--"])
+            .args(argv)
+            .env("PATH", path)
+            .output()
+            .context("running nsenter")
+    }
+
+    /// Reads a file as the container sees it (through its mount namespace).
+    pub fn read_file(&self, container: &str, path: &str) -> anyhow::Result<String> {
+        let out = self.exec(container, &["cat", path])?;
+        if !out.status.success() {
+            bail!(
+                "cat {path} in {}/{}: {}",
+                self.namespace,
+                self.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn ip_in_ns(&self, args: &[&str]) -> anyhow::Result<()> {
+        let ns = self.netns()?;
+        run(Command::new("ip").args(["-n", &ns]).args(args))?;
+        Ok(())
+    }
+
+    /// Adds a blackhole route to `dst` in this pod's namespace (idempotent).
+    pub fn blackhole(&self, dst: Ipv4Addr) -> anyhow::Result<()> {
+        let ns = self.netns()?;
+        let cidr = format!("{dst}/32");
+        run(Command::new("ip").args(["-n", &ns, "route", "replace", "blackhole", &cidr]))?;
+        Ok(())
+    }
+
+    /// Removes a blackhole route added by [`PodRef::blackhole`] (idempotent).
+    pub fn unblackhole(&self, dst: Ipv4Addr) -> anyhow::Result<()> {
+        let cidr = format!("{dst}/32");
+        match self.ip_in_ns(&["route", "del", "blackhole", &cidr]) {
+            Ok(()) => Ok(()),
+            Err(e) if e.to_string().contains("No such process") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Cuts the link between two pods in both directions (blackhole routes in both
+/// namespaces): packets are dropped silently, established connections hang.
+pub fn cut_link(a: &PodRef, b: &PodRef) -> anyhow::Result<()> {
+    a.blackhole(b.ip()?)?;
+    b.blackhole(a.ip()?)?;
+    Ok(())
+}
+
+/// Heals a link cut with [`cut_link`].
+pub fn heal_link(a: &PodRef, b: &PodRef) -> anyhow::Result<()> {
+    a.unblackhole(b.ip()?)?;
+    b.unblackhole(a.ip()?)?;
+    Ok(())
+}
+
+/// Cuts a pod from the apiserver (198.18.0.1). The kubelet's probes come from another
+/// address (198.18.0.2) and keep working, as on a real node.
+pub fn cut_apiserver(p: &PodRef) -> anyhow::Result<()> {
+    p.blackhole(APISERVER_IP)
+}
+
+/// Heals [`cut_apiserver`].
+pub fn heal_apiserver(p: &PodRef) -> anyhow::Result<()> {
+    p.unblackhole(APISERVER_IP)
+}
+
+/// "Powers off" a node: the kubelet stops its heartbeats and lease renewals (the node
+/// controller marks it NotReady/Unknown after ~40 s and taints it) and SIGSTOPs its pods.
+pub fn stop_node(node: &str) -> anyhow::Result<()> {
+    stop_node_in(&StateDir::default_location(), node)
+}
+
+/// Undoes [`stop_node`]: pods continue, heartbeats resume.
+pub fn start_node(node: &str) -> anyhow::Result<()> {
+    start_node_in(&StateDir::default_location(), node)
+}
+
+pub fn stop_node_in(state: &StateDir, node: &str) -> anyhow::Result<()> {
+    let f = state.node_stopped_file(node);
+    std::fs::create_dir_all(f.parent().expect("node dir"))?;
+    std::fs::write(&f, b"stopped by a test\n")?;
+    Ok(())
+}
+
+pub fn start_node_in(state: &StateDir, node: &str) -> anyhow::Result<()> {
+    match std::fs::remove_file(state.node_stopped_file(node)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
