@@ -1,2 +1,3 @@
 //! valkey-operator: module tree only (see docs/architecture.md).
 pub mod api;
+pub mod driver;

@@ -1,0 +1,584 @@
+//! [`ClusterDriver`] on `fred`: one centralized (single-node) client per member, cached
+//! and reused, rebuilt after connection trouble.
+//!
+//! Every command goes through fred's custom-command API. fred lacks several of the
+//! commands we need (`CLUSTER ADDSLOTSRANGE`, `SHARDS`, `MIGRATESLOTS`,
+//! `GETSLOTMIGRATIONS`, `CANCELSLOTMIGRATIONS`, `SETSLOT ... <node-id>`, `MEET` with a bus
+//! port, `MIGRATE ... AUTH2`), and one path for all commands keeps timeouts, error
+//! labelling and reply parsing uniform.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use fred::prelude::{ClientLike, Config, ConnectionConfig, PerformanceConfig, ServerConfig};
+use fred::types::{ClusterHash, CustomCommand, Value};
+use futures::future::BoxFuture;
+
+use super::parse::{self, Reply};
+use super::slots::format_range;
+use super::{
+    ClusterDriver, ClusterInfo, ClusterNode, DriverConfig, DriverError, DriverErrorKind,
+    DriverFuture, DriverResult, FailoverMode, MemberAddr, MigrateKeys, NodeId, ReplicationInfo,
+    ResetMode, ServerInfo, SetSlot, Shard, SlotMigration, SlotMigrationRequest, SlotRange,
+};
+
+/// The fred-backed driver. Cheap to share behind an `Arc`.
+pub struct FredDriver {
+    config: DriverConfig,
+    clients: Mutex<HashMap<MemberAddr, fred::clients::Client>>,
+}
+
+impl FredDriver {
+    pub fn new(config: DriverConfig) -> Self {
+        FredDriver {
+            config,
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &DriverConfig {
+        &self.config
+    }
+
+    /// Runs one command on one member and returns its reply.
+    /// `args[0]` is the command name; `label` names the command in errors (no arguments).
+    pub async fn command(
+        &self,
+        member: &MemberAddr,
+        label: &str,
+        args: Vec<Value>,
+    ) -> DriverResult<Reply> {
+        self.raw(member, label, args).await.map(to_reply)
+    }
+
+    /// Like [`FredDriver::command`], with fred's own reply type (binary safe).
+    pub async fn raw(
+        &self,
+        member: &MemberAddr,
+        label: &str,
+        args: Vec<Value>,
+    ) -> DriverResult<Value> {
+        let err = |kind| DriverError {
+            member: member.clone(),
+            command: label.to_owned(),
+            kind,
+        };
+        let timeout = self.config.command_timeout;
+        let outcome = tokio::time::timeout(timeout, async {
+            let client = self.client(member).await.map_err(|e| (true, e))?;
+            let mut args = args.into_iter();
+            let name = args.next().and_then(|v| v.as_string()).unwrap_or_default();
+            let cmd = CustomCommand::new(name, ClusterHash::Random, false);
+            client
+                .custom::<Value, Value>(cmd, args.collect())
+                .await
+                .map_err(|e| (false, e))
+        })
+        .await;
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err((connecting, e))) => {
+                let kind = classify(&e, connecting, timeout);
+                if !matches!(kind, DriverErrorKind::Server(_)) {
+                    self.evict(member).await;
+                }
+                Err(err(kind))
+            }
+            Err(_) => {
+                // A late reply would be paired with the wrong request: drop the connection.
+                self.evict(member).await;
+                Err(err(DriverErrorKind::Timeout(timeout)))
+            }
+        }
+    }
+
+    /// A connected client for the member, from the cache or freshly built.
+    async fn client(
+        &self,
+        member: &MemberAddr,
+    ) -> Result<fred::clients::Client, fred::error::Error> {
+        if let Some(c) = self.cached(member) {
+            if c.is_connected() {
+                return Ok(c);
+            }
+            self.evict(member).await;
+        }
+        if self.config.tls.is_some() {
+            return Err(fred::error::Error::new(
+                fred::error::ErrorKind::Config,
+                "TLS is not supported by this driver build yet; connect in plain text or wait \
+                 for TLS support",
+            ));
+        }
+        let config = Config {
+            fail_fast: true,
+            username: Some(self.config.credentials.username.clone()),
+            password: Some(self.config.credentials.password.clone()),
+            server: ServerConfig::new_centralized(member.host.clone(), member.port),
+            ..Config::default()
+        };
+        let connection = ConnectionConfig {
+            connection_timeout: self.config.connect_timeout,
+            internal_command_timeout: self.config.connect_timeout,
+            // Never resend an admin command (FAILOVER, MIGRATE...) after a broken connection.
+            max_command_attempts: 1,
+            ..ConnectionConfig::default()
+        };
+        let performance = PerformanceConfig {
+            default_command_timeout: self.config.command_timeout,
+            ..PerformanceConfig::default()
+        };
+        let client = fred::clients::Client::new(config, Some(performance), Some(connection), None);
+        let _background = client.init().await?;
+        let mut cache = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        match cache.get(member) {
+            // Someone connected concurrently: keep theirs, close ours.
+            Some(existing) if existing.is_connected() => {
+                let existing = existing.clone();
+                drop(cache);
+                let ours = client;
+                tokio::spawn(async move {
+                    let _ = ours.quit().await;
+                });
+                Ok(existing)
+            }
+            _ => {
+                cache.insert(member.clone(), client.clone());
+                Ok(client)
+            }
+        }
+    }
+
+    fn cached(&self, member: &MemberAddr) -> Option<fred::clients::Client> {
+        self.clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(member)
+            .cloned()
+    }
+
+    async fn evict(&self, member: &MemberAddr) {
+        let removed = self
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(member);
+        if let Some(client) = removed {
+            // QUIT on a dead link can hang: bound it.
+            let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+        }
+    }
+
+    async fn text(
+        &self,
+        member: &MemberAddr,
+        label: &str,
+        args: Vec<Value>,
+    ) -> DriverResult<String> {
+        let reply = self.command(member, label, args).await?;
+        reply.as_text().ok_or_else(|| DriverError {
+            member: member.clone(),
+            command: label.to_owned(),
+            kind: DriverErrorKind::Parse(format!("expected text, got {reply:?}")),
+        })
+    }
+
+    async fn ok(&self, member: &MemberAddr, label: &str, args: Vec<Value>) -> DriverResult<()> {
+        self.command(member, label, args).await.map(|_| ())
+    }
+
+    fn parsed<T>(
+        member: &MemberAddr,
+        label: &str,
+        parsed: Result<T, parse::ParseError>,
+    ) -> DriverResult<T> {
+        parsed.map_err(|e| DriverError {
+            member: member.clone(),
+            command: label.to_owned(),
+            kind: DriverErrorKind::Parse(e.to_string()),
+        })
+    }
+}
+
+fn classify(e: &fred::error::Error, connecting: bool, timeout: Duration) -> DriverErrorKind {
+    use fred::error::ErrorKind as K;
+    let detail = e.details().to_owned();
+    match e.kind() {
+        K::Timeout => DriverErrorKind::Timeout(timeout),
+        K::Config => DriverErrorKind::Config(detail),
+        _ if connecting => DriverErrorKind::Connect(format!("{:?}: {detail}", e.kind())),
+        K::IO | K::Canceled => DriverErrorKind::Io(detail),
+        _ => DriverErrorKind::Server(detail),
+    }
+}
+
+/// Converts fred's reply into the client-independent [`Reply`].
+pub fn to_reply(value: Value) -> Reply {
+    match value {
+        Value::Null => Reply::Nil,
+        Value::Integer(i) => Reply::Int(i),
+        Value::Double(d) => Reply::Double(d),
+        Value::Boolean(b) => Reply::Bool(b),
+        Value::String(s) => Reply::Text(s.to_string()),
+        Value::Bytes(b) => Reply::Text(String::from_utf8_lossy(&b).into_owned()),
+        Value::Queued => Reply::Text("QUEUED".to_owned()),
+        Value::Array(items) => Reply::Array(items.into_iter().map(to_reply).collect()),
+        Value::Map(map) => Reply::Map(
+            map.inner()
+                .into_iter()
+                .map(|(k, v)| (Reply::Text(k.as_str_lossy().into_owned()), to_reply(v)))
+                .collect(),
+        ),
+    }
+}
+
+fn s(text: impl Into<String>) -> Value {
+    Value::String(text.into().into())
+}
+
+fn n(number: impl Into<i64>) -> Value {
+    Value::Integer(number.into())
+}
+
+fn range_args(ranges: &[SlotRange]) -> Vec<Value> {
+    ranges
+        .iter()
+        .flat_map(|r| [n(*r.start()), n(*r.end())])
+        .collect()
+}
+
+impl ClusterDriver for FredDriver {
+    fn ping<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ()> {
+        Box::pin(self.ok(member, "PING", vec![s("PING")]))
+    }
+
+    fn my_id<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, NodeId> {
+        Box::pin(async move {
+            let id = self
+                .text(member, "CLUSTER MYID", vec![s("CLUSTER"), s("MYID")])
+                .await?;
+            Ok(NodeId(id.trim().to_owned()))
+        })
+    }
+
+    fn cluster_nodes<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, Vec<ClusterNode>> {
+        Box::pin(async move {
+            const L: &str = "CLUSTER NODES";
+            let text = self.text(member, L, vec![s("CLUSTER"), s("NODES")]).await?;
+            Self::parsed(member, L, parse::parse_cluster_nodes(&text))
+        })
+    }
+
+    fn cluster_shards<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, Vec<Shard>> {
+        Box::pin(async move {
+            const L: &str = "CLUSTER SHARDS";
+            let reply = self
+                .command(member, L, vec![s("CLUSTER"), s("SHARDS")])
+                .await?;
+            Self::parsed(member, L, parse::parse_cluster_shards(&reply))
+        })
+    }
+
+    fn cluster_info<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ClusterInfo> {
+        Box::pin(async move {
+            const L: &str = "CLUSTER INFO";
+            let text = self.text(member, L, vec![s("CLUSTER"), s("INFO")]).await?;
+            Self::parsed(member, L, parse::parse_cluster_info(&text))
+        })
+    }
+
+    fn replication_info<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ReplicationInfo> {
+        Box::pin(async move {
+            const L: &str = "INFO replication";
+            let text = self
+                .text(member, L, vec![s("INFO"), s("replication")])
+                .await?;
+            Self::parsed(member, L, parse::parse_replication_info(&text))
+        })
+    }
+
+    fn server_info<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ServerInfo> {
+        Box::pin(async move {
+            const L: &str = "INFO server";
+            let text = self.text(member, L, vec![s("INFO"), s("server")]).await?;
+            Self::parsed(member, L, parse::parse_server_info(&text))
+        })
+    }
+
+    fn count_keys_in_slot<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        slot: u16,
+    ) -> DriverFuture<'a, u64> {
+        Box::pin(async move {
+            const L: &str = "CLUSTER COUNTKEYSINSLOT";
+            let reply = self
+                .command(member, L, vec![s("CLUSTER"), s("COUNTKEYSINSLOT"), n(slot)])
+                .await?;
+            let count = reply.as_int().and_then(|c| u64::try_from(c).ok());
+            Self::parsed(
+                member,
+                L,
+                count.ok_or_else(|| parse::ParseError {
+                    what: L,
+                    detail: format!("expected a count, got {reply:?}"),
+                }),
+            )
+        })
+    }
+
+    fn keys_in_slot<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        slot: u16,
+        count: u32,
+    ) -> DriverFuture<'a, Vec<Vec<u8>>> {
+        Box::pin(async move {
+            const L: &str = "CLUSTER GETKEYSINSLOT";
+            let args = vec![s("CLUSTER"), s("GETKEYSINSLOT"), n(slot), n(count)];
+            // Keys are binary: read them as bytes rather than through `Reply`.
+            match self.raw(member, L, args).await? {
+                Value::Array(items) => Ok(items
+                    .into_iter()
+                    .filter_map(|v| v.as_bytes().map(<[u8]>::to_vec))
+                    .collect()),
+                other => Err(DriverError {
+                    member: member.clone(),
+                    command: L.to_owned(),
+                    kind: DriverErrorKind::Parse(format!(
+                        "expected an array of keys, got {other:?}"
+                    )),
+                }),
+            }
+        })
+    }
+
+    fn slot_migrations<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+    ) -> DriverFuture<'a, Vec<SlotMigration>> {
+        Box::pin(async move {
+            const L: &str = "CLUSTER GETSLOTMIGRATIONS";
+            let reply = self
+                .command(member, L, vec![s("CLUSTER"), s("GETSLOTMIGRATIONS")])
+                .await?;
+            Self::parsed(member, L, parse::parse_slot_migrations(&reply))
+        })
+    }
+
+    fn config_get<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        pattern: &'a str,
+    ) -> DriverFuture<'a, Vec<(String, String)>> {
+        Box::pin(async move {
+            const L: &str = "CONFIG GET";
+            let reply = self
+                .command(member, L, vec![s("CONFIG"), s("GET"), s(pattern)])
+                .await?;
+            let pairs = reply.as_pairs().map(|pairs| {
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| (k, v.as_text().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+            });
+            Self::parsed(
+                member,
+                L,
+                pairs.ok_or_else(|| parse::ParseError {
+                    what: L,
+                    detail: format!("expected name/value pairs, got {reply:?}"),
+                }),
+            )
+        })
+    }
+
+    fn meet<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        ip: &'a str,
+        port: u16,
+        bus_port: Option<u16>,
+    ) -> DriverFuture<'a, ()> {
+        let mut args = vec![s("CLUSTER"), s("MEET"), s(ip), n(port)];
+        args.extend(bus_port.map(n));
+        Box::pin(self.ok(member, "CLUSTER MEET", args))
+    }
+
+    fn add_slots_range<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        ranges: &'a [SlotRange],
+    ) -> DriverFuture<'a, ()> {
+        let mut args = vec![s("CLUSTER"), s("ADDSLOTSRANGE")];
+        args.extend(range_args(ranges));
+        Box::pin(self.ok(member, "CLUSTER ADDSLOTSRANGE", args))
+    }
+
+    fn replicate<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        primary: &'a NodeId,
+    ) -> DriverFuture<'a, ()> {
+        let args = vec![s("CLUSTER"), s("REPLICATE"), s(primary.as_str())];
+        Box::pin(self.ok(member, "CLUSTER REPLICATE", args))
+    }
+
+    fn failover<'a>(&'a self, member: &'a MemberAddr, mode: FailoverMode) -> DriverFuture<'a, ()> {
+        let mut args = vec![s("CLUSTER"), s("FAILOVER")];
+        match mode {
+            FailoverMode::Default => {}
+            FailoverMode::Force => args.push(s("FORCE")),
+            FailoverMode::Takeover => args.push(s("TAKEOVER")),
+        }
+        Box::pin(self.ok(member, "CLUSTER FAILOVER", args))
+    }
+
+    fn forget<'a>(&'a self, member: &'a MemberAddr, node: &'a NodeId) -> DriverFuture<'a, ()> {
+        let args = vec![s("CLUSTER"), s("FORGET"), s(node.as_str())];
+        Box::pin(self.ok(member, "CLUSTER FORGET", args))
+    }
+
+    fn reset<'a>(&'a self, member: &'a MemberAddr, mode: ResetMode) -> DriverFuture<'a, ()> {
+        let flag = match mode {
+            ResetMode::Soft => "SOFT",
+            ResetMode::Hard => "HARD",
+        };
+        Box::pin(self.ok(
+            member,
+            "CLUSTER RESET",
+            vec![s("CLUSTER"), s("RESET"), s(flag)],
+        ))
+    }
+
+    fn set_slot<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        slot: u16,
+        action: &'a SetSlot,
+    ) -> DriverFuture<'a, ()> {
+        let mut args = vec![s("CLUSTER"), s("SETSLOT"), n(slot)];
+        match action {
+            SetSlot::Importing(id) => args.extend([s("IMPORTING"), s(id.as_str())]),
+            SetSlot::Migrating(id) => args.extend([s("MIGRATING"), s(id.as_str())]),
+            SetSlot::Node(id) => args.extend([s("NODE"), s(id.as_str())]),
+            SetSlot::Stable => args.push(s("STABLE")),
+        }
+        Box::pin(self.ok(member, "CLUSTER SETSLOT", args))
+    }
+
+    fn migrate_keys<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        request: &'a MigrateKeys,
+    ) -> DriverFuture<'a, bool> {
+        Box::pin(async move {
+            if request.keys.is_empty() {
+                return Ok(false);
+            }
+            let creds = &self.config.credentials;
+            let mut args = vec![
+                s("MIGRATE"),
+                s(request.target.host.as_str()),
+                n(request.target.port),
+                s(""),
+                n(0),
+                n(i64::try_from(request.timeout.as_millis()).unwrap_or(i64::MAX)),
+            ];
+            if request.replace {
+                args.push(s("REPLACE"));
+            }
+            args.extend([
+                s("AUTH2"),
+                s(creds.username.as_str()),
+                s(creds.password.as_str()),
+                s("KEYS"),
+            ]);
+            args.extend(request.keys.iter().map(|k| Value::Bytes(k.clone().into())));
+            let reply = self.command(member, "MIGRATE", args).await?;
+            Ok(reply.as_text().as_deref() != Some("NOKEY"))
+        })
+    }
+
+    fn migrate_slots<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        requests: &'a [SlotMigrationRequest],
+    ) -> DriverFuture<'a, ()> {
+        let mut args = vec![s("CLUSTER"), s("MIGRATESLOTS")];
+        for request in requests {
+            args.push(s("SLOTSRANGE"));
+            args.extend(range_args(&request.ranges));
+            args.extend([s("NODE"), s(request.target.as_str())]);
+        }
+        let label = "CLUSTER MIGRATESLOTS";
+        Box::pin(async move {
+            if requests.is_empty() || requests.iter().any(|r| r.ranges.is_empty()) {
+                return Err(DriverError {
+                    member: member.clone(),
+                    command: label.to_owned(),
+                    kind: DriverErrorKind::Config(
+                        "every migration group needs at least one slot range".to_owned(),
+                    ),
+                });
+            }
+            self.ok(member, label, args).await
+        })
+    }
+
+    fn cancel_slot_migrations<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, bool> {
+        Box::pin(async move {
+            let args = vec![s("CLUSTER"), s("CANCELSLOTMIGRATIONS")];
+            match self.ok(member, "CLUSTER CANCELSLOTMIGRATIONS", args).await {
+                Ok(()) => Ok(true),
+                // Valkey 9.0/9.1 answer an error when there is nothing to cancel.
+                Err(e)
+                    if e.server_message()
+                        .is_some_and(|m| m.contains("No migrations ongoing")) =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn acl_load<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ()> {
+        Box::pin(self.ok(member, "ACL LOAD", vec![s("ACL"), s("LOAD")]))
+    }
+
+    fn config_set<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        settings: &'a [(String, String)],
+    ) -> DriverFuture<'a, ()> {
+        let mut args = vec![s("CONFIG"), s("SET")];
+        for (k, v) in settings {
+            args.extend([s(k.as_str()), s(v.as_str())]);
+        }
+        Box::pin(async move {
+            if settings.is_empty() {
+                return Ok(());
+            }
+            self.ok(member, "CONFIG SET", args).await
+        })
+    }
+
+    fn config_rewrite<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ()> {
+        Box::pin(self.ok(member, "CONFIG REWRITE", vec![s("CONFIG"), s("REWRITE")]))
+    }
+
+    fn disconnect<'a>(&'a self, member: &'a MemberAddr) -> BoxFuture<'a, ()> {
+        Box::pin(self.evict(member))
+    }
+}
+
+/// Renders ranges the way Valkey prints them, for messages (`0-99 200`).
+pub fn describe_ranges(ranges: &[SlotRange]) -> String {
+    ranges
+        .iter()
+        .map(format_range)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,392 @@
+//! What touches Valkey: the [`ClusterDriver`] trait and its `fred` implementation.
+//!
+//! The driver *executes and observes*; it decides nothing. Planning (which step comes next)
+//! is pure code elsewhere that reads [`MemberObservation`]s and emits driver calls.
+//! Every call addresses one member by [`MemberAddr`], is bounded by a timeout, and fails
+//! with a [`DriverError`] naming the member and the command.
+
+pub mod fred;
+pub mod parse;
+pub mod slots;
+pub mod testing;
+
+use std::fmt;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+pub use self::fred::FredDriver;
+pub use parse::{
+    ClusterInfo, ClusterNode, ConnectedReplica, Health, MigrationOperation, MigrationState,
+    NodeFlags, NodeId, OpenSlot, PrimaryLink, ReplicationInfo, Role, ServerInfo, Shard, ShardNode,
+    SlotMigration, Version,
+};
+pub use slots::{SlotRange, even_ranges};
+
+/// ACL line for the `default` user on operator-managed members: disabled (nobody can
+/// authenticate as it, unauthenticated connections get `NOAUTH`), with the one permission
+/// Valkey 9.0.0 needs for atomic slot migration. 9.0.0 runs the `CLUSTER SYNCSLOTS`
+/// commands that the importing node sends back to the exporting node as the `default`
+/// user, and the migration fails with `NOPERM User default has no permissions to run the
+/// 'cluster|syncslots' command` otherwise; 9.1.2 does not need it.
+pub const DEFAULT_USER_ACL: &str =
+    "user default off resetkeys resetchannels -@all +cluster|syncslots";
+
+/// Address of one Valkey member (`ip:port` or `hostname:port`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MemberAddr {
+    pub host: String,
+    pub port: u16,
+}
+
+impl MemberAddr {
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        MemberAddr {
+            host: host.into(),
+            port,
+        }
+    }
+}
+
+impl fmt::Display for MemberAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl std::str::FromStr for MemberAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (host, port) = s
+            .rsplit_once(':')
+            .ok_or_else(|| format!("member address {s:?} lacks a port (expected host:port)"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = port
+            .parse()
+            .map_err(|_| format!("member address {s:?} has a bad port"))?;
+        Ok(MemberAddr::new(host, port))
+    }
+}
+
+/// The ACL user the operator authenticates as (`AUTH username password`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// TLS settings for driver connections (PEM). Reserved: the driver rejects a config that
+/// sets it until TLS support lands, rather than silently connecting in plain text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub ca_pem: String,
+    /// Server name to verify; defaults to the member host.
+    pub server_name: Option<String>,
+}
+
+/// How the driver connects and how long it waits.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    pub credentials: Credentials,
+    pub tls: Option<TlsSettings>,
+    /// Bound on establishing (and authenticating) a connection to one member.
+    pub connect_timeout: Duration,
+    /// Bound on one command round trip (connection included).
+    pub command_timeout: Duration,
+}
+
+impl DriverConfig {
+    pub fn new(credentials: Credentials) -> Self {
+        DriverConfig {
+            credentials,
+            tls: None,
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a driver call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverErrorKind {
+    /// Could not connect or authenticate.
+    Connect(String),
+    /// No reply within the timeout.
+    Timeout(Duration),
+    /// The member replied with an error (e.g. `ERR Unknown node ...`).
+    Server(String),
+    /// The connection broke during the call.
+    Io(String),
+    /// The reply did not have the expected shape.
+    Parse(String),
+    /// The driver was configured with something it cannot do.
+    Config(String),
+}
+
+/// A failed driver call: which member, which command, what went wrong.
+/// The command is only its name (`CLUSTER SETSLOT`), never its arguments (they may carry
+/// credentials, as `MIGRATE ... AUTH2` does).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct DriverError {
+    pub member: MemberAddr,
+    pub command: String,
+    pub kind: DriverErrorKind,
+}
+
+impl DriverError {
+    /// True when retrying the same call later may succeed without anyone changing
+    /// anything (connection trouble, timeouts). Server replies are not transient.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            DriverErrorKind::Connect(_) | DriverErrorKind::Timeout(_) | DriverErrorKind::Io(_)
+        )
+    }
+
+    /// The server's error text, if the member replied with an error.
+    pub fn server_message(&self) -> Option<&str> {
+        match &self.kind {
+            DriverErrorKind::Server(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self.kind {
+            DriverErrorKind::Connect(_) => "connect",
+            DriverErrorKind::Timeout(_) => "timeout",
+            DriverErrorKind::Server(_) => "server",
+            DriverErrorKind::Io(_) => "io",
+            DriverErrorKind::Parse(_) => "parse",
+            DriverErrorKind::Config(_) => "config",
+        }
+    }
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (m, c) = (&self.member, &self.command);
+        match &self.kind {
+            DriverErrorKind::Connect(e) => {
+                write!(f, "valkey member {m}: cannot connect to run {c}: {e}")
+            }
+            DriverErrorKind::Timeout(d) => {
+                write!(f, "valkey member {m}: {c} got no reply within {d:?}")
+            }
+            DriverErrorKind::Server(e) => write!(f, "valkey member {m}: {c} failed: {e}"),
+            DriverErrorKind::Io(e) => {
+                write!(f, "valkey member {m}: connection broke during {c}: {e}")
+            }
+            DriverErrorKind::Parse(e) => {
+                write!(f, "valkey member {m}: unexpected reply to {c}: {e}")
+            }
+            DriverErrorKind::Config(e) => write!(f, "valkey member {m}: cannot run {c}: {e}"),
+        }
+    }
+}
+
+pub type DriverResult<T> = Result<T, DriverError>;
+/// Future returned by driver calls (boxed so the trait is object safe:
+/// controllers hold an `Arc<dyn ClusterDriver>`, tests substitute fakes).
+pub type DriverFuture<'a, T> = BoxFuture<'a, DriverResult<T>>;
+
+/// `CLUSTER FAILOVER` flavours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailoverMode {
+    /// Coordinated with the primary: no acknowledged write lost.
+    Default,
+    /// Without the primary's agreement (primary unreachable), still with a majority vote.
+    Force,
+    /// Without any agreement (no majority): last resort.
+    Takeover,
+}
+
+/// `CLUSTER RESET` flavours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetMode {
+    Soft,
+    Hard,
+}
+
+/// `CLUSTER SETSLOT <slot> ...` actions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetSlot {
+    /// On the target: the slot is being imported from `source`.
+    Importing(NodeId),
+    /// On the source: the slot is being migrated to `target`.
+    Migrating(NodeId),
+    /// Assign the slot to a node (ends a migration).
+    Node(NodeId),
+    /// Clear importing/migrating state.
+    Stable,
+}
+
+/// One migration group of `CLUSTER MIGRATESLOTS`: these ranges go to that node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotMigrationRequest {
+    pub ranges: Vec<SlotRange>,
+    pub target: NodeId,
+}
+
+/// Options of a key-by-key `MIGRATE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrateKeys {
+    /// Where the keys go (the target member's client address).
+    pub target: MemberAddr,
+    pub keys: Vec<Vec<u8>>,
+    /// Valkey's own I/O timeout for the transfer.
+    pub timeout: Duration,
+    /// Overwrite keys that already exist on the target (`REPLACE`).
+    pub replace: bool,
+}
+
+/// What a member reports about itself and the cluster, in one round of observation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberObservation {
+    pub member: MemberAddr,
+    pub id: NodeId,
+    pub nodes: Vec<ClusterNode>,
+    pub info: ClusterInfo,
+    pub replication: ReplicationInfo,
+    pub server: ServerInfo,
+}
+
+impl MemberObservation {
+    /// This member's own line of `CLUSTER NODES`.
+    pub fn myself(&self) -> Option<&ClusterNode> {
+        self.nodes.iter().find(|n| n.flags.myself)
+    }
+}
+
+/// Executes and observes Valkey cluster commands on individual members.
+///
+/// Implementations connect with the operator's admin ACL user, reuse connections per
+/// member, bound every call with a timeout and never retry non-idempotent commands.
+pub trait ClusterDriver: Send + Sync {
+    // ---- observe ----------------------------------------------------------------------
+    fn ping<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ()>;
+    /// `CLUSTER MYID`.
+    fn my_id<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, NodeId>;
+    /// `CLUSTER NODES`, parsed.
+    fn cluster_nodes<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, Vec<ClusterNode>>;
+    /// `CLUSTER SHARDS`, parsed.
+    fn cluster_shards<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, Vec<Shard>>;
+    /// `CLUSTER INFO`, parsed.
+    fn cluster_info<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ClusterInfo>;
+    /// `INFO replication`, parsed.
+    fn replication_info<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ReplicationInfo>;
+    /// `INFO server`, parsed.
+    fn server_info<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ServerInfo>;
+    /// `CLUSTER COUNTKEYSINSLOT`.
+    fn count_keys_in_slot<'a>(&'a self, member: &'a MemberAddr, slot: u16)
+    -> DriverFuture<'a, u64>;
+    /// `CLUSTER GETKEYSINSLOT`.
+    fn keys_in_slot<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        slot: u16,
+        count: u32,
+    ) -> DriverFuture<'a, Vec<Vec<u8>>>;
+    /// `CLUSTER GETSLOTMIGRATIONS` (Valkey 9+), parsed.
+    fn slot_migrations<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+    ) -> DriverFuture<'a, Vec<SlotMigration>>;
+    /// `CONFIG GET pattern` as name → value.
+    fn config_get<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        pattern: &'a str,
+    ) -> DriverFuture<'a, Vec<(String, String)>>;
+
+    /// Everything a planner needs from one member, observed in sequence.
+    fn observe<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, MemberObservation> {
+        Box::pin(async move {
+            Ok(MemberObservation {
+                member: member.clone(),
+                id: self.my_id(member).await?,
+                nodes: self.cluster_nodes(member).await?,
+                info: self.cluster_info(member).await?,
+                replication: self.replication_info(member).await?,
+                server: self.server_info(member).await?,
+            })
+        })
+    }
+
+    // ---- act --------------------------------------------------------------------------
+    /// `CLUSTER MEET ip port [bus-port]`: the member introduces itself to `ip:port`.
+    fn meet<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        ip: &'a str,
+        port: u16,
+        bus_port: Option<u16>,
+    ) -> DriverFuture<'a, ()>;
+    /// `CLUSTER ADDSLOTSRANGE a b [c d ...]`.
+    fn add_slots_range<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        ranges: &'a [SlotRange],
+    ) -> DriverFuture<'a, ()>;
+    /// `CLUSTER REPLICATE node-id`.
+    fn replicate<'a>(&'a self, member: &'a MemberAddr, primary: &'a NodeId)
+    -> DriverFuture<'a, ()>;
+    /// `CLUSTER FAILOVER [FORCE|TAKEOVER]`, sent to a replica.
+    fn failover<'a>(&'a self, member: &'a MemberAddr, mode: FailoverMode) -> DriverFuture<'a, ()>;
+    /// `CLUSTER FORGET node-id`.
+    fn forget<'a>(&'a self, member: &'a MemberAddr, node: &'a NodeId) -> DriverFuture<'a, ()>;
+    /// `CLUSTER RESET SOFT|HARD`.
+    fn reset<'a>(&'a self, member: &'a MemberAddr, mode: ResetMode) -> DriverFuture<'a, ()>;
+    /// `CLUSTER SETSLOT slot IMPORTING|MIGRATING|NODE id` or `STABLE`.
+    fn set_slot<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        slot: u16,
+        action: &'a SetSlot,
+    ) -> DriverFuture<'a, ()>;
+    /// `MIGRATE host port "" 0 timeout [REPLACE] AUTH2 user pass KEYS k...`, sent to the
+    /// source. Returns false when Valkey answered `NOKEY` (none of the keys existed).
+    fn migrate_keys<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        request: &'a MigrateKeys,
+    ) -> DriverFuture<'a, bool>;
+    /// `CLUSTER MIGRATESLOTS SLOTSRANGE a b ... NODE id [...]` (Valkey 9+), sent to the
+    /// source primary. Returns once the jobs are accepted; follow them with
+    /// [`ClusterDriver::slot_migrations`].
+    fn migrate_slots<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        requests: &'a [SlotMigrationRequest],
+    ) -> DriverFuture<'a, ()>;
+    /// `CLUSTER CANCELSLOTMIGRATIONS` (Valkey 9+). Returns false when nothing was running.
+    fn cancel_slot_migrations<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, bool>;
+    /// `ACL LOAD`.
+    fn acl_load<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ()>;
+    /// `CONFIG SET name value [name value ...]`.
+    fn config_set<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+        settings: &'a [(String, String)],
+    ) -> DriverFuture<'a, ()>;
+    /// `CONFIG REWRITE`.
+    fn config_rewrite<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ()>;
+
+    /// Drops any cached connection to the member (e.g. once it has left the cluster).
+    fn disconnect<'a>(&'a self, member: &'a MemberAddr) -> BoxFuture<'a, ()>;
+}

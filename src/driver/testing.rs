@@ -1,0 +1,424 @@
+//! Test and benchmark support: real `valkey-server` processes on 127.0.0.1 and a
+//! driver-only cluster formation. Used by `tests/driver_*.rs` and the
+//! `driver-formation-floor` binary; not used by the operator itself.
+//!
+//! Binaries come from `VALKEY_SERVER_9_0` / `VALKEY_SERVER_9_1`, falling back to the cache
+//! that `e2e/tools/install.sh` fills (`~/.cache/valkey-operator/valkey-<v>/bin`).
+
+use std::future::Future;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+
+use super::{ClusterDriver, Credentials, MemberAddr, NodeId, Role, even_ranges};
+
+/// The Valkey builds the project tests against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValkeyBuild {
+    V9_0,
+    V9_1,
+}
+
+impl ValkeyBuild {
+    pub const ALL: [ValkeyBuild; 2] = [ValkeyBuild::V9_0, ValkeyBuild::V9_1];
+
+    fn env_var(self) -> &'static str {
+        match self {
+            ValkeyBuild::V9_0 => "VALKEY_SERVER_9_0",
+            ValkeyBuild::V9_1 => "VALKEY_SERVER_9_1",
+        }
+    }
+
+    fn cache_dir(self) -> &'static str {
+        match self {
+            ValkeyBuild::V9_0 => "valkey-9.0.0",
+            ValkeyBuild::V9_1 => "valkey-9.1.2",
+        }
+    }
+
+    /// Path of the `valkey-server` binary, or a message saying how to get one.
+    pub fn binary(self) -> Result<PathBuf, String> {
+        if let Some(path) = std::env::var_os(self.env_var()) {
+            let path = PathBuf::from(path);
+            return if path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!(
+                    "{} points at {}, which is not a file",
+                    self.env_var(),
+                    path.display()
+                ))
+            };
+        }
+        let cache = std::env::var_os("VALKEY_OPERATOR_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("valkey-operator"))
+            })
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/valkey-operator"))
+            })
+            .unwrap_or_else(|| PathBuf::from("/nonexistent"));
+        let path = cache.join(self.cache_dir()).join("bin/valkey-server");
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "valkey-server for {:?} not found at {} and {} is unset; run \
+                 `bash e2e/tools/install.sh` (or set {} to a valkey-server binary)",
+                self,
+                path.display(),
+                self.env_var(),
+                self.env_var()
+            ))
+        }
+    }
+}
+
+/// The admin user the test servers are started with (operator-style ACL).
+pub const ADMIN_USER: &str = "operator";
+
+/// The `default` user line the test servers get unless told otherwise: disabled, with
+/// only the permission Valkey 9.0.0's atomic slot migration needs (see
+/// [`super::DEFAULT_USER_ACL`]).
+pub const DEFAULT_USER_LINE: &str = super::DEFAULT_USER_ACL;
+
+/// A `default` user with no permission at all. Enough for Valkey 9.1; Valkey 9.0.0's
+/// atomic slot migration fails with it.
+pub const STRICT_DEFAULT_USER_LINE: &str = "user default off resetkeys resetchannels -@all";
+
+fn unique_token() -> String {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let digest = Sha256::digest(format!("{}-{nanos}-{seq}", std::process::id()));
+    hex::encode(&digest[..12])
+}
+
+/// Client ports come from 21000..22700 so that client and bus ports (port + 10000) stay
+/// below Linux's ephemeral range (32768+), where outgoing connections could take them.
+const PORT_LOW: u32 = 21000;
+const PORT_SPAN: u32 = 1700;
+
+fn next_port_pair() -> Option<u16> {
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    // Start each process at a different offset so parallel test binaries rarely collide.
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id() * 7919) % PORT_SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..PORT_SPAN {
+        let port = PORT_LOW + NEXT.fetch_add(1, Ordering::SeqCst) % PORT_SPAN;
+        let (port, bus) = (port as u16, (port + 10000) as u16);
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(bus) {
+            return Some(port);
+        }
+    }
+    None
+}
+
+/// One `valkey-server` child process with its own temporary directory.
+/// Killed (and its directory removed) on drop, including during a panic.
+pub struct ServerProcess {
+    pub addr: MemberAddr,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    pub fn port(&self) -> u16 {
+        self.addr.port
+    }
+
+    pub fn bus_port(&self) -> u16 {
+        self.addr.port + 10000
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("valkey.log")
+    }
+
+    /// Last lines of the server log, for failure messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail(&self.log_path(), lines)
+    }
+
+    /// Kills the process now (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+        if std::env::var_os("VALKEY_TEST_KEEP_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A set of fresh, cluster-enabled `valkey-server`s that know nothing of each other.
+pub struct LocalServers {
+    pub build: ValkeyBuild,
+    pub credentials: Credentials,
+    pub servers: Vec<ServerProcess>,
+    default_user_line: String,
+}
+
+impl LocalServers {
+    /// Starts `count` servers and waits until each accepts connections.
+    pub async fn start(build: ValkeyBuild, count: usize) -> Result<LocalServers, String> {
+        Self::start_with_default_user(build, count, DEFAULT_USER_LINE).await
+    }
+
+    /// Like [`LocalServers::start`] with a chosen ACL line for the `default` user.
+    pub async fn start_with_default_user(
+        build: ValkeyBuild,
+        count: usize,
+        default_user_line: &str,
+    ) -> Result<LocalServers, String> {
+        let binary = build.binary()?;
+        let credentials = Credentials {
+            username: ADMIN_USER.to_owned(),
+            password: unique_token(),
+        };
+        let mut set = LocalServers {
+            build,
+            credentials,
+            servers: Vec::with_capacity(count),
+            default_user_line: default_user_line.to_owned(),
+        };
+        for _ in 0..count {
+            let server = set.spawn_one(&binary).await?;
+            set.servers.push(server);
+        }
+        Ok(set)
+    }
+
+    pub fn addrs(&self) -> Vec<MemberAddr> {
+        self.servers.iter().map(|s| s.addr.clone()).collect()
+    }
+
+    async fn spawn_one(&self, binary: &Path) -> Result<ServerProcess, String> {
+        let mut last_error = String::new();
+        for _attempt in 0..8 {
+            let port = next_port_pair().ok_or("no free port pair in 21000..22700")?;
+            let dir = std::env::temp_dir().join(format!("valkey-driver-test-{}", unique_token()));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let hash = hex::encode(Sha256::digest(self.credentials.password.as_bytes()));
+            let acl = format!(
+                "{}\nuser {ADMIN_USER} on #{hash} ~* &* +@all\n",
+                self.default_user_line
+            );
+            std::fs::write(dir.join("users.acl"), acl)
+                .map_err(|e| format!("cannot write ACL file: {e}"))?;
+            // A config file (not flags) so that CONFIG REWRITE works as in production.
+            let conf = format!(
+                "port {port}\n\
+                 bind 127.0.0.1\n\
+                 protected-mode no\n\
+                 cluster-enabled yes\n\
+                 cluster-config-file nodes.conf\n\
+                 cluster-node-timeout 5000\n\
+                 cluster-announce-ip 127.0.0.1\n\
+                 cluster-port {bus}\n\
+                 dir {dir}\n\
+                 aclfile {dir}/users.acl\n\
+                 logfile {dir}/valkey.log\n\
+                 masteruser {ADMIN_USER}\n\
+                 masterauth {password}\n\
+                 save \"\"\n\
+                 appendonly no\n\
+                 daemonize no\n",
+                bus = port + 10000,
+                dir = dir.display(),
+                password = self.credentials.password,
+            );
+            std::fs::write(dir.join("valkey.conf"), conf)
+                .map_err(|e| format!("cannot write valkey.conf: {e}"))?;
+            let child = Command::new(binary)
+                .arg(dir.join("valkey.conf"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+            let mut server = ServerProcess {
+                addr: MemberAddr::new("127.0.0.1", port),
+                dir,
+                child: Some(child),
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Ok(server);
+                }
+                if !server.is_running() {
+                    last_error = format!(
+                        "valkey-server on port {port} exited at startup:\n{}",
+                        server.log_tail(20)
+                    );
+                    break; // most likely a port race: try another port
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "valkey-server on port {port} did not accept connections within 30s:\n{}",
+                        server.log_tail(20)
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Err(last_error)
+    }
+}
+
+/// Polls `probe` until it yields `Some`, or fails after `timeout` with the last state it
+/// described. `probe` returns `Ok(None)` with a description via `last` when not there yet.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut delay = Duration::from_millis(20);
+    loop {
+        match probe().await {
+            Ok(value) => return Ok(value),
+            Err(state) if Instant::now() > deadline => {
+                return Err(format!(
+                    "timed out after {timeout:?} waiting for {what}: {state}"
+                ));
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// What [`form_cluster`] built.
+#[derive(Clone, Debug)]
+pub struct Formation {
+    /// Primaries in shard order, with their live node ids.
+    pub primaries: Vec<(MemberAddr, NodeId)>,
+    /// Replicas as (replica, its id, id of the primary it follows).
+    pub replicas: Vec<(MemberAddr, NodeId, NodeId)>,
+}
+
+/// Forms a cluster from fresh members with driver calls only: the first `shards` members
+/// become primaries with even slot ranges, the rest replicate them round-robin.
+/// Returns when every member reports `cluster_state:ok` and every replica's link is up.
+pub async fn form_cluster(
+    driver: &dyn ClusterDriver,
+    members: &[MemberAddr],
+    shards: usize,
+    timeout: Duration,
+) -> Result<Formation, String> {
+    if shards == 0 || shards > members.len() {
+        return Err(format!(
+            "cannot form {shards} shards from {} members",
+            members.len()
+        ));
+    }
+    let e = |e: super::DriverError| e.to_string();
+    let mut ids = Vec::with_capacity(members.len());
+    for m in members {
+        ids.push(driver.my_id(m).await.map_err(e)?);
+    }
+    // Slots first (they travel with the gossip), then one member meets all others.
+    for (m, range) in members.iter().zip(even_ranges(shards)) {
+        driver
+            .add_slots_range(m, std::slice::from_ref(&range))
+            .await
+            .map_err(e)?;
+    }
+    let first = &members[0];
+    for m in &members[1..] {
+        driver
+            .meet(first, &m.host, m.port, Some(m.port + 10000))
+            .await
+            .map_err(e)?;
+    }
+    // Everyone must know everyone (no handshake left) before REPLICATE can name a primary.
+    let n = members.len();
+    wait_for("every member to know every other", timeout, || async {
+        for m in members {
+            let nodes = driver.cluster_nodes(m).await.map_err(e)?;
+            let known = nodes.iter().filter(|x| !x.flags.handshake).count();
+            if known != n || !ids.iter().all(|id| nodes.iter().any(|x| &x.id == id)) {
+                return Err(format!("{m} knows {known} of {n} members"));
+            }
+        }
+        Ok(())
+    })
+    .await?;
+
+    let primaries: Vec<(MemberAddr, NodeId)> = members[..shards]
+        .iter()
+        .cloned()
+        .zip(ids[..shards].iter().cloned())
+        .collect();
+    let mut replicas = Vec::new();
+    for (i, (m, id)) in members[shards..].iter().zip(&ids[shards..]).enumerate() {
+        let (primary_addr, _) = &primaries[i % shards];
+        // The primary's id as the primary itself reports it right now.
+        let primary_id = driver.my_id(primary_addr).await.map_err(e)?;
+        driver.replicate(m, &primary_id).await.map_err(e)?;
+        replicas.push((m.clone(), id.clone(), primary_id));
+    }
+
+    wait_for("cluster_state:ok and replica links up", timeout, || async {
+        for m in members {
+            let info = driver.cluster_info(m).await.map_err(e)?;
+            if !info.state_ok || info.slots_assigned != 16384 {
+                return Err(format!(
+                    "{m}: state_ok={} slots={}",
+                    info.state_ok, info.slots_assigned
+                ));
+            }
+        }
+        for (m, _, _) in &replicas {
+            let repl = driver.replication_info(m).await.map_err(e)?;
+            let up =
+                repl.role == Role::Replica && repl.primary_link.as_ref().is_some_and(|l| l.link_up);
+            if !up {
+                return Err(format!("replica {m} link not up: {repl:?}"));
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(Formation {
+        primaries,
+        replicas,
+    })
+}
