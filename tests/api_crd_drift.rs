@@ -5,7 +5,8 @@ use std::path::Path;
 
 use valkey_operator::api::crd;
 
-const REGENERATE: &str = "regenerate with: rm -f crds/*.yaml && cargo run --quiet -- crd --out-dir crds";
+const REGENERATE: &str =
+    "regenerate with: rm -f crds/*.yaml && cargo run --quiet -- crd --out-dir crds";
 
 #[test]
 fn checked_in_crds_match_the_rust_types() {
@@ -24,18 +25,35 @@ fn checked_in_crds_match_the_rust_types() {
     }
     let present: BTreeSet<String> = std::fs::read_dir(&dir)
         .expect("crds/ exists")
-        .map(|e| e.expect("readable entry").file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            e.expect("readable entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .filter(|name| name.ends_with(".yaml"))
         .collect();
     let stale: Vec<_> = present.difference(&expected_files).collect();
-    assert!(stale.is_empty(), "crds/ holds files no type generates: {stale:?}; {REGENERATE}");
+    assert!(
+        stale.is_empty(),
+        "crds/ holds files no type generates: {stale:?}; {REGENERATE}"
+    );
 }
 
 #[test]
 fn crd_subcommand_output_is_all_crds() {
     let all = crd::all_yaml();
     assert_eq!(all.matches("kind: CustomResourceDefinition").count(), 5);
-    for name in ["valkeyimages", "valkeyconfigs", "valkeyroles", "valkeyclusters", "valkeynodes"] {
-        assert!(all.contains(&format!("name: {name}.valkey.gomomento.com")), "{name} missing");
+    for name in [
+        "valkeyimages",
+        "valkeyconfigs",
+        "valkeyroles",
+        "valkeyclusters",
+        "valkeynodes",
+    ] {
+        assert!(
+            all.contains(&format!("name: {name}.valkey.gomomento.com")),
+            "{name} missing"
+        );
     }
 }

@@ -16,7 +16,13 @@ fn schema_of(kind: &str) -> Value {
         .find(|c| c.spec.names.kind == kind)
         .unwrap_or_else(|| panic!("no CRD for {kind}"));
     serde_json::to_value(
-        definition.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap(),
+        definition.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap(),
     )
     .unwrap()
 }
@@ -26,18 +32,31 @@ fn cel_errors(object: &Value, old: Option<&Value>) -> Vec<String> {
     let kind = object["kind"].as_str().unwrap();
     match Validator::new().validate(&schema_of(kind), object, old) {
         Ok(()) => vec![],
-        Err(errors) => errors.iter().map(|e| format!("{}: {}", e.field_path, e.message)).collect(),
+        Err(errors) => errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field_path, e.message))
+            .collect(),
     }
 }
 
 fn assert_valid(object: &Value) {
     let errors = cel_errors(object, None);
-    assert!(errors.is_empty(), "{} rejected: {errors:?}", object["metadata"]["name"]);
+    assert!(
+        errors.is_empty(),
+        "{} rejected: {errors:?}",
+        object["metadata"]["name"]
+    );
 }
 
 #[test]
 fn valid_objects_pass_every_cel_rule_and_deserialize() {
-    for object in [image("valkey-9-0"), config("standard"), role("cache-readwrite"), cluster("my-cluster", "my-app"), node("n-0", "my-app")] {
+    for object in [
+        image("valkey-9-0"),
+        config("standard"),
+        role("cache-readwrite"),
+        cluster("my-cluster", "my-app"),
+        node("n-0", "my-app"),
+    ] {
         assert_valid(&object);
     }
     serde_json::from_value::<ValkeyImage>(image("valkey-9-0")).unwrap();
@@ -61,14 +80,21 @@ fn every_sample_manifest_passes_every_cel_rule() {
             }
         }
     }
-    assert!(checked >= 7, "expected the seed's samples, checked {checked}");
+    assert!(
+        checked >= 7,
+        "expected the seed's samples, checked {checked}"
+    );
 }
 
 #[test]
 fn every_invalid_cel_case_is_rejected_naming_its_field() {
     let mut count = 0;
     for case in invalid_creates().into_iter().filter(|c| c.cel) {
-        let object = case.object.to_string().replace("\"NAME\"", "\"x\"").replace("\"NS\"", "\"ns\"");
+        let object = case
+            .object
+            .to_string()
+            .replace("\"NAME\"", "\"x\"")
+            .replace("\"NS\"", "\"ns\"");
         let object: Value = serde_json::from_str(&object).unwrap();
         // `metadata.name` cases replace the placeholder themselves.
         let errors = cel_errors(&object, None);
@@ -89,21 +115,46 @@ fn every_invalid_cel_case_is_rejected_naming_its_field() {
 #[test]
 fn tls_cannot_be_added_removed_or_changed_after_creation() {
     let plain = cluster("c", "ns");
-    let tls = with(plain.clone(), "/spec/tls", Some(json!({"secretRef": "c-tls"})));
-    let other = with(plain.clone(), "/spec/tls", Some(json!({"secretRef": "other"})));
-    assert!(cel_errors(&tls, None).is_empty(), "TLS at creation is allowed");
-    for (what, new, old) in [("added", &tls, &plain), ("removed", &plain, &tls), ("changed", &other, &tls)] {
+    let tls = with(
+        plain.clone(),
+        "/spec/tls",
+        Some(json!({"secretRef": "c-tls"})),
+    );
+    let other = with(
+        plain.clone(),
+        "/spec/tls",
+        Some(json!({"secretRef": "other"})),
+    );
+    assert!(
+        cel_errors(&tls, None).is_empty(),
+        "TLS at creation is allowed"
+    );
+    for (what, new, old) in [
+        ("added", &tls, &plain),
+        ("removed", &plain, &tls),
+        ("changed", &other, &tls),
+    ] {
         let errors = cel_errors(new, Some(old));
-        assert!(errors.iter().any(|e| e.contains("spec.tls is immutable")), "tls {what}: {errors:?}");
+        assert!(
+            errors.iter().any(|e| e.contains("spec.tls is immutable")),
+            "tls {what}: {errors:?}"
+        );
     }
     let scaled = with(tls.clone(), "/spec/shards", Some(json!(6)));
-    assert!(cel_errors(&scaled, Some(&tls)).is_empty(), "other fields stay mutable");
+    assert!(
+        cel_errors(&scaled, Some(&tls)).is_empty(),
+        "other fields stay mutable"
+    );
 }
 
 #[test]
 fn valkey_node_spec_is_immutable() {
     let old = node("n", "ns");
-    let new = with(old.clone(), "/spec/image", Some(json!("valkey/valkey:9.1.2")));
+    let new = with(
+        old.clone(),
+        "/spec/image",
+        Some(json!("valkey/valkey:9.1.2")),
+    );
     let errors = cel_errors(&new, Some(&old));
     assert!(errors.iter().any(|e| e.contains("immutable")), "{errors:?}");
     assert!(cel_errors(&old, Some(&old)).is_empty());
@@ -111,16 +162,34 @@ fn valkey_node_spec_is_immutable() {
 
 #[test]
 fn forced_settings_message_names_the_key() {
-    let object = with(config("c"), "/spec/valkey/cluster-config-file", Some(json!("x.conf")));
+    let object = with(
+        config("c"),
+        "/spec/valkey/cluster-config-file",
+        Some(json!("x.conf")),
+    );
     let errors = cel_errors(&object, None);
-    assert!(errors.iter().any(|e| e.contains("remove: cluster-config-file")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("remove: cluster-config-file")),
+        "{errors:?}"
+    );
 }
 
 #[test]
 fn reserved_annotation_message_names_the_key() {
-    let object = with(cluster("c", "ns"), "/spec/podAnnotations/valkey.gomomento.com~1x", Some(json!("1")));
+    let object = with(
+        cluster("c", "ns"),
+        "/spec/podAnnotations/valkey.gomomento.com~1x",
+        Some(json!("1")),
+    );
     let errors = cel_errors(&object, None);
-    assert!(errors.iter().any(|e| e.contains("remove: valkey.gomomento.com/x")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("remove: valkey.gomomento.com/x")),
+        "{errors:?}"
+    );
 }
 
 /// Evaluate one rule on one value, client-side.
@@ -132,80 +201,208 @@ fn rule_accepts(rule: kube::core::Rule, value: Value) -> bool {
 fn agree(pattern: &Pattern, good: &[&str], bad: &[&str]) {
     for value in good {
         assert!(pattern.is_match(value), "Rust refuses {value:?}");
-        assert!(rule_accepts(pattern.rule("f"), json!(value)), "CEL refuses {value:?}");
+        assert!(
+            rule_accepts(pattern.rule("f"), json!(value)),
+            "CEL refuses {value:?}"
+        );
     }
     for value in bad {
         assert!(!pattern.is_match(value), "Rust accepts {value:?}");
-        assert!(!rule_accepts(pattern.rule("f"), json!(value)), "CEL accepts {value:?}");
-        assert!(pattern.check("spec.f", value).unwrap_err().starts_with("spec.f must be"));
+        assert!(
+            !rule_accepts(pattern.rule("f"), json!(value)),
+            "CEL accepts {value:?}"
+        );
+        assert!(
+            pattern
+                .check("spec.f", value)
+                .unwrap_err()
+                .starts_with("spec.f must be")
+        );
     }
 }
 
 #[test]
 fn references_are_dns_1123_subdomains() {
-    agree(&DNS1123_SUBDOMAIN, &["standard", "valkey-9-0", "a.b-c", "x"], &["", "Standard", "-a", "a-", "a_b", "a b", &"a".repeat(254)]);
+    agree(
+        &DNS1123_SUBDOMAIN,
+        &["standard", "valkey-9-0", "a.b-c", "x"],
+        &["", "Standard", "-a", "a-", "a_b", "a b", &"a".repeat(254)],
+    );
 }
 
 #[test]
 fn cluster_names_are_short_dns_1035_labels() {
-    agree(&CLUSTER_NAME, &["my-cluster", "c", &"a".repeat(40)], &["1c", "my.cluster", "c-", &"a".repeat(41)]);
+    agree(
+        &CLUSTER_NAME,
+        &["my-cluster", "c", &"a".repeat(40)],
+        &["1c", "my.cluster", "c-", &"a".repeat(41)],
+    );
 }
 
 #[test]
 fn versions_are_semver() {
-    agree(&SEMVER, &["9.0.0", "9.1.2", "10.0.0-rc1", "9.0.0+build.5"], &["9.0", "v9.0.0", "9.0.0.1", "09.0.0", "9.0.x"]);
+    agree(
+        &SEMVER,
+        &["9.0.0", "9.1.2", "10.0.0-rc1", "9.0.0+build.5"],
+        &["9.0", "v9.0.0", "9.0.0.1", "09.0.0", "9.0.x"],
+    );
 }
 
 #[test]
 fn image_repository_tag_and_digest_formats() {
-    agree(&IMAGE_REPOSITORY, &["valkey/valkey", "valkey", "registry.example.com:5000/team/valkey", "ghcr.io/a/b_c"], &["valkey/valkey:9", "Valkey/valkey", "valkey//x", "a@sha256:1"]);
-    agree(&IMAGE_TAG, &["9.0.0", "latest", "9.0.0-alpine"], &["", ".9", "-9", "a b", "a:b"]);
-    agree(&IMAGE_DIGEST, &[&format!("sha256:{HASH_A}")], &["sha256:abc", HASH_A, &format!("md5:{HASH_A}")]);
+    agree(
+        &IMAGE_REPOSITORY,
+        &[
+            "valkey/valkey",
+            "valkey",
+            "registry.example.com:5000/team/valkey",
+            "ghcr.io/a/b_c",
+        ],
+        &[
+            "valkey/valkey:9",
+            "Valkey/valkey",
+            "valkey//x",
+            "a@sha256:1",
+        ],
+    );
+    agree(
+        &IMAGE_TAG,
+        &["9.0.0", "latest", "9.0.0-alpine"],
+        &["", ".9", "-9", "a b", "a:b"],
+    );
+    agree(
+        &IMAGE_DIGEST,
+        &[&format!("sha256:{HASH_A}")],
+        &["sha256:abc", HASH_A, &format!("md5:{HASH_A}")],
+    );
 }
 
 #[test]
 fn password_hashes_are_lowercase_sha256_hex() {
-    agree(&SHA256_HEX, &[HASH_A], &["", &HASH_A.to_uppercase(), &HASH_A[1..], &format!("{HASH_A}0"), "password"]);
+    agree(
+        &SHA256_HEX,
+        &[HASH_A],
+        &[
+            "",
+            &HASH_A.to_uppercase(),
+            &HASH_A[1..],
+            &format!("{HASH_A}0"),
+            "password",
+        ],
+    );
 }
 
 #[test]
 fn usernames_are_valid_acl_usernames() {
-    agree(&ACL_USERNAME, &["app", "default", "team-a.reader", "svc@team", "a:b"], &["", "with space", "_valkey-operator", "_x", "-x", "a>b", &"a".repeat(65)]);
+    agree(
+        &ACL_USERNAME,
+        &["app", "default", "team-a.reader", "svc@team", "a:b"],
+        &[
+            "",
+            "with space",
+            "_valkey-operator",
+            "_x",
+            "-x",
+            "a>b",
+            &"a".repeat(65),
+        ],
+    );
 }
 
 #[test]
 fn key_and_channel_patterns_have_no_spaces() {
-    agree(&ACL_PATTERN, &["app:*", "*", "user:{*}:session", "a?b[cd]"], &["", "a b", "a\tb", "ключ"]);
+    agree(
+        &ACL_PATTERN,
+        &["app:*", "*", "user:{*}:session", "a?b[cd]"],
+        &["", "a b", "a\tb", "ключ"],
+    );
 }
 
 #[test]
 fn role_command_and_category_names() {
-    agree(&COMMAND_NAME, &["get", "config|get", "client|no-evict", "json.get"], &["GET", "config|", "|get", "a|b|c", "config get", "+get"]);
-    agree(&CATEGORY_NAME, &["read", "keyspace", "all"], &["@read", "Read", "", "read write"]);
+    agree(
+        &COMMAND_NAME,
+        &["get", "config|get", "client|no-evict", "json.get"],
+        &["GET", "config|", "|get", "a|b|c", "config get", "+get"],
+    );
+    agree(
+        &CATEGORY_NAME,
+        &["read", "keyspace", "all"],
+        &["@read", "Read", "", "read write"],
+    );
 }
 
 #[test]
 fn setting_keys_zones_and_label_formats() {
-    agree(&SETTING_KEY, &["maxmemory", "maxmemory-policy", "io-threads"], &["PORT", "max memory", "-x", ""]);
-    agree(&ZONE_NAME, &["zone-a", "us-east-1a", "Z1"], &["", "-a", "a b"]);
-    agree(&LABEL_VALUE, &["", "linux", "a.b_c-d"], &["a b", "-a", &"a".repeat(64)]);
-    agree(&QUALIFIED_NAME, &["prometheus.io/scrape", "app", "kubernetes.io/os", "a.b/c_d"], &["bad key", "/x", "a/", "A.B/c", &format!("x/{}", "a".repeat(64))]);
+    agree(
+        &SETTING_KEY,
+        &["maxmemory", "maxmemory-policy", "io-threads"],
+        &["PORT", "max memory", "-x", ""],
+    );
+    agree(
+        &ZONE_NAME,
+        &["zone-a", "us-east-1a", "Z1"],
+        &["", "-a", "a b"],
+    );
+    agree(
+        &LABEL_VALUE,
+        &["", "linux", "a.b_c-d"],
+        &["a b", "-a", &"a".repeat(64)],
+    );
+    agree(
+        &QUALIFIED_NAME,
+        &["prometheus.io/scrape", "app", "kubernetes.io/os", "a.b/c_d"],
+        &[
+            "bad key",
+            "/x",
+            "a/",
+            "A.B/c",
+            &format!("x/{}", "a".repeat(64)),
+        ],
+    );
 }
 
 #[test]
 fn forced_settings_cover_what_product_md_lists() {
-    for key in ["cluster-enabled", "port", "cluster-port", "dir", "cluster-config-file", "aclfile", "cluster-announce-ip", "cluster-announce-hostname", "replica-announce-ip", "tls-port", "tls-cert-file", "tls-cluster", "tls-replication"] {
+    for key in [
+        "cluster-enabled",
+        "port",
+        "cluster-port",
+        "dir",
+        "cluster-config-file",
+        "aclfile",
+        "cluster-announce-ip",
+        "cluster-announce-hostname",
+        "replica-announce-ip",
+        "tls-port",
+        "tls-cert-file",
+        "tls-cluster",
+        "tls-replication",
+    ] {
         assert!(is_forced_setting(key), "{key} must be forced");
         let keys = [key.to_string()];
         assert_eq!(forced_keys_in(&keys), vec![key]);
     }
-    for key in ["maxmemory", "maxmemory-policy", "appendonly", "io-threads", "portal"] {
+    for key in [
+        "maxmemory",
+        "maxmemory-policy",
+        "appendonly",
+        "io-threads",
+        "portal",
+    ] {
         assert!(!is_forced_setting(key), "{key} is a user setting");
     }
     // The CEL rule and the Rust check agree on every forced key.
     for key in FORCED_SETTINGS {
-        let object = with(config("c"), &format!("/spec/valkey/{key}"), Some(json!("x")));
-        assert!(!cel_errors(&object, None).is_empty(), "CEL accepts forced {key}");
+        let object = with(
+            config("c"),
+            &format!("/spec/valkey/{key}"),
+            Some(json!("x")),
+        );
+        assert!(
+            !cel_errors(&object, None).is_empty(),
+            "CEL accepts forced {key}"
+        );
     }
 }
 
@@ -228,10 +425,16 @@ fn reserved_annotation_prefix() {
 fn quantities_are_positive_kubernetes_quantities() {
     for value in ["1", "500m", "0.5", "2Gi", "16Gi", "1e3", "+1"] {
         assert!(is_positive_quantity(value), "Rust refuses {value}");
-        assert!(rule_accepts(positive_quantity_rule("cpu", "1"), json!(value)), "CEL refuses {value}");
+        assert!(
+            rule_accepts(positive_quantity_rule("cpu", "1"), json!(value)),
+            "CEL refuses {value}"
+        );
     }
     for value in ["0", "0m", "one", "2GB", "-1", "", "1 Gi"] {
         assert!(!is_positive_quantity(value), "Rust accepts {value}");
-        assert!(!rule_accepts(positive_quantity_rule("cpu", "1"), json!(value)), "CEL accepts {value}");
+        assert!(
+            !rule_accepts(positive_quantity_rule("cpu", "1"), json!(value)),
+            "CEL accepts {value}"
+        );
     }
 }
