@@ -241,6 +241,48 @@ pub fn resolve_roles(
     Ok(roles)
 }
 
+/// A reference from a ValkeyCluster to the platform's menu.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MenuRef {
+    Config(String),
+    Image(String),
+    Role(String),
+}
+
+/// Every menu object a cluster's resolution reads or would read: the configs of its chain
+/// (including a missing one), the image, and the roles of its bindings. A change to any of
+/// them must reconcile the cluster; used to map watch events to clusters.
+pub fn menu_refs(
+    catalog: &impl Catalog,
+    config_ref: &str,
+    cluster_bindings: &[AclBinding],
+) -> std::collections::BTreeSet<MenuRef> {
+    let mut refs = std::collections::BTreeSet::new();
+    let mut next = Some(config_ref.to_string());
+    let mut image_found = false;
+    let mut config_acl: Option<Vec<AclBinding>> = None;
+    while let Some(name) = next.take() {
+        if !refs.insert(MenuRef::Config(name.clone())) || refs.len() > MAX_CONFIG_CHAIN_DEPTH + 1 {
+            break;
+        }
+        let Some(spec) = catalog.config(&name) else { break };
+        if !image_found && let Some(image) = &spec.image_ref {
+            refs.insert(MenuRef::Image(image.clone()));
+            image_found = true;
+        }
+        if config_acl.is_none() {
+            config_acl = spec.acl.clone();
+        }
+        next = spec.base_ref.clone();
+    }
+    for binding in config_acl.iter().flatten().chain(cluster_bindings) {
+        for permission in &binding.permissions {
+            refs.insert(MenuRef::Role(permission.role_ref.clone()));
+        }
+    }
+    refs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +329,25 @@ mod tests {
         large.valkey.insert("maxmemory".into(), "12gb".into());
         c.configs.insert("large".into(), large);
         c
+    }
+
+    #[test]
+    fn menu_refs_list_chain_image_and_roles_including_missing_links() {
+        let mut c = seed_catalog();
+        c.configs.get_mut("standard").unwrap().acl = Some(vec![binding("app", "rw")]);
+        let refs = menu_refs(&c, "large", &[binding("batch", "ro")]);
+        assert_eq!(
+            refs.into_iter().collect::<Vec<_>>(),
+            vec![
+                MenuRef::Config("large".into()),
+                MenuRef::Config("standard".into()),
+                MenuRef::Image("valkey-9-0".into()),
+                MenuRef::Role("ro".into()),
+                MenuRef::Role("rw".into()),
+            ]
+        );
+        // A missing config is still a reference: creating it must reconcile the cluster.
+        assert!(menu_refs(&c, "huge", &[]).contains(&MenuRef::Config("huge".into())));
     }
 
     #[test]

@@ -1,0 +1,277 @@
+//! Build step of the ValkeyCluster pipeline (pure): desired ValkeyNode specs, Services,
+//! PodDisruptionBudget and Secrets from the cluster and its resolved config. No client here.
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+use kube::api::ObjectMeta;
+use serde_json::json;
+
+use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_SPEC_HASH};
+use crate::api::{NodePlacement, ValkeyCluster, ValkeyNode, ValkeyNodeSpec, ZoneSpread};
+use crate::controller::names;
+use crate::resolve::ResolvedConfig;
+use crate::resolve::acl::OperatorCredentials;
+use crate::resolve::conf::{ACL_FILE_KEY, REPLICATION_AUTH_KEY, render_replication_auth, sha256_hex};
+
+/// Keys of the operator Secret.
+pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
+pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
+
+pub fn owner_reference(cluster: &ValkeyCluster) -> OwnerReference {
+    cluster.controller_owner_ref(&()).expect("a ValkeyCluster read from the API has a uid")
+}
+
+fn meta(cluster: &ValkeyCluster, name: String, component: &str) -> ObjectMeta {
+    let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
+    ObjectMeta {
+        name: Some(name),
+        namespace: cluster.metadata.namespace.clone(),
+        labels: Some(names::cluster_labels(&cluster_name, component)),
+        owner_references: Some(vec![owner_reference(cluster)]),
+        ..Default::default()
+    }
+}
+
+/// The fully resolved, immutable spec every member of this cluster should run with.
+pub fn desired_node_spec(
+    cluster: &ValkeyCluster,
+    resolved: &ResolvedConfig,
+    default_zone_spread: ZoneSpread,
+) -> ValkeyNodeSpec {
+    let placement = cluster.spec.placement.clone().unwrap_or_default();
+    ValkeyNodeSpec {
+        cluster_name: cluster.metadata.name.clone().unwrap_or_default(),
+        shard: 0,
+        role_hint: None,
+        config_ref: cluster.spec.config_ref.clone(),
+        image_ref: resolved.image_ref.clone(),
+        image: resolved.image.image_reference(),
+        version: resolved.image.version.clone(),
+        resources: resolved.resources.clone(),
+        valkey: resolved.valkey.clone(),
+        config_hash: None,
+        placement: NodePlacement {
+            zones: placement.zones,
+            node_selector: placement.node_selector,
+            zone_spread: Some(placement.zone_spread.unwrap_or(default_zone_spread)),
+        },
+        tls_secret_ref: cluster.spec.tls.as_ref().map(|t| t.secret_ref.clone()),
+    }
+}
+
+/// Hash of what makes two members interchangeable: everything in the spec except the shard
+/// and role hint, and except `zoneSpread`, which only affects pods created later (PRODUCT.md).
+/// A member whose hash differs from the desired one is replaced, never mutated.
+pub fn spec_hash(spec: &ValkeyNodeSpec) -> String {
+    let mut canonical = spec.clone();
+    canonical.shard = 0;
+    canonical.role_hint = None;
+    canonical.placement.zone_spread = None;
+    let json = serde_json::to_string(&canonical).expect("node specs serialize");
+    sha256_hex(json)[..12].to_string()
+}
+
+/// A ValkeyNode for `shard` named `name`.
+pub fn node(cluster: &ValkeyCluster, name: &str, shard: usize, spec: &ValkeyNodeSpec) -> ValkeyNode {
+    let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
+    let mut spec = spec.clone();
+    spec.shard = shard as i32;
+    let mut labels = names::member_labels(&cluster_name, shard, name);
+    labels.insert(LABEL_SPEC_HASH.to_string(), spec_hash(&spec));
+    let mut node = ValkeyNode::new(name, spec);
+    node.metadata.namespace = cluster.metadata.namespace.clone();
+    node.metadata.labels = Some(labels);
+    node.metadata.owner_references = Some(vec![owner_reference(cluster)]);
+    node
+}
+
+fn ports() -> serde_json::Value {
+    json!([
+        {"name": "valkey", "port": CLIENT_PORT, "targetPort": CLIENT_PORT, "protocol": "TCP"},
+        {"name": "cluster-bus", "port": CLUSTER_BUS_PORT, "targetPort": CLUSTER_BUS_PORT, "protocol": "TCP"},
+    ])
+}
+
+/// Service clients connect to (any member answers with cluster redirections).
+pub fn client_service(cluster: &ValkeyCluster) -> Service {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    Service {
+        metadata: meta(cluster, names::client_service(&name), "client"),
+        spec: Some(
+            serde_json::from_value(json!({
+                "selector": names::member_selector(&name),
+                "ports": [{"name": "valkey", "port": CLIENT_PORT, "targetPort": CLIENT_PORT, "protocol": "TCP"}],
+            }))
+            .expect("valid service spec"),
+        ),
+        status: None,
+    }
+}
+
+/// Headless Service: a DNS name per member, published before members are ready (they must
+/// find each other to become ready).
+pub fn headless_service(cluster: &ValkeyCluster) -> Service {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    Service {
+        metadata: meta(cluster, names::headless_service(&name), "members"),
+        spec: Some(
+            serde_json::from_value(json!({
+                "clusterIP": "None",
+                "publishNotReadyAddresses": true,
+                "selector": names::member_selector(&name),
+                "ports": ports(),
+            }))
+            .expect("valid service spec"),
+        ),
+        status: None,
+    }
+}
+
+/// At most one member of the cluster voluntarily disrupted at a time.
+pub fn pdb(cluster: &ValkeyCluster) -> PodDisruptionBudget {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    PodDisruptionBudget {
+        metadata: meta(cluster, names::pdb(&name), "members"),
+        spec: Some(
+            serde_json::from_value(json!({
+                "maxUnavailable": 1,
+                "selector": {"matchLabels": names::member_selector(&name)},
+            }))
+            .expect("valid pdb spec"),
+        ),
+        status: None,
+    }
+}
+
+/// The Secret holding the operator's generated passwords.
+pub fn operator_secret(cluster: &ValkeyCluster, credentials: &OperatorCredentials) -> Secret {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    Secret {
+        metadata: meta(cluster, names::operator_secret(&name), "credentials"),
+        type_: Some("Opaque".into()),
+        string_data: Some(
+            [
+                (OPERATOR_PASSWORD_KEY.to_string(), credentials.operator_password.clone()),
+                (REPLICATION_PASSWORD_KEY.to_string(), credentials.replication_password.clone()),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// The ACL Secret mounted into every member: the ACL file and the replication credentials.
+pub fn acl_secret(cluster: &ValkeyCluster, acl_file: &str, credentials: &OperatorCredentials) -> Secret {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    Secret {
+        metadata: meta(cluster, names::acl_secret(&name), "acl"),
+        type_: Some("Opaque".into()),
+        string_data: Some(
+            [
+                (ACL_FILE_KEY.to_string(), acl_file.to_string()),
+                (
+                    REPLICATION_AUTH_KEY.to_string(),
+                    render_replication_auth(
+                        crate::api::constants::REPLICATION_ACL_USERNAME,
+                        &credentials.replication_password,
+                    ),
+                ),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Resources, ValkeyClusterSpec, ValkeyImageSpec};
+    use std::collections::BTreeMap;
+
+    fn cluster() -> ValkeyCluster {
+        let mut c = ValkeyCluster::new(
+            "my-cluster",
+            ValkeyClusterSpec {
+                config_ref: "standard".into(),
+                shards: 3,
+                replicas_per_shard: 1,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: BTreeMap::new(),
+            },
+        );
+        c.metadata.namespace = Some("my-app".into());
+        c.metadata.uid = Some("uid-1".into());
+        c
+    }
+
+    fn resolved(version: &str) -> ResolvedConfig {
+        ResolvedConfig {
+            chain: vec!["standard".into()],
+            image_ref: "valkey-9-0".into(),
+            image: ValkeyImageSpec { repository: "valkey/valkey".into(), tag: version.into(), digest: None, version: version.into() },
+            resources: Resources { cpu: Some("1".into()), memory: Some("2Gi".into()) },
+            valkey: BTreeMap::from([("maxmemory".to_string(), "1500mb".to_string())]),
+            acl: vec![],
+        }
+    }
+
+    #[test]
+    fn node_spec_carries_the_resolved_image_resources_and_settings() {
+        let spec = desired_node_spec(&cluster(), &resolved("9.0.0"), ZoneSpread::BestEffort);
+        assert_eq!(spec.image, "valkey/valkey:9.0.0");
+        assert_eq!(spec.version, "9.0.0");
+        assert_eq!(spec.resources.memory.as_deref(), Some("2Gi"));
+        assert_eq!(spec.valkey["maxmemory"], "1500mb");
+        assert_eq!(spec.placement.zone_spread, Some(ZoneSpread::BestEffort));
+    }
+
+    #[test]
+    fn spec_hash_changes_with_the_image_but_not_with_shard_or_zone_spread() {
+        let a = desired_node_spec(&cluster(), &resolved("9.0.0"), ZoneSpread::BestEffort);
+        let b = desired_node_spec(&cluster(), &resolved("9.1.2"), ZoneSpread::BestEffort);
+        assert_ne!(spec_hash(&a), spec_hash(&b));
+        let mut c = a.clone();
+        c.shard = 7;
+        c.placement.zone_spread = Some(ZoneSpread::Required);
+        assert_eq!(spec_hash(&a), spec_hash(&c));
+    }
+
+    #[test]
+    fn nodes_are_owned_by_the_cluster_and_labelled() {
+        let spec = desired_node_spec(&cluster(), &resolved("9.0.0"), ZoneSpread::BestEffort);
+        let n = node(&cluster(), "my-cluster-2-0", 2, &spec);
+        assert_eq!(n.spec.shard, 2);
+        let labels = n.metadata.labels.unwrap();
+        assert_eq!(labels["valkey.gomomento.com/cluster"], "my-cluster");
+        assert_eq!(labels["valkey.gomomento.com/shard"], "2");
+        assert_eq!(labels[LABEL_SPEC_HASH], spec_hash(&spec));
+        let owner = &n.metadata.owner_references.unwrap()[0];
+        assert_eq!(owner.kind, "ValkeyCluster");
+        assert_eq!(owner.controller, Some(true));
+    }
+
+    #[test]
+    fn services_select_member_pods() {
+        let headless = headless_service(&cluster());
+        assert_eq!(headless.metadata.name.as_deref(), Some("my-cluster-nodes"));
+        let spec = headless.spec.unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        assert_eq!(spec.selector.unwrap()["valkey.gomomento.com/cluster"], "my-cluster");
+        assert_eq!(client_service(&cluster()).spec.unwrap().ports.unwrap()[0].port, 6379);
+    }
+
+    #[test]
+    fn acl_secret_holds_the_file_and_replication_auth() {
+        let creds = OperatorCredentials { operator_password: "o".into(), replication_password: "r".into() };
+        let s = acl_secret(&cluster(), "user x on\n", &creds);
+        let data = s.string_data.unwrap();
+        assert_eq!(data[ACL_FILE_KEY], "user x on\n");
+        assert!(data[REPLICATION_AUTH_KEY].contains("masterauth r"));
+    }
+}

@@ -1,0 +1,230 @@
+//! ValkeyCluster controller. Each reconcile is the fixed pipeline of ARCHITECTURE.md:
+//! dereference → resolve → build → apply → observe Valkey → plan → act → status.
+//! Only `dereference`, `apply`, `observe` and `act` touch the world.
+
+pub mod build;
+pub mod observe;
+pub mod status;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector::Store;
+use kube::{Api, Resource, ResourceExt};
+use rand::Rng;
+use rand::distr::Alphanumeric;
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::api::constants::{CLUSTER_BUS_PORT, LABEL_CLUSTER};
+use crate::api::{Lifecycle, ValkeyCluster, ValkeyNode};
+use crate::controller::{CLUSTER_MANAGER, Context, Error, names, object_key};
+use crate::plan::{self, Action, Member, Phase, Topology};
+use crate::resolve::acl::{OperatorCredentials, render_acl_file};
+use crate::resolve::{ResolveError, merge_bindings, resolve_config, resolve_roles};
+
+/// The cluster controller's view of the world: shared context plus the member stores.
+pub struct ClusterContext {
+    pub ctx: Arc<Context>,
+    pub nodes: Store<ValkeyNode>,
+    pub pods: Store<Pod>,
+}
+
+/// What resolution produced, or why the cluster is blocked.
+pub struct Resolved {
+    pub config: crate::resolve::ResolvedConfig,
+    pub acl_file_inputs: (Vec<crate::api::AclBinding>, BTreeMap<String, crate::api::ValkeyRoleSpec>),
+}
+
+/// Resolve step (pure over the catalog): config chain, bindings, roles.
+pub fn resolve(cluster: &ValkeyCluster, catalog: &impl crate::resolve::Catalog) -> Result<Resolved, ResolveError> {
+    let config = resolve_config(catalog, &cluster.spec.config_ref)?;
+    let bindings = merge_bindings(&config.acl, &cluster.spec.acl)?;
+    let roles = resolve_roles(catalog, &bindings)?;
+    Ok(Resolved { config, acl_file_inputs: (bindings, roles) })
+}
+
+pub async fn reconcile(cluster: Arc<ValkeyCluster>, cctx: Arc<ClusterContext>) -> Result<Requeue, Error> {
+    let ctx = &cctx.ctx;
+    let _timer = ctx.metrics.reconcile_timer("cluster");
+    if cluster.meta().deletion_timestamp.is_some() {
+        // Owner references remove everything the cluster created.
+        ctx.forget_driver(&object_key(cluster.as_ref())).await;
+        return Ok(Requeue::await_change());
+    }
+    if !ctx.metrics.ready.load(std::sync::atomic::Ordering::Relaxed) {
+        // The menu stores are still listing: resolving now would report false Blocked states.
+        return Ok(Requeue::requeue(Duration::from_secs(1)));
+    }
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+
+    // Resolve. A broken reference blocks the cluster and touches nothing that runs.
+    let resolved = match resolve(&cluster, &ctx.catalog) {
+        Ok(r) => r,
+        Err(err) => {
+            info!(cluster = %object_key(cluster.as_ref()), reason = err.reason(), "blocked: {err}");
+            status::publish(ctx, &cluster, status::blocked(&cluster, &err, &cctx.nodes)).await?;
+            return Ok(Requeue::requeue(Duration::from_secs(60)));
+        }
+    };
+
+    // Build and apply the cluster-wide objects.
+    let credentials = ensure_operator_secret(ctx, &cluster).await?;
+    let (bindings, roles) = &resolved.acl_file_inputs;
+    let acl_file = render_acl_file(bindings, roles, &credentials);
+    apply(ctx, &namespace, build::acl_secret(&cluster, &acl_file, &credentials)).await?;
+    apply(ctx, &namespace, build::headless_service(&cluster)).await?;
+    apply(ctx, &namespace, build::client_service(&cluster)).await?;
+    apply(ctx, &namespace, build::pdb(&cluster)).await?;
+
+    // Observe: members from the store, their pods, and what each Valkey says.
+    let desired_spec = build::desired_node_spec(&cluster, &resolved.config, ctx.settings.default_zone_spread);
+    let nodes = cluster_nodes(&cctx.nodes, &namespace, &name);
+    let driver = ctx.driver(&object_key(cluster.as_ref()), &credentials.operator_password).await;
+    let observed = observe::members(driver.as_ref(), &nodes, &cctx.pods).await;
+    let topology = Topology {
+        cluster: name.clone(),
+        shards: cluster.spec.shards.max(0) as usize,
+        replicas_per_shard: cluster.spec.replicas_per_shard.max(0) as usize,
+        members: observed.iter().map(|o| o.member.clone()).collect::<Vec<Member>>(),
+    };
+
+    // Plan the next step and act on it.
+    let plan = plan::plan(&topology);
+    let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), &namespace);
+    for action in &plan.actions {
+        act(ctx, &cluster, &node_api, driver.as_ref(), &desired_spec, action).await?;
+    }
+    status::update_node_statuses(ctx, &node_api, &observed).await?;
+    let new_status = status::from_plan(&cluster, &plan, &observed, &nodes);
+    status::publish(ctx, &cluster, new_status).await?;
+
+    let settled = plan.phase == Phase::Ready && plan.actions.is_empty();
+    Ok(Requeue::requeue(Duration::from_secs(if settled { 30 } else { 2 })))
+}
+
+/// ValkeyNodes of one cluster from the store, by name.
+pub fn cluster_nodes(store: &Store<ValkeyNode>, namespace: &str, cluster: &str) -> Vec<Arc<ValkeyNode>> {
+    let mut nodes: Vec<Arc<ValkeyNode>> = store
+        .state()
+        .into_iter()
+        .filter(|n| {
+            n.namespace().as_deref() == Some(namespace)
+                && n.labels().get(LABEL_CLUSTER).map(String::as_str) == Some(cluster)
+        })
+        .collect();
+    nodes.sort_by_key(|n| n.name_any());
+    nodes
+}
+
+async fn act(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    node_api: &Api<ValkeyNode>,
+    driver: &dyn crate::driver::ClusterDriver,
+    desired_spec: &crate::api::ValkeyNodeSpec,
+    action: &Action,
+) -> Result<(), Error> {
+    let key = object_key(cluster);
+    match action {
+        Action::CreateNode { name, shard } => {
+            ctx.metrics.action("create_node");
+            let node = build::node(cluster, name, *shard, desired_spec);
+            match node_api.create(&PostParams::default(), &node).await {
+                Ok(_) => {
+                    info!(cluster = %key, node = %name, shard, "created member");
+                    status::event(ctx, cluster, "CreatingMember", &format!("Creating member {name} for shard {shard}")).await;
+                }
+                // Planned again after a crash or a stale cache: the object is already there.
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            status::set_node_lifecycle(node_api, name, Lifecycle::Joining).await?;
+        }
+        Action::Meet { via, target } => {
+            ctx.metrics.action("meet");
+            info!(cluster = %key, via = %via, target = %target, "CLUSTER MEET");
+            driver.meet(via, &target.host, target.port, Some(CLUSTER_BUS_PORT)).await?;
+        }
+        Action::AssignSlots { member, ranges } => {
+            ctx.metrics.action("assign_slots");
+            info!(cluster = %key, member = %member, ?ranges, "CLUSTER ADDSLOTSRANGE");
+            driver.add_slots_range(member, ranges).await?;
+        }
+        Action::Replicate { member, primary } => {
+            ctx.metrics.action("replicate");
+            info!(cluster = %key, member = %member, primary = %primary.as_str(), "CLUSTER REPLICATE");
+            if let Err(e) = driver.replicate(member, primary).await {
+                // Most often: the member has not learned the primary's id yet. Re-planned.
+                warn!(cluster = %key, member = %member, "replicate failed, will retry: {e}");
+            }
+        }
+        Action::MarkActive { names } => {
+            for name in names {
+                status::set_node_lifecycle(node_api, name, Lifecycle::Active).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Server-side apply of an object the cluster controller owns alone.
+pub async fn apply<K>(ctx: &Context, namespace: &str, obj: K) -> Result<K, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let name = obj.meta().name.clone().unwrap_or_default();
+    Ok(api.patch(&name, &PatchParams::apply(CLUSTER_MANAGER).force(), &Patch::Apply(&obj)).await?)
+}
+
+/// The operator's passwords: generated once, then read back from the Secret (never
+/// regenerated, or running members would lock the operator out).
+async fn ensure_operator_secret(ctx: &Context, cluster: &ValkeyCluster) -> Result<OperatorCredentials, Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secret_name = names::operator_secret(&cluster.name_any());
+    let existing = match api.get_opt(&secret_name).await? {
+        Some(s) => s,
+        None => {
+            let generated = OperatorCredentials { operator_password: random_password(), replication_password: random_password() };
+            match api.create(&PostParams::default(), &build::operator_secret(cluster, &generated)).await {
+                Ok(s) => s,
+                Err(kube::Error::Api(e)) if e.code == 409 => api.get(&secret_name).await?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let read = |key: &str| -> Result<String, Error> {
+        existing
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            .or_else(|| existing.string_data.as_ref().and_then(|d| d.get(key)).cloned())
+            .ok_or_else(|| Error::Invalid(format!("Secret {namespace}/{secret_name} has no key {key}; delete it to have it regenerated")))
+    };
+    Ok(OperatorCredentials {
+        operator_password: read(build::OPERATOR_PASSWORD_KEY)?,
+        replication_password: read(build::REPLICATION_PASSWORD_KEY)?,
+    })
+}
+
+fn random_password() -> String {
+    rand::rng().sample_iter(&Alphanumeric).take(40).map(char::from).collect()
+}
+
+pub fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, cctx: Arc<ClusterContext>) -> Requeue {
+    warn!(cluster = %object_key(cluster.as_ref()), "reconcile failed: {error}");
+    cctx.ctx.metrics.reconcile_failed("cluster", error.metric_label());
+    Requeue::requeue(Duration::from_secs(5))
+}

@@ -1,0 +1,103 @@
+//! Observe step: for each ValkeyNode, its pod and what its Valkey reports, concurrently.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tracing::debug;
+
+use crate::api::constants::CLIENT_PORT;
+use crate::api::{Lifecycle, NodeRole, ValkeyNode};
+use crate::driver::parse::Role;
+use crate::driver::{ClusterDriver, MemberAddr, MemberObservation};
+use crate::plan::{Member, MemberView};
+
+/// One member as observed this round.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    pub node: Arc<ValkeyNode>,
+    pub member: Member,
+    pub pod: Option<String>,
+    pub role: Option<NodeRole>,
+    pub version: Option<String>,
+}
+
+/// The pod's client address once it runs and is ready.
+pub fn ready_address(pod: &Pod) -> Option<MemberAddr> {
+    let status = pod.status.as_ref()?;
+    let ready = status
+        .conditions
+        .as_ref()?
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    if pod.metadata.deletion_timestamp.is_some() || !ready {
+        return None;
+    }
+    status.pod_ip.as_ref().map(|ip| MemberAddr::new(ip.clone(), CLIENT_PORT))
+}
+
+/// Reduces a member's observation to what planning needs.
+pub fn view(obs: &MemberObservation) -> MemberView {
+    let myself = obs.myself();
+    let is_replica = obs.replication.role == Role::Replica;
+    MemberView {
+        id: obs.id.clone(),
+        is_primary: !is_replica,
+        primary_id: myself.and_then(|m| m.primary_id.clone()).filter(|_| is_replica),
+        slots: myself.map(|m| m.slots.clone()).unwrap_or_default(),
+        known: obs
+            .nodes
+            .iter()
+            .filter(|n| !n.flags.handshake && !n.flags.noaddr)
+            .map(|n| n.id.clone())
+            .collect(),
+        cluster_ok: obs.info.state_ok,
+        replica_in_sync: obs
+            .replication
+            .primary_link
+            .as_ref()
+            .is_some_and(|l| l.link_up && !l.sync_in_progress),
+    }
+}
+
+pub async fn members(driver: &dyn ClusterDriver, nodes: &[Arc<ValkeyNode>], pods: &Store<Pod>) -> Vec<Observed> {
+    join_all(nodes.iter().map(|node| async move {
+        let name = node.name_any();
+        let namespace = node.namespace().unwrap_or_default();
+        let pod = pods.get(&ObjectRef::new(&name).within(&namespace));
+        let addr = pod.as_deref().and_then(ready_address);
+        let observation = match &addr {
+            Some(addr) => match tokio::time::timeout(Duration::from_secs(15), driver.observe(addr)).await {
+                Ok(Ok(obs)) => Some(obs),
+                Ok(Err(e)) => {
+                    debug!(member = %name, "observe failed: {e}");
+                    None
+                }
+                Err(_) => {
+                    debug!(member = %name, "observe timed out");
+                    None
+                }
+            },
+            None => None,
+        };
+        let view = observation.as_ref().map(view);
+        let role = view.as_ref().map(|v| if v.primary_id.is_some() { NodeRole::Replica } else { NodeRole::Primary });
+        Observed {
+            member: Member {
+                name: name.clone(),
+                shard: node.spec.shard.max(0) as usize,
+                lifecycle: node.status.as_ref().and_then(|s| s.lifecycle).unwrap_or(Lifecycle::Joining),
+                addr,
+                view,
+            },
+            pod: pod.map(|p| p.name_any()),
+            role,
+            version: observation.as_ref().map(|o| o.server.version.to_string()),
+            node: node.clone(),
+        }
+    }))
+    .await
+}

@@ -1,0 +1,189 @@
+//! Status step: compute the ValkeyCluster status (pure) and publish it with an Event on every
+//! state transition; ValkeyNode lifecycle and observed role.
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::Store;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::observe::Observed;
+use crate::api::{ClusterNodeStatus, ClusterState, Lifecycle, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
+use crate::controller::{CLUSTER_MANAGER, Context, Error};
+use crate::plan::{Phase, Plan};
+use crate::resolve::ResolveError;
+
+fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>, previous: &[Condition]) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    // Keep the transition time while the status stays the same.
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+fn previous_conditions(cluster: &ValkeyCluster) -> Vec<Condition> {
+    cluster.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default()
+}
+
+/// Status of a cluster whose references do not resolve. The node list is kept (the members
+/// keep running); the message says which link is broken and how to fix it.
+pub fn blocked(cluster: &ValkeyCluster, err: &ResolveError, nodes: &Store<ValkeyNode>) -> ValkeyClusterStatus {
+    let generation = cluster.metadata.generation;
+    let previous = previous_conditions(cluster);
+    let members = super::cluster_nodes(nodes, &cluster.namespace().unwrap_or_default(), &cluster.name_any());
+    let message = err.to_string();
+    ValkeyClusterStatus {
+        state: Some(ClusterState::Blocked),
+        message: Some(message.clone()),
+        observed_generation: generation,
+        conditions: vec![
+            condition("ConfigResolved", false, err.reason(), &message, generation, &previous),
+            condition("Ready", false, "Blocked", &message, generation, &previous),
+        ],
+        nodes: cluster
+            .status
+            .as_ref()
+            .map(|s| s.nodes.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| {
+                members
+                    .iter()
+                    .map(|n| ClusterNodeStatus {
+                        name: n.name_any(),
+                        pod: n.status.as_ref().and_then(|s| s.pod.clone()),
+                        shard: n.spec.shard,
+                        role: n.status.as_ref().and_then(|s| s.role),
+                        version: Some(n.spec.version.clone()),
+                        lifecycle: n.status.as_ref().and_then(|s| s.lifecycle),
+                    })
+                    .collect()
+            }),
+    }
+}
+
+/// Status from the plan and this round's observations.
+pub fn from_plan(cluster: &ValkeyCluster, plan: &Plan, observed: &[Observed], _nodes: &[Arc<ValkeyNode>]) -> ValkeyClusterStatus {
+    let generation = cluster.metadata.generation;
+    let previous = previous_conditions(cluster);
+    let state = match plan.phase {
+        Phase::Forming => ClusterState::Creating,
+        Phase::Ready => ClusterState::Active,
+        Phase::Degraded => ClusterState::Degraded,
+    };
+    let ready = plan.phase == Phase::Ready;
+    ValkeyClusterStatus {
+        state: Some(state),
+        message: Some(plan.message.clone()),
+        observed_generation: generation,
+        conditions: vec![
+            condition("ConfigResolved", true, "Resolved", "configRef, base chain, image and roles resolved", generation, &previous),
+            condition("Ready", ready, if ready { "Active" } else { "NotReady" }, &plan.message, generation, &previous),
+        ],
+        nodes: observed
+            .iter()
+            .map(|o| ClusterNodeStatus {
+                name: o.member.name.clone(),
+                pod: o.pod.clone(),
+                shard: o.member.shard as i32,
+                role: o.role,
+                version: o.version.clone().or_else(|| Some(o.node.spec.version.clone())),
+                lifecycle: Some(if plan.actions.iter().any(|a| matches!(a, crate::plan::Action::MarkActive { names } if names.contains(&o.member.name))) {
+                    Lifecycle::Active
+                } else {
+                    o.member.lifecycle
+                }),
+            })
+            .collect(),
+    }
+}
+
+/// Patches status (server-side apply on the status subresource) and emits an Event when the
+/// state changes.
+pub async fn publish(ctx: &Context, cluster: &ValkeyCluster, status: ValkeyClusterStatus) -> Result<(), Error> {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let same = previous.state == status.state
+        && previous.message == status.message
+        && previous.observed_generation == status.observed_generation
+        && previous.nodes == status.nodes
+        && previous.conditions.iter().map(|c| (&c.type_, &c.status, &c.reason)).eq(status.conditions.iter().map(|c| (&c.type_, &c.status, &c.reason)));
+    if same {
+        return Ok(());
+    }
+    let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": crate::api::constants::API_VERSION,
+        "kind": "ValkeyCluster",
+        "status": status,
+    });
+    api.patch_status(&cluster.name_any(), &PatchParams::apply(CLUSTER_MANAGER).force(), &Patch::Apply(&patch)).await?;
+    if previous.state != status.state
+        && let Some(state) = status.state
+    {
+        let reason = format!("{state:?}");
+        let type_ = if matches!(state, ClusterState::Blocked | ClusterState::Degraded) { EventType::Warning } else { EventType::Normal };
+        publish_event(ctx, cluster, type_, &reason, status.message.as_deref().unwrap_or_default()).await;
+    }
+    Ok(())
+}
+
+pub async fn event(ctx: &Context, cluster: &ValkeyCluster, reason: &str, note: &str) {
+    publish_event(ctx, cluster, EventType::Normal, reason, note).await;
+}
+
+async fn publish_event(ctx: &Context, cluster: &ValkeyCluster, type_: EventType, reason: &str, note: &str) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+        tracing::warn!("cannot publish event: {e}");
+    }
+}
+
+pub async fn set_node_lifecycle(api: &Api<ValkeyNode>, name: &str, lifecycle: Lifecycle) -> Result<(), Error> {
+    let patch = json!({"status": {"lifecycle": lifecycle}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// Records each member's observed role, Valkey node id and pod in its ValkeyNode status.
+pub async fn update_node_statuses(_ctx: &Context, api: &Api<ValkeyNode>, observed: &[Observed]) -> Result<(), Error> {
+    for o in observed {
+        let current = o.node.status.clone().unwrap_or_default();
+        let node_id = o.member.view.as_ref().map(|v| v.id.as_str().to_string());
+        let changed = (o.role.is_some() && current.role != o.role)
+            || (node_id.is_some() && current.node_id != node_id)
+            || (o.pod.is_some() && current.pod != o.pod);
+        if !changed {
+            continue;
+        }
+        let mut status = serde_json::Map::new();
+        if let Some(role) = o.role {
+            status.insert("role".into(), json!(role));
+        }
+        if let Some(id) = &node_id {
+            status.insert("nodeId".into(), json!(id));
+        }
+        if let Some(pod) = &o.pod {
+            status.insert("pod".into(), json!(pod));
+        }
+        api.patch_status(&o.member.name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await?;
+    }
+    Ok(())
+}

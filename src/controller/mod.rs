@@ -1,0 +1,118 @@
+//! The controllers: ValkeyCluster (resolve, build, apply, observe, plan, act, status) and
+//! ValkeyNode (ConfigMap + Pod per member). Shared context, error policy and wiring here.
+
+pub mod cluster;
+pub mod names;
+pub mod node;
+pub mod run;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+use tokio::sync::Mutex;
+
+use crate::api::{ValkeyConfig, ValkeyConfigSpec, ValkeyImage, ValkeyImageSpec, ValkeyRole, ValkeyRoleSpec};
+use crate::driver::fred::FredDriver;
+use crate::driver::{Credentials, DriverConfig};
+use crate::resolve::Catalog;
+use crate::settings::Settings;
+use crate::telemetry::Metrics;
+
+/// Field manager for server-side apply, one per controller.
+pub const CLUSTER_MANAGER: &str = "valkey-operator/cluster";
+pub const NODE_MANAGER: &str = "valkey-operator/node";
+
+/// The platform team's menu as the reflector stores hold it: resolution reads memory, not
+/// the API, on every reconcile.
+#[derive(Clone)]
+pub struct StoreCatalog {
+    pub configs: Store<ValkeyConfig>,
+    pub images: Store<ValkeyImage>,
+    pub roles: Store<ValkeyRole>,
+}
+
+impl Catalog for StoreCatalog {
+    fn config(&self, name: &str) -> Option<ValkeyConfigSpec> {
+        self.configs.get(&ObjectRef::new(name)).map(|c| c.spec.clone())
+    }
+    fn image(&self, name: &str) -> Option<ValkeyImageSpec> {
+        self.images.get(&ObjectRef::new(name)).map(|i| i.spec.clone())
+    }
+    fn role(&self, name: &str) -> Option<ValkeyRoleSpec> {
+        self.roles.get(&ObjectRef::new(name)).map(|r| r.spec.clone())
+    }
+}
+
+/// Everything a reconcile needs.
+pub struct Context {
+    pub client: Client,
+    pub catalog: StoreCatalog,
+    pub settings: Settings,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// One driver per Valkey cluster (each has its own operator password).
+    drivers: Mutex<HashMap<String, (String, Arc<FredDriver>)>>,
+}
+
+impl Context {
+    pub fn new(client: Client, catalog: StoreCatalog, settings: Settings, metrics: Arc<Metrics>) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter { controller: "valkey-operator".into(), instance: std::env::var("POD_NAME").ok() },
+        );
+        Context { client, catalog, settings, recorder, metrics, drivers: Mutex::new(HashMap::new()) }
+    }
+
+    /// The driver for a cluster, authenticated as the operator's ACL user.
+    pub async fn driver(&self, key: &str, password: &str) -> Arc<FredDriver> {
+        let mut drivers = self.drivers.lock().await;
+        if let Some((known, driver)) = drivers.get(key)
+            && known == password
+        {
+            return driver.clone();
+        }
+        let mut config = DriverConfig::new(Credentials {
+            username: crate::api::constants::OPERATOR_ACL_USERNAME.to_string(),
+            password: password.to_string(),
+        });
+        config.connect_timeout = Duration::from_secs(3);
+        config.command_timeout = Duration::from_secs(10);
+        let driver = Arc::new(FredDriver::new(config));
+        drivers.insert(key.to_string(), (password.to_string(), driver.clone()));
+        driver
+    }
+
+    pub async fn forget_driver(&self, key: &str) {
+        self.drivers.lock().await.remove(key);
+    }
+}
+
+/// Why a reconcile failed. Each variant has a metric label.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("Valkey: {0}")]
+    Driver(#[from] crate::driver::DriverError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Error {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Driver(_) => "valkey",
+            Error::Invalid(_) => "invalid",
+        }
+    }
+}
+
+/// Namespace/name key of an object.
+pub fn object_key<K: ResourceExt>(obj: &K) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}

@@ -1,0 +1,76 @@
+//! Names and labels of everything the operator creates for a ValkeyCluster. One place, so the
+//! builders, the controllers and the tests agree.
+
+use std::collections::BTreeMap;
+
+use crate::api::constants::{
+    APP_NAME, LABEL_APP_COMPONENT, LABEL_APP_INSTANCE, LABEL_APP_MANAGED_BY, LABEL_APP_NAME,
+    LABEL_CLUSTER, LABEL_NODE, LABEL_SHARD, MANAGER,
+};
+
+/// Client Service: `<cluster>`.
+pub fn client_service(cluster: &str) -> String {
+    cluster.to_string()
+}
+
+/// Headless Service giving each member a stable DNS name: `<cluster>-nodes`.
+pub fn headless_service(cluster: &str) -> String {
+    format!("{cluster}-nodes")
+}
+
+/// Secret with the ACL file and replication credentials, mounted into every pod.
+pub fn acl_secret(cluster: &str) -> String {
+    format!("{cluster}-acl")
+}
+
+/// Secret with the passwords of the operator's own ACL users (generated once).
+pub fn operator_secret(cluster: &str) -> String {
+    format!("{cluster}-operator")
+}
+
+/// PodDisruptionBudget: `<cluster>`.
+pub fn pdb(cluster: &str) -> String {
+    cluster.to_string()
+}
+
+/// ConfigMap with one member's valkey.conf.
+pub fn member_config(node: &str) -> String {
+    format!("{node}-config")
+}
+
+/// DNS name a member announces: `<pod>.<cluster>-nodes.<ns>.svc.cluster.local`.
+pub fn member_hostname(node: &str, cluster: &str, namespace: &str) -> String {
+    format!("{node}.{}.{namespace}.svc.cluster.local", headless_service(cluster))
+}
+
+/// Labels on every object of a cluster.
+pub fn cluster_labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_APP_NAME.to_string(), APP_NAME.to_string()),
+        (LABEL_APP_INSTANCE.to_string(), cluster.to_string()),
+        (LABEL_APP_COMPONENT.to_string(), component.to_string()),
+        (LABEL_APP_MANAGED_BY.to_string(), MANAGER.to_string()),
+        (LABEL_CLUSTER.to_string(), cluster.to_string()),
+    ])
+}
+
+/// Labels selecting a cluster's member pods.
+pub fn member_selector(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_CLUSTER.to_string(), cluster.to_string()),
+        (LABEL_APP_COMPONENT.to_string(), "member".to_string()),
+    ])
+}
+
+/// Labels of one member (ValkeyNode and its pod).
+pub fn member_labels(cluster: &str, shard: usize, node: &str) -> BTreeMap<String, String> {
+    let mut labels = cluster_labels(cluster, "member");
+    labels.insert(LABEL_SHARD.to_string(), shard.to_string());
+    labels.insert(LABEL_NODE.to_string(), node.to_string());
+    labels
+}
+
+/// `k=v,k=v` selector string for list/watch calls.
+pub fn selector_string(labels: &BTreeMap<String, String>) -> String {
+    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}

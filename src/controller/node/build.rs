@@ -1,0 +1,235 @@
+//! Build step of the ValkeyNode pipeline (pure): the member's ConfigMap (rendered valkey.conf)
+//! and its Pod, from the node's immutable spec.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Resource;
+use kube::api::ObjectMeta;
+use serde_json::json;
+
+use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_SPEC_HASH};
+use crate::api::{ValkeyNode, ZoneSpread};
+use crate::controller::names;
+use crate::resolve::conf::{MemberConf, paths, render_valkey_conf, sha256_hex};
+
+/// Annotation on the pod: hash of the valkey.conf it was started with.
+pub const CONFIG_HASH_ANNOTATION: &str = "valkey.gomomento.com/config-hash";
+/// ConfigMap key holding valkey.conf.
+pub const CONFIG_KEY: &str = "valkey.conf";
+
+fn identity(node: &ValkeyNode) -> (String, String, String) {
+    (
+        node.metadata.name.clone().unwrap_or_default(),
+        node.metadata.namespace.clone().unwrap_or_default(),
+        node.spec.cluster_name.clone(),
+    )
+}
+
+fn owned_meta(node: &ValkeyNode, name: String) -> ObjectMeta {
+    let (node_name, namespace, cluster) = identity(node);
+    let mut labels = names::member_labels(&cluster, node.spec.shard as usize, &node_name);
+    if let Some(hash) = node.metadata.labels.as_ref().and_then(|l| l.get(LABEL_SPEC_HASH)) {
+        labels.insert(LABEL_SPEC_HASH.to_string(), hash.clone());
+    }
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace),
+        labels: Some(labels),
+        owner_references: Some(vec![node.controller_owner_ref(&()).expect("a ValkeyNode read from the API has a uid")]),
+        ..Default::default()
+    }
+}
+
+/// valkey.conf for this member.
+pub fn valkey_conf(node: &ValkeyNode) -> String {
+    let (node_name, namespace, cluster) = identity(node);
+    render_valkey_conf(&MemberConf {
+        settings: &node.spec.valkey,
+        announce_hostname: names::member_hostname(&node_name, &cluster, &namespace),
+        tls: node.spec.tls_secret_ref.is_some(),
+    })
+}
+
+pub fn config_map(node: &ValkeyNode) -> ConfigMap {
+    let node_name = node.metadata.name.clone().unwrap_or_default();
+    ConfigMap {
+        metadata: owned_meta(node, names::member_config(&node_name)),
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), valkey_conf(node))])),
+        ..Default::default()
+    }
+}
+
+/// The member's pod. Its name is the ValkeyNode's; it is owned by the ValkeyNode, so deleting
+/// the node deletes the pod. `pod_annotations` are the cluster's `spec.podAnnotations`.
+pub fn pod(node: &ValkeyNode, pod_annotations: &BTreeMap<String, String>) -> Pod {
+    let (node_name, _namespace, cluster) = identity(node);
+    let mut meta = owned_meta(node, node_name.clone());
+    let mut annotations = pod_annotations.clone();
+    annotations.insert(CONFIG_HASH_ANNOTATION.to_string(), sha256_hex(valkey_conf(node))[..12].to_string());
+    meta.annotations = Some(annotations);
+
+    let shard_selector = json!({"matchLabels": {
+        crate::api::constants::LABEL_CLUSTER: cluster,
+        crate::api::constants::LABEL_SHARD: node.spec.shard.to_string(),
+    }});
+    let zone_spread = node.spec.placement.zone_spread.unwrap_or(ZoneSpread::BestEffort);
+    let mut spread = vec![
+        // Members of a shard on different hosts where possible (primary and replica apart).
+        json!({"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": shard_selector}),
+        json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": zone_spread.when_unsatisfiable(), "labelSelector": shard_selector}),
+    ];
+    if zone_spread == ZoneSpread::Required {
+        spread.push(json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": names::member_selector(&cluster)}}));
+    }
+    let affinity = (!node.spec.placement.zones.is_empty()).then(|| {
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": node.spec.placement.zones}]}
+        ]}}})
+    });
+    let resources: BTreeMap<&str, &String> = [
+        ("cpu", node.spec.resources.cpu.as_ref()),
+        ("memory", node.spec.resources.memory.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .collect();
+
+    let mut volumes = vec![
+        json!({"name": "config", "configMap": {"name": names::member_config(&node_name)}}),
+        json!({"name": "acl", "secret": {"secretName": names::acl_secret(&cluster)}}),
+        json!({"name": "data", "emptyDir": {}}),
+    ];
+    let mut mounts = vec![
+        json!({"name": "config", "mountPath": paths::CONFIG_DIR, "readOnly": true}),
+        json!({"name": "acl", "mountPath": paths::ACL_DIR, "readOnly": true}),
+        json!({"name": "data", "mountPath": paths::DATA_DIR}),
+    ];
+    if let Some(secret) = &node.spec.tls_secret_ref {
+        volumes.push(json!({"name": "tls", "secret": {"secretName": secret}}));
+        mounts.push(json!({"name": "tls", "mountPath": paths::TLS_DIR, "readOnly": true}));
+    }
+
+    let spec = json!({
+        "hostname": node_name,
+        "subdomain": names::headless_service(&cluster),
+        "enableServiceLinks": false,
+        "automountServiceAccountToken": false,
+        "terminationGracePeriodSeconds": 30,
+        "restartPolicy": "Always",
+        "nodeSelector": node.spec.placement.node_selector,
+        "affinity": affinity,
+        "topologySpreadConstraints": spread,
+        "containers": [{
+            "name": "valkey",
+            "image": node.spec.image,
+            // The pod IP is only known at run time: announce it on the command line.
+            "command": ["valkey-server", paths::CONFIG_FILE, "--cluster-announce-ip", "$(POD_IP)"],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "ports": [
+                {"name": "valkey", "containerPort": CLIENT_PORT},
+                {"name": "cluster-bus", "containerPort": CLUSTER_BUS_PORT},
+            ],
+            "resources": {"requests": resources, "limits": resources},
+            "readinessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "periodSeconds": 2, "failureThreshold": 3},
+            "livenessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 6},
+            "volumeMounts": mounts,
+        }],
+        "volumes": volumes,
+    });
+    Pod { metadata: meta, spec: Some(serde_json::from_value(spec).expect("valid pod spec")), status: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NodePlacement, Resources, ValkeyNodeSpec};
+
+    fn node(zone_spread: ZoneSpread, zones: &[&str]) -> ValkeyNode {
+        let mut n = ValkeyNode::new(
+            "my-cluster-1-0",
+            ValkeyNodeSpec {
+                cluster_name: "my-cluster".into(),
+                shard: 1,
+                role_hint: None,
+                config_ref: "standard".into(),
+                image_ref: "valkey-9-0".into(),
+                image: "valkey/valkey:9.0.0".into(),
+                version: "9.0.0".into(),
+                resources: Resources { cpu: Some("1".into()), memory: Some("2Gi".into()) },
+                valkey: BTreeMap::from([("maxmemory".to_string(), "1500mb".to_string())]),
+                config_hash: None,
+                placement: NodePlacement {
+                    zones: zones.iter().map(|z| z.to_string()).collect(),
+                    node_selector: BTreeMap::from([("disk".to_string(), "ssd".to_string())]),
+                    zone_spread: Some(zone_spread),
+                },
+                tls_secret_ref: None,
+            },
+        );
+        n.metadata.namespace = Some("my-app".into());
+        n.metadata.uid = Some("uid-n".into());
+        n
+    }
+
+    #[test]
+    fn pod_runs_the_node_image_with_its_config_and_resources() {
+        let p = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new());
+        let spec = p.spec.unwrap();
+        let c = &spec.containers[0];
+        assert_eq!(c.image.as_deref(), Some("valkey/valkey:9.0.0"));
+        assert_eq!(c.command.as_ref().unwrap()[1], "/etc/valkey/valkey.conf");
+        let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert_eq!(limits["memory"].0, "2Gi");
+        assert_eq!(spec.node_selector.unwrap()["disk"], "ssd");
+        assert_eq!(spec.subdomain.as_deref(), Some("my-cluster-nodes"));
+    }
+
+    #[test]
+    fn best_effort_spreads_shard_members_softly_over_zones_and_hosts() {
+        let spec = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new()).spec.unwrap();
+        let tsc = spec.topology_spread_constraints.unwrap();
+        assert_eq!(tsc.len(), 2);
+        assert!(tsc.iter().all(|c| c.when_unsatisfiable == "ScheduleAnyway" && c.max_skew == 1));
+        assert!(spec.affinity.is_none());
+    }
+
+    #[test]
+    fn required_spread_is_hard_per_shard_and_soft_cluster_wide() {
+        let spec = pod(&node(ZoneSpread::Required, &[]), &BTreeMap::new()).spec.unwrap();
+        let tsc = spec.topology_spread_constraints.unwrap();
+        let zone: Vec<_> = tsc.iter().filter(|c| c.topology_key == "topology.kubernetes.io/zone").collect();
+        assert_eq!(zone.len(), 2);
+        assert_eq!(zone[0].when_unsatisfiable, "DoNotSchedule");
+        assert_eq!(zone[1].when_unsatisfiable, "ScheduleAnyway");
+        let host = tsc.iter().find(|c| c.topology_key == "kubernetes.io/hostname").unwrap();
+        assert_eq!(host.when_unsatisfiable, "ScheduleAnyway");
+    }
+
+    #[test]
+    fn zones_become_required_node_affinity() {
+        let spec = pod(&node(ZoneSpread::BestEffort, &["zone-a", "zone-b"]), &BTreeMap::new()).spec.unwrap();
+        let terms = spec.affinity.unwrap().node_affinity.unwrap().required_during_scheduling_ignored_during_execution.unwrap();
+        let expr = &terms.node_selector_terms[0].match_expressions.as_ref().unwrap()[0];
+        assert_eq!(expr.key, "topology.kubernetes.io/zone");
+        assert_eq!(expr.values.as_ref().unwrap(), &vec!["zone-a".to_string(), "zone-b".to_string()]);
+    }
+
+    #[test]
+    fn pod_annotations_are_copied_and_config_hash_added() {
+        let p = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::from([("team".to_string(), "a".to_string())]));
+        let a = p.metadata.annotations.unwrap();
+        assert_eq!(a["team"], "a");
+        assert!(a.contains_key(CONFIG_HASH_ANNOTATION));
+    }
+
+    #[test]
+    fn config_map_renders_valkey_conf_with_the_member_hostname() {
+        let cm = config_map(&node(ZoneSpread::BestEffort, &[]));
+        let conf = &cm.data.unwrap()[CONFIG_KEY];
+        assert!(conf.contains("maxmemory 1500mb"));
+        assert!(conf.contains("cluster-announce-hostname my-cluster-1-0.my-cluster-nodes.my-app.svc.cluster.local"));
+        assert_eq!(cm.metadata.name.as_deref(), Some("my-cluster-1-0-config"));
+    }
+}

@@ -1,0 +1,70 @@
+//! ValkeyNode controller: one ConfigMap (valkey.conf) and one Pod per member, both owned by
+//! the ValkeyNode. The node's spec is immutable, so the pod is created once and only its
+//! annotations (the cluster's `podAnnotations`) are patched live.
+
+pub mod build;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::api::{ValkeyCluster, ValkeyNode};
+use crate::controller::{Context, Error, NODE_MANAGER, object_key};
+
+pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let _timer = ctx.metrics.reconcile_timer("node");
+    if node.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change());
+    }
+    let namespace = node.namespace().unwrap_or_default();
+    let name = node.name_any();
+    let clusters: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(cluster) = clusters.get_opt(&node.spec.cluster_name).await? else {
+        // Its cluster is gone; garbage collection removes the node shortly.
+        return Ok(Requeue::await_change());
+    };
+    let annotations = cluster.spec.pod_annotations.clone();
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    let cm = build::config_map(&node);
+    config_maps
+        .patch(cm.metadata.name.as_deref().unwrap_or_default(), &PatchParams::apply(NODE_MANAGER).force(), &Patch::Apply(&cm))
+        .await?;
+
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    match pods.get_opt(&name).await? {
+        None => {
+            let pod = build::pod(&node, &annotations);
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => info!(node = %object_key(node.as_ref()), "created pod"),
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
+            // Live change: add or update the cluster's annotations on the running pod.
+            let current = pod.annotations();
+            let missing: BTreeMap<&String, &String> =
+                annotations.iter().filter(|(k, v)| current.get(*k) != Some(*v)).collect();
+            if !missing.is_empty() {
+                pods.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"annotations": missing}})))
+                    .await?;
+            }
+        }
+        Some(_) => {}
+    }
+    Ok(Requeue::requeue(Duration::from_secs(300)))
+}
+
+pub fn error_policy(node: Arc<ValkeyNode>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    warn!(node = %object_key(node.as_ref()), "reconcile failed: {error}");
+    ctx.metrics.reconcile_failed("node", error.metric_label());
+    Requeue::requeue(Duration::from_secs(5))
+}

@@ -1,0 +1,108 @@
+//! Wiring: reflectors for the menu, the two controllers, and the mapping of menu changes to
+//! every ValkeyCluster whose resolution reads the changed object.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tracing::info;
+
+use crate::api::constants::{LABEL_APP_MANAGED_BY, LABEL_CLUSTER, MANAGER};
+use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
+use crate::controller::cluster::{self, ClusterContext};
+use crate::controller::{Context, StoreCatalog, node};
+use crate::resolve::{MenuRef, menu_refs};
+use crate::settings::Settings;
+use crate::telemetry::Metrics;
+
+/// Clusters whose resolution reads `target`.
+fn clusters_using(clusters: &Store<ValkeyCluster>, catalog: &StoreCatalog, target: &MenuRef) -> Vec<ObjectRef<ValkeyCluster>> {
+    clusters
+        .state()
+        .iter()
+        .filter(|c| menu_refs(catalog, &c.spec.config_ref, &c.spec.acl).contains(target))
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+/// Runs both controllers until shutdown.
+pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+    let wc = watcher::Config::default;
+    let managed = || watcher::Config::default().labels(&format!("{LABEL_APP_MANAGED_BY}={MANAGER}"));
+
+    let (configs, configs_writer) = reflector::store::<ValkeyConfig>();
+    let (images, images_writer) = reflector::store::<ValkeyImage>();
+    let (roles, roles_writer) = reflector::store::<ValkeyRole>();
+    let (nodes, nodes_writer) = reflector::store::<ValkeyNode>();
+    let (pods, pods_writer) = reflector::store::<Pod>();
+    let config_stream = watcher(Api::<ValkeyConfig>::all(client.clone()), wc())
+        .default_backoff()
+        .reflect(configs_writer)
+        .touched_objects();
+    let image_stream = watcher(Api::<ValkeyImage>::all(client.clone()), wc())
+        .default_backoff()
+        .reflect(images_writer)
+        .touched_objects();
+    let role_stream = watcher(Api::<ValkeyRole>::all(client.clone()), wc())
+        .default_backoff()
+        .reflect(roles_writer)
+        .touched_objects();
+    let node_stream = watcher(Api::<ValkeyNode>::all(client.clone()), wc())
+        .default_backoff()
+        .reflect(nodes_writer)
+        .touched_objects();
+    let pod_stream = watcher(Api::<Pod>::all(client.clone()), managed())
+        .default_backoff()
+        .reflect(pods_writer)
+        .touched_objects();
+
+    let catalog = StoreCatalog { configs: configs.clone(), images: images.clone(), roles: roles.clone() };
+    let ctx = Arc::new(Context::new(client.clone(), catalog.clone(), settings, metrics.clone()));
+
+    let cluster_controller = Controller::new(Api::<ValkeyCluster>::all(client.clone()), wc());
+    let clusters = cluster_controller.store();
+    let (c1, c2, c3) = (clusters.clone(), clusters.clone(), clusters.clone());
+    let (k1, k2, k3) = (catalog.clone(), catalog.clone(), catalog.clone());
+    let cluster_controller = cluster_controller
+        .owns_stream(node_stream)
+        .owns(Api::<Service>::all(client.clone()), managed())
+        .owns(Api::<Secret>::all(client.clone()), managed())
+        .owns(Api::<PodDisruptionBudget>::all(client.clone()), managed())
+        .watches_stream(pod_stream, |pod: Pod| {
+            let namespace = pod.namespace().unwrap_or_default();
+            pod.labels().get(LABEL_CLUSTER).map(|c| ObjectRef::new(c).within(&namespace))
+        })
+        .watches_stream(config_stream, move |c: ValkeyConfig| clusters_using(&c1, &k1, &MenuRef::Config(c.name_any())))
+        .watches_stream(image_stream, move |i: ValkeyImage| clusters_using(&c2, &k2, &MenuRef::Image(i.name_any())))
+        .watches_stream(role_stream, move |r: ValkeyRole| clusters_using(&c3, &k3, &MenuRef::Role(r.name_any())))
+        .shutdown_on_signal();
+    let cluster_ctx = Arc::new(ClusterContext { ctx: ctx.clone(), nodes: nodes.clone(), pods: pods.clone() });
+
+    let node_controller = Controller::new(Api::<ValkeyNode>::all(client.clone()), wc())
+        .owns(Api::<Pod>::all(client.clone()), managed())
+        .owns(Api::<ConfigMap>::all(client.clone()), managed())
+        .shutdown_on_signal();
+
+    // Ready once every store the resolver reads has its initial list.
+    let ready_metrics = metrics.clone();
+    let (r1, r2, r3, r4, r5) = (configs.clone(), images.clone(), roles.clone(), nodes.clone(), pods.clone());
+    tokio::spawn(async move {
+        let _ = tokio::join!(r1.wait_until_ready(), r2.wait_until_ready(), r3.wait_until_ready(), r4.wait_until_ready(), r5.wait_until_ready());
+        ready_metrics.ready.store(true, Ordering::Relaxed);
+        info!("caches synced; reconciling");
+    });
+
+    let clusters_done = cluster_controller
+        .run(cluster::reconcile, cluster::error_policy, cluster_ctx)
+        .for_each(|_| futures::future::ready(()));
+    let nodes_done = node_controller
+        .run(node::reconcile, node::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+    tokio::join!(clusters_done, nodes_done);
+    Ok(())
+}

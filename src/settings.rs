@@ -1,0 +1,94 @@
+//! Operator settings from the `valkey-operator-config` ConfigMap: every key optional, built-in
+//! defaults, and an invalid value stops the operator at startup with a message naming the key.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client};
+
+use crate::api::ZoneSpread;
+
+/// Name of the settings ConfigMap in the operator's namespace.
+pub const SETTINGS_CONFIGMAP: &str = "valkey-operator-config";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Zone spread for clusters that do not set `placement.zoneSpread`.
+    pub default_zone_spread: ZoneSpread,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { default_zone_spread: ZoneSpread::BestEffort }
+    }
+}
+
+/// Keys this version understands.
+const KNOWN_KEYS: &[&str] = &["defaultZoneSpread"];
+
+impl Settings {
+    /// Parses the ConfigMap's data. Unknown keys are errors too: a typo must not silently
+    /// fall back to a default.
+    pub fn from_data(data: &BTreeMap<String, String>) -> Result<Settings, String> {
+        let mut settings = Settings::default();
+        for (key, value) in data {
+            match key.as_str() {
+                "defaultZoneSpread" => {
+                    settings.default_zone_spread = value.trim().parse().map_err(|e| {
+                        format!("{SETTINGS_CONFIGMAP}: key defaultZoneSpread: {e}; fix the ConfigMap and restart")
+                    })?;
+                }
+                other => {
+                    return Err(format!(
+                        "{SETTINGS_CONFIGMAP}: unknown key {other:?}; known keys: {}",
+                        KNOWN_KEYS.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(settings)
+    }
+
+    /// Reads the ConfigMap (absent: all defaults).
+    pub async fn load(client: Client, namespace: &str) -> Result<Settings, String> {
+        let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+        match api.get_opt(SETTINGS_CONFIGMAP).await {
+            Ok(Some(cm)) => Settings::from_data(&cm.data.unwrap_or_default()),
+            Ok(None) => Ok(Settings::default()),
+            Err(e) => Err(format!("cannot read ConfigMap {namespace}/{SETTINGS_CONFIGMAP}: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn every_key_is_optional() {
+        assert_eq!(Settings::from_data(&data(&[])).unwrap(), Settings::default());
+    }
+
+    #[test]
+    fn default_zone_spread_parses() {
+        let s = Settings::from_data(&data(&[("defaultZoneSpread", "required")])).unwrap();
+        assert_eq!(s.default_zone_spread, ZoneSpread::Required);
+    }
+
+    #[test]
+    fn an_invalid_value_names_the_key_and_the_allowed_values() {
+        let err = Settings::from_data(&data(&[("defaultZoneSpread", "always")])).unwrap_err();
+        assert!(err.contains("defaultZoneSpread"), "{err}");
+        assert!(err.contains("bestEffort or required"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused() {
+        let err = Settings::from_data(&data(&[("defaultZoneSpred", "required")])).unwrap_err();
+        assert!(err.contains("unknown key \"defaultZoneSpred\""), "{err}");
+    }
+}

@@ -1,0 +1,177 @@
+//! Logging setup, Prometheus metrics, and the admin server (/metrics, /healthz, /readyz).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    pub controller: String,
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    pub action: String,
+}
+
+/// The operator's metrics. Names follow the words used in the API and docs.
+pub struct Metrics {
+    registry: Registry,
+    pub reconciles: Family<ControllerLabel, Counter>,
+    pub reconcile_errors: Family<ErrorLabel, Counter>,
+    pub reconcile_duration: Family<ControllerLabel, Histogram>,
+    pub clusters: Family<StateLabel, Gauge>,
+    pub topology_actions: Family<ActionLabel, Counter>,
+    pub failovers: Counter,
+    pub slot_migrations: Counter,
+    pub rollouts_in_progress: Gauge,
+    pub ready: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("valkey_operator");
+        let reconciles = Family::<ControllerLabel, Counter>::default();
+        registry.register("reconciles", "Reconciles run, per controller", reconciles.clone());
+        let reconcile_errors = Family::<ErrorLabel, Counter>::default();
+        registry.register("reconcile_errors", "Reconciles that failed, per controller and error kind", reconcile_errors.clone());
+        let reconcile_duration = Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.005, 2.0, 14))
+        });
+        registry.register("reconcile_duration_seconds", "Reconcile duration, per controller", reconcile_duration.clone());
+        let clusters = Family::<StateLabel, Gauge>::default();
+        registry.register("clusters", "ValkeyClusters per state", clusters.clone());
+        let topology_actions = Family::<ActionLabel, Counter>::default();
+        registry.register("topology_actions", "Topology actions taken (meet, assign slots, replicate, ...)", topology_actions.clone());
+        let failovers = Counter::default();
+        registry.register("failovers", "Failovers the operator initiated", failovers.clone());
+        let slot_migrations = Counter::default();
+        registry.register("slot_migrations", "Slot migrations started", slot_migrations.clone());
+        let rollouts_in_progress = Gauge::default();
+        registry.register("rollouts_in_progress", "Rolling replacements in progress", rollouts_in_progress.clone());
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            clusters,
+            topology_actions,
+            failovers,
+            slot_migrations,
+            rollouts_in_progress,
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Times a reconcile until the guard drops.
+    pub fn reconcile_timer(&self, controller: &str) -> ReconcileTimer<'_> {
+        let label = ControllerLabel { controller: controller.to_string() };
+        self.reconciles.get_or_create(&label).inc();
+        ReconcileTimer { metrics: self, label, start: Instant::now() }
+    }
+
+    pub fn reconcile_failed(&self, controller: &str, error: &str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabel { controller: controller.to_string(), error: error.to_string() })
+            .inc();
+    }
+
+    pub fn action(&self, action: &str) {
+        self.topology_actions.get_or_create(&ActionLabel { action: action.to_string() }).inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encoding to a String cannot fail");
+        out
+    }
+}
+
+pub struct ReconcileTimer<'a> {
+    metrics: &'a Metrics,
+    label: ControllerLabel,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics.reconcile_duration.get_or_create(&self.label).observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+/// Serves /metrics, /healthz and /readyz (ready once the controllers' caches are synced).
+pub async fn serve_admin(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
+    async fn metrics_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+        ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.encode())
+    }
+    async fn ready_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+        if m.ready.load(Ordering::Relaxed) { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "caches syncing") }
+    }
+    let app = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready_handler))
+        .with_state(metrics);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, app).await
+}
+
+/// JSON or human logs, filtered by RUST_LOG (default info).
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn,fred=warn"));
+    let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f == "json");
+    if json {
+        tracing_subscriber::fmt().with_env_filter(filter).json().init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconcile_metrics_are_exported_per_controller() {
+        let m = Metrics::new();
+        {
+            let _t = m.reconcile_timer("cluster");
+        }
+        m.reconcile_failed("cluster", "kube");
+        let text = m.encode();
+        assert!(text.contains("valkey_operator_reconciles_total{controller=\"cluster\"} 1"), "{text}");
+        assert!(text.contains("valkey_operator_reconcile_errors_total{controller=\"cluster\",error=\"kube\"} 1"));
+        assert!(text.contains("valkey_operator_reconcile_duration_seconds_count{controller=\"cluster\"} 1"));
+    }
+}
