@@ -332,6 +332,8 @@ pub struct Formation {
     pub primaries: Vec<(MemberAddr, NodeId)>,
     /// Replicas as (replica, its id, id of the primary it follows).
     pub replicas: Vec<(MemberAddr, NodeId, NodeId)>,
+    /// Time spent per phase (`slots+meet`, `gossip`, `replicate+sync`), for benchmarks.
+    pub phases: Vec<(&'static str, Duration)>,
 }
 
 /// Forms a cluster from fresh members with driver calls only: the first `shards` members
@@ -350,6 +352,8 @@ pub async fn form_cluster(
         ));
     }
     let e = |e: super::DriverError| e.to_string();
+    let mut phases = Vec::new();
+    let mut phase_start = Instant::now();
     let mut ids = Vec::with_capacity(members.len());
     for m in members {
         ids.push(driver.my_id(m).await.map_err(e)?);
@@ -368,6 +372,8 @@ pub async fn form_cluster(
             .await
             .map_err(e)?;
     }
+    phases.push(("slots+meet", phase_start.elapsed()));
+    phase_start = Instant::now();
     // Everyone must know everyone (no handshake left) before REPLICATE can name a primary.
     let n = members.len();
     wait_for("every member to know every other", timeout, || async {
@@ -382,6 +388,8 @@ pub async fn form_cluster(
     })
     .await?;
 
+    phases.push(("gossip", phase_start.elapsed()));
+    phase_start = Instant::now();
     let primaries: Vec<(MemberAddr, NodeId)> = members[..shards]
         .iter()
         .cloned()
@@ -417,8 +425,10 @@ pub async fn form_cluster(
         Ok(())
     })
     .await?;
+    phases.push(("replicate+sync", phase_start.elapsed()));
     Ok(Formation {
         primaries,
         replicas,
+        phases,
     })
 }
