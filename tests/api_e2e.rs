@@ -177,18 +177,53 @@ fn apply(object: &Value) -> Out {
 fn every_sample_applies_cleanly_and_is_listed_in_the_valkey_category() {
     setup();
     let samples = repo().join("manifests/samples");
-    let out = kubectl(&["create", "-f", samples.to_str().unwrap()], None);
-    let cleanup = || {
-        kubectl(
-            &[
-                "delete",
-                "-f",
-                samples.to_str().unwrap(),
-                "--ignore-not-found",
-                "--wait=false",
-            ],
+    let samples = samples.to_str().unwrap();
+    // The samples have fixed names and the cluster is shared: wait out a previous run's
+    // namespace deletion, and only delete afterwards what this test created.
+    for _ in 0..120 {
+        let phase = kubectl(
+            &["get", "ns", "my-app", "-o", "jsonpath={.status.phase}"],
             None,
         );
+        if !phase.stdout.contains("Terminating") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let existing = kubectl(
+        &["get", "-f", samples, "-o", "name", "--ignore-not-found"],
+        None,
+    )
+    .stdout;
+    let out = kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=valkey-api-e2e",
+            "-f",
+            samples,
+        ],
+        None,
+    );
+    let created: Vec<String> = kubectl(
+        &["get", "-f", samples, "-o", "name", "--ignore-not-found"],
+        None,
+    )
+    .stdout
+    .lines()
+    .filter(|name| !existing.lines().any(|e| e == *name))
+    .map(str::to_string)
+    .collect();
+    let cleanup = || {
+        for name in created.iter().rev() {
+            let (kind, object) = name.split_once('/').unwrap();
+            let namespaced = kind.starts_with("valkeycluster");
+            let mut args = vec!["delete", kind, object, "--ignore-not-found", "--wait=false"];
+            if namespaced {
+                args.extend(["-n", "my-app"]);
+            }
+            kubectl(&args, None);
+        }
     };
     if !out.ok {
         cleanup();
