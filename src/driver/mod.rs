@@ -390,3 +390,80 @@ pub trait ClusterDriver: Send + Sync {
     /// Drops any cached connection to the member (e.g. once it has left the cluster).
     fn disconnect<'a>(&'a self, member: &'a MemberAddr) -> BoxFuture<'a, ()>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_driver_is_object_safe_and_shareable() {
+        fn shareable<T: Send + Sync + ?Sized>() {}
+        shareable::<dyn ClusterDriver>();
+        let driver: std::sync::Arc<dyn ClusterDriver> =
+            std::sync::Arc::new(FredDriver::new(DriverConfig::new(Credentials {
+                username: "operator".into(),
+                password: "secret".into(),
+            })));
+        drop(driver);
+    }
+
+    #[test]
+    fn member_addresses_round_trip() {
+        let a: MemberAddr = "10.0.0.1:6379".parse().unwrap();
+        assert_eq!(a, MemberAddr::new("10.0.0.1", 6379));
+        assert_eq!(a.to_string(), "10.0.0.1:6379");
+        let v6: MemberAddr = "[fd00::1]:6379".parse().unwrap();
+        assert_eq!(v6.host, "fd00::1");
+        assert_eq!(v6.to_string(), "[fd00::1]:6379");
+        assert!("no-port".parse::<MemberAddr>().is_err());
+        assert!("host:port".parse::<MemberAddr>().is_err());
+    }
+
+    #[test]
+    fn errors_name_member_and_command_and_hide_secrets() {
+        let err = DriverError {
+            member: MemberAddr::new("10.0.0.1", 6379),
+            command: "CLUSTER REPLICATE".into(),
+            kind: DriverErrorKind::Server("ERR Unknown node abc".into()),
+        };
+        assert_eq!(
+            err.to_string(),
+            "valkey member 10.0.0.1:6379: CLUSTER REPLICATE failed: ERR Unknown node abc"
+        );
+        assert!(!err.is_transient());
+        assert_eq!(err.metric_label(), "server");
+        assert_eq!(err.server_message(), Some("ERR Unknown node abc"));
+        let timeout = DriverError {
+            kind: DriverErrorKind::Timeout(Duration::from_secs(10)),
+            ..err
+        };
+        assert!(timeout.is_transient());
+        assert!(timeout.to_string().contains("no reply within 10s"));
+        let creds = Credentials {
+            username: "operator".into(),
+            password: "hunter2".into(),
+        };
+        assert!(!format!("{creds:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn fred_replies_convert_to_client_independent_replies() {
+        use ::fred::types::Value;
+        let map: ::fred::types::Map = [("k", Value::Integer(1))].into_iter().collect();
+        let value = Value::Array(vec![
+            Value::String("OK".into()),
+            Value::Bytes(b"raw".to_vec().into()),
+            Value::Null,
+            Value::Map(map),
+        ]);
+        assert_eq!(
+            fred::to_reply(value),
+            parse::Reply::Array(vec![
+                parse::Reply::Text("OK".into()),
+                parse::Reply::Text("raw".into()),
+                parse::Reply::Nil,
+                parse::Reply::Map(vec![(parse::Reply::Text("k".into()), parse::Reply::Int(1))]),
+            ])
+        );
+    }
+}
