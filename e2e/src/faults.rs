@@ -160,6 +160,41 @@ impl PodRef {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Opens a TCP connection *from inside this pod's network namespace* to `dst`, sends
+    /// `request` (if not empty) and returns what arrives until `timeout` or EOF. Used to
+    /// check pod-to-pod reachability (e.g. `b"PING\r\n"` to a Valkey port).
+    pub fn tcp_request(
+        &self,
+        dst: std::net::SocketAddr,
+        request: &[u8],
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<Vec<u8>> {
+        let ns_path = PathBuf::from("/run/netns").join(self.netns()?);
+        let request = request.to_vec();
+        // setns(2) applies to the calling thread only: do it on a fresh thread.
+        std::thread::spawn(move || -> anyhow::Result<Vec<u8>> {
+            use std::io::{Read, Write};
+            let f = std::fs::File::open(&ns_path)
+                .with_context(|| format!("opening {}", ns_path.display()))?;
+            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
+            let mut s = std::net::TcpStream::connect_timeout(&dst, timeout)
+                .with_context(|| format!("connect {dst}"))?;
+            s.set_read_timeout(Some(timeout))?;
+            s.set_write_timeout(Some(timeout))?;
+            if !request.is_empty() {
+                s.write_all(&request)?;
+            }
+            let mut buf = vec![0u8; 4096];
+            let n = s
+                .read(&mut buf)
+                .with_context(|| format!("read from {dst}"))?;
+            buf.truncate(n);
+            Ok(buf)
+        })
+        .join()
+        .map_err(|_| anyhow!("tcp_request thread panicked"))?
+    }
+
     fn ip_in_ns(&self, args: &[&str]) -> anyhow::Result<()> {
         let ns = self.netns()?;
         run(Command::new("ip").args(["-n", &ns]).args(args))?;

@@ -8,5 +8,6 @@
 //! * [`state`]: the on-disk layout both of them share.
 
 pub mod faults;
+pub mod harness;
 pub mod kubelet;
 pub mod state;

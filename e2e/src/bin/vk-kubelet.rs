@@ -67,6 +67,7 @@ fn main() {
                 .unwrap_or_else(|_| "info,kube=warn,hyper=warn,tower=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let res = rt.block_on(async move {

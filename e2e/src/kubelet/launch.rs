@@ -12,7 +12,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
+use std::os::fd::AsRawFd;
+
+use nix::fcntl::OFlag;
 use nix::mount::{MsFlags, mount};
+use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 
 use super::volumes::MountSpec;
@@ -45,14 +49,11 @@ pub fn resolve_in_path(cmd: &str, env: &[(String, String)]) -> Option<PathBuf> {
         })
 }
 
-fn ensure_mount_point(source: &Path, target: &Path) -> anyhow::Result<()> {
+fn ensure_mount_point(is_dir: bool, target: &Path) -> anyhow::Result<()> {
     if target.exists() || target.symlink_metadata().is_ok() {
         return Ok(());
     }
-    if std::fs::metadata(source)
-        .map(|m| m.is_dir())
-        .unwrap_or(true)
-    {
+    if is_dir {
         std::fs::create_dir_all(target)?;
     } else {
         if let Some(p) = target.parent() {
@@ -74,11 +75,24 @@ pub fn exec_container(spec_path: &Path) -> anyhow::Error {
 fn exec_inner(spec_path: &Path) -> anyhow::Result<std::convert::Infallible> {
     let spec: LaunchSpec =
         serde_json::from_slice(&std::fs::read(spec_path).context("reading launch spec")?)?;
+    // Open every source before mounting anything: a mount may hide later sources (an
+    // emptyDir at /work hides a state dir under /work/...). Binding from /proc/self/fd/N
+    // uses the already-resolved file.
+    let mut sources = Vec::new();
     for m in &spec.mounts {
-        ensure_mount_point(&m.source, &m.target)
+        let fd = nix::fcntl::open(&m.source, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+            .with_context(|| format!("opening volume source {}", m.source.display()))?;
+        let is_dir = std::fs::metadata(&m.source)
+            .map(|md| md.is_dir())
+            .unwrap_or(true);
+        sources.push((fd, is_dir));
+    }
+    for (m, (fd, is_dir)) in spec.mounts.iter().zip(&sources) {
+        ensure_mount_point(*is_dir, &m.target)
             .with_context(|| format!("creating mount point {}", m.target.display()))?;
+        let src = format!("/proc/self/fd/{}", fd.as_raw_fd());
         mount(
-            Some(&m.source),
+            Some(src.as_str()),
             &m.target,
             None::<&str>,
             MsFlags::MS_BIND | MsFlags::MS_REC,

@@ -160,7 +160,13 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         gates.insert(d.name.clone(), rx);
     }
     let (changes, _) = broadcast::channel(1024);
+    // After a rebuild the running binary's /proc/self/exe reads "<path> (deleted)"; the new
+    // file at the same path is the one to exec.
     let exe = std::env::current_exe().context("locating our own executable")?;
+    let exe = match exe.to_string_lossy().strip_suffix(" (deleted)") {
+        Some(p) => PathBuf::from(p),
+        None => exe,
+    };
     let shared = Arc::new(Shared {
         client: client.clone(),
         state: state.clone(),

@@ -245,7 +245,9 @@ pub async fn run_pod(shared: Arc<Shared>, pod: Pod, mut rx: watch::Receiver<PodM
         .as_ref()
         .map(|_| End::Deleted(pod.metadata.deletion_grace_period_seconds.unwrap_or(0)));
 
-    let status_task = tokio::spawn(status_loop(ctx.clone()));
+    // A finished pod's status is final (the apiserver rejects un-terminating containers),
+    // and a pod deleted before it ran has nothing to report.
+    let status_task = (!terminal && end.is_none()).then(|| tokio::spawn(status_loop(ctx.clone())));
     let refresh_task = tokio::spawn(refresh_loop(ctx.clone()));
     let main_task = (!terminal && end.is_none()).then(|| {
         tracing::info!(pod = %format!("{ns}/{name}"), %node, %uid, "starting pod");
@@ -304,8 +306,8 @@ pub async fn run_pod(shared: Arc<Shared>, pod: Pod, mut rx: watch::Receiver<PodM
         let _ = t.await;
     }
     refresh_task.abort();
-    if !matches!(end, End::Shutdown) || shared.shutdown.is_cancelled() {
-        status_task.abort();
+    if let Some(t) = status_task {
+        t.abort();
     }
     kill_leftovers(&dir, &uid);
     network::teardown_pod_network(&uid).await;

@@ -1,0 +1,132 @@
+//! Helpers for end-to-end tests against the running local cluster: a client from the admin
+//! kubeconfig, throwaway namespaces, polling with deadlines, kubectl.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+use crate::state::lc_dir;
+
+/// The admin kubeconfig: `$KUBECONFIG` if set, else `$LC_DIR/kubeconfig`.
+pub fn kubeconfig_path() -> PathBuf {
+    std::env::var_os("KUBECONFIG").map(PathBuf::from).unwrap_or_else(|| lc_dir().join("kubeconfig"))
+}
+
+/// A client for the local cluster; fails with a hint when it is not up.
+pub async fn client() -> anyhow::Result<Client> {
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .with_context(|| format!("no kubeconfig at {} — is the local cluster up? run `make up`", path.display()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let client = Client::try_from(config)?;
+    client
+        .apiserver_version()
+        .await
+        .context("the local cluster's API server does not answer — run `make up`")?;
+    Ok(client)
+}
+
+/// kubectl of the pinned version (falls back to the one on PATH).
+pub fn kubectl() -> Command {
+    let cache = std::env::var_os("VALKEY_OPERATOR_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache"))
+            .join("valkey-operator")
+    });
+    let pinned = std::fs::read_dir(&cache)
+        .ok()
+        .and_then(|dir| {
+            dir.flatten()
+                .map(|e| e.path().join("bin/kubectl"))
+                .find(|p| p.exists())
+        })
+        .unwrap_or_else(|| PathBuf::from("kubectl"));
+    let mut cmd = Command::new(pinned);
+    cmd.env("KUBECONFIG", kubeconfig_path());
+    cmd
+}
+
+/// Runs kubectl with `args`, returning stdout, or an error with stderr.
+pub fn kubectl_run(args: &[&str]) -> anyhow::Result<String> {
+    let out = kubectl().args(args).output().context("running kubectl")?;
+    if !out.status.success() {
+        bail!("kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A namespace that is deleted when the test ends (pass or fail).
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    pub async fn create(client: &Client, prefix: &str) -> anyhow::Result<Self> {
+        let name = format!("{prefix}-{}", random_suffix(5));
+        let api: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        api.create(&PostParams::default(), &ns).await?;
+        Ok(TestNamespace { name })
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Async drop is not a thing: hand the deletion to kubectl, without waiting.
+        let _ = kubectl().args(["delete", "namespace", &self.name, "--wait=false"]).output();
+    }
+}
+
+/// Deletes a cluster-scoped object by name, ignoring "not found".
+pub async fn delete_cluster_scoped<K>(client: &Client, name: &str) -> anyhow::Result<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Lowercase alphanumeric suffix for unique names.
+pub fn random_suffix(len: usize) -> String {
+    use rand::Rng;
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..len).map(|_| CHARS[rng.random_range(0..CHARS.len())] as char).collect()
+}
+
+/// Polls `probe` every `every` until it returns `Ok(Some(v))`, or fails after `timeout` with
+/// the last observation (what was being waited for and what was seen instead).
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, every: Duration, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last = String::from("nothing observed yet");
+    loop {
+        match probe().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}; last error: {last}");
+        }
+        tokio::time::sleep(every).await;
+    }
+}
