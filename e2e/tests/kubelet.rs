@@ -593,3 +593,141 @@ async fn env_secrets_downward_api_init_containers_and_exec_probes() {
     })
     .await;
 }
+
+async fn ready_pod_ips(c: &Client, ns: &str) -> Vec<String> {
+    let pods = Api::<Pod>::namespaced(c.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let mut ips: Vec<String> = pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect();
+    ips.sort();
+    ips
+}
+
+async fn endpoint_ips(c: &Client, ns: &str, svc: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::discovery::v1::EndpointSlice> = Api::namespaced(c.clone(), ns);
+    let lp = kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={svc}"));
+    let mut ips: Vec<String> = api
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .flat_map(|s| s.endpoints)
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .flat_map(|e| e.addresses)
+        .collect();
+    ips.sort();
+    ips
+}
+
+#[tokio::test]
+async fn deployment_endpointslices_replacement_and_namespace_deletion() {
+    let c = client().await;
+    let mut netns_of_pods = Vec::new();
+    let mut namespace = String::new();
+    with_namespace("deploy", |c, ns| {
+        let netns_of_pods = &mut netns_of_pods;
+        let namespace = &mut namespace;
+        async move {
+            *namespace = ns.clone();
+            let deploy: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {
+                    "replicas": 3,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": valkey_pod("x", 6379, None)["spec"].clone(),
+                    },
+                },
+            }))
+            .unwrap();
+            Api::namespaced(c.clone(), &ns)
+                .create(&PostParams::default(), &deploy)
+                .await
+                .unwrap();
+            let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"port": 6379, "targetPort": 6379}]},
+            }))
+            .unwrap();
+            Api::namespaced(c.clone(), &ns)
+                .create(&PostParams::default(), &svc)
+                .await
+                .unwrap();
+
+            let ips = wait_until(
+                Duration::from_secs(90),
+                "3 ready pods listed in the EndpointSlices",
+                || {
+                    let (c, ns) = (c.clone(), ns.clone());
+                    async move {
+                        let pods = ready_pod_ips(&c, &ns).await;
+                        (pods.len() == 3 && endpoint_ips(&c, &ns, "web").await == pods)
+                            .then_some(pods)
+                    }
+                },
+            )
+            .await;
+
+            // Delete one pod: the ReplicaSet replaces it and the slices follow.
+            let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+            let victim = pods
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .remove(0);
+            let victim_name = victim.metadata.name.clone().unwrap();
+            let victim_ip = victim.status.unwrap().pod_ip.unwrap();
+            pods.delete(&victim_name, &DeleteParams::default())
+                .await
+                .unwrap();
+            let new_ips = wait_until(
+                Duration::from_secs(90),
+                "replacement pod ready and in the slices",
+                || {
+                    let (c, ns, victim_ip) = (c.clone(), ns.clone(), victim_ip.clone());
+                    async move {
+                        let pods = ready_pod_ips(&c, &ns).await;
+                        (pods.len() == 3
+                            && !pods.contains(&victim_ip)
+                            && endpoint_ips(&c, &ns, "web").await == pods)
+                            .then_some(pods)
+                    }
+                },
+            )
+            .await;
+            assert_ne!(ips, new_ips);
+            for p in pods.list(&Default::default()).await.unwrap().items {
+                let name = p.metadata.name.unwrap();
+                netns_of_pods.push(PodRef::find(&ns, &name).unwrap().netns().unwrap());
+            }
+        }
+    })
+    .await;
+    // with_namespace deleted the namespace: everything in it goes, and the pods' netns too.
+    let nss: Api<Namespace> = Api::all(c.clone());
+    wait_until(Duration::from_secs(120), "namespace deleted", || {
+        let (nss, name) = (nss.clone(), namespace.clone());
+        async move {
+            nss.get_opt(&name)
+                .await
+                .ok()
+                .and_then(|n| n.is_none().then_some(()))
+        }
+    })
+    .await;
+    for n in netns_of_pods {
+        assert!(
+            !std::path::Path::new("/run/netns").join(&n).exists(),
+            "netns {n} left behind"
+        );
+    }
+}
