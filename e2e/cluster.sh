@@ -268,19 +268,29 @@ nodes_ready() {
 
 # ---------------------------------------------------------------- the project on top
 project_up() {
-  if [ -d "$REPO/crds" ] && ls "$REPO"/crds/*.yaml >/dev/null 2>&1; then
-    $KUBECTL apply --server-side -f "$REPO/crds/" >/dev/null
-    $KUBECTL wait --for condition=Established --timeout=60s crd -l app.kubernetes.io/part-of=valkey-operator >/dev/null 2>&1 || \
-      $KUBECTL wait --for condition=Established --timeout=60s -f "$REPO/crds/" >/dev/null
-    log "CRDs installed"
+  $KUBECTL apply --server-side --force-conflicts -f "$REPO/crds/" >/dev/null
+  $KUBECTL wait --for condition=Established --timeout=60s -f "$REPO/crds/" >/dev/null
+  log "CRDs installed"
+  $KUBECTL apply --server-side --force-conflicts -f "$REPO/manifests/rbac/" >/dev/null
+  log "RBAC installed"
+  operator_up
+  if [ "${LC_SAMPLES:-1}" = 1 ]; then
+    $KUBECTL apply --server-side -f "$REPO/manifests/samples/" >/dev/null
+    log "samples applied; watch them with: kubectl get valkey -A"
+    $KUBECTL -n my-app wait --for=jsonpath='{.status.state}'=Active valkeycluster/my-cluster --timeout=180s >/dev/null \
+      && log "my-app/my-cluster is Active" || log "my-app/my-cluster is not Active yet: kubectl -n my-app describe valkeycluster my-cluster"
   fi
-  if [ -d "$REPO/manifests/rbac" ]; then
-    $KUBECTL apply --server-side -f "$REPO/manifests/rbac/" >/dev/null
-    log "RBAC installed"
-  fi
-  if [ -x "$REPO/e2e/operator.sh" ]; then
-    "$REPO/e2e/operator.sh" up
-  fi
+}
+
+# The operator runs as a pod (image valkey-operator:dev maps to the freshly built binary), so
+# its RBAC, service-account token and in-cluster config are exercised for real.
+operator_up() {
+  $KUBECTL apply --server-side --force-conflicts -f "$REPO/manifests/install/" >/dev/null
+  # A rebuilt binary is picked up by restarting the pod.
+  $KUBECTL -n valkey-operator-system rollout restart deployment/valkey-operator >/dev/null
+  $KUBECTL -n valkey-operator-system rollout status deployment/valkey-operator --timeout=120s >/dev/null \
+    || die "the operator did not become ready: $KUBECTL -n valkey-operator-system logs deploy/valkey-operator"
+  log "operator running"
 }
 
 # ---------------------------------------------------------------- commands
@@ -324,7 +334,6 @@ cmd_up() {
 
 cmd_down() {
   require_root
-  [ -x "$REPO/e2e/operator.sh" ] && "$REPO/e2e/operator.sh" down 2>/dev/null || true
   stop_daemon vk-kubelet 30
   stop_daemon kube-scheduler
   stop_daemon kube-controller-manager
@@ -348,7 +357,8 @@ case "${1:-}" in
   up-controlplane) "$REPO/e2e/tools/install.sh"; STALE=0; cleanup_stale; controlplane_up ;;
   kubelet-up) kubelet_up ;;
   project-up) project_up ;;
+  operator-up) operator_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|up-controlplane|kubelet-up|project-up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|up-controlplane|kubelet-up|project-up|operator-up|down|status" >&2; exit 2 ;;
 esac

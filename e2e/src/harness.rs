@@ -16,14 +16,20 @@ use crate::state::lc_dir;
 
 /// The admin kubeconfig: `$KUBECONFIG` if set, else `$LC_DIR/kubeconfig`.
 pub fn kubeconfig_path() -> PathBuf {
-    std::env::var_os("KUBECONFIG").map(PathBuf::from).unwrap_or_else(|| lc_dir().join("kubeconfig"))
+    std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| lc_dir().join("kubeconfig"))
 }
 
 /// A client for the local cluster; fails with a hint when it is not up.
 pub async fn client() -> anyhow::Result<Client> {
     let path = kubeconfig_path();
-    let kubeconfig = Kubeconfig::read_from(&path)
-        .with_context(|| format!("no kubeconfig at {} — is the local cluster up? run `make up`", path.display()))?;
+    let kubeconfig = Kubeconfig::read_from(&path).with_context(|| {
+        format!(
+            "no kubeconfig at {} — is the local cluster up? run `make up`",
+            path.display()
+        )
+    })?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     let client = Client::try_from(config)?;
     client
@@ -35,12 +41,16 @@ pub async fn client() -> anyhow::Result<Client> {
 
 /// kubectl of the pinned version (falls back to the one on PATH).
 pub fn kubectl() -> Command {
-    let cache = std::env::var_os("VALKEY_OPERATOR_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache"))
-            .join("valkey-operator")
-    });
+    let cache = std::env::var_os("VALKEY_OPERATOR_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache")
+                })
+                .join("valkey-operator")
+        });
     let pinned = std::fs::read_dir(&cache)
         .ok()
         .and_then(|dir| {
@@ -58,7 +68,11 @@ pub fn kubectl() -> Command {
 pub fn kubectl_run(args: &[&str]) -> anyhow::Result<String> {
     let out = kubectl().args(args).output().context("running kubectl")?;
     if !out.status.success() {
-        bail!("kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -72,7 +86,8 @@ impl TestNamespace {
     pub async fn create(client: &Client, prefix: &str) -> anyhow::Result<Self> {
         let name = format!("{prefix}-{}", random_suffix(5));
         let api: Api<Namespace> = Api::all(client.clone());
-        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
         api.create(&PostParams::default(), &ns).await?;
         Ok(TestNamespace { name })
     }
@@ -81,7 +96,9 @@ impl TestNamespace {
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         // Async drop is not a thing: hand the deletion to kubectl, without waiting.
-        let _ = kubectl().args(["delete", "namespace", &self.name, "--wait=false"]).output();
+        let _ = kubectl()
+            .args(["delete", "namespace", &self.name, "--wait=false"])
+            .output();
     }
 }
 
@@ -106,12 +123,19 @@ pub fn random_suffix(len: usize) -> String {
     use rand::Rng;
     const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();
-    (0..len).map(|_| CHARS[rng.random_range(0..CHARS.len())] as char).collect()
+    (0..len)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
 }
 
 /// Polls `probe` every `every` until it returns `Ok(Some(v))`, or fails after `timeout` with
 /// the last observation (what was being waited for and what was seen instead).
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, every: Duration, mut probe: F) -> anyhow::Result<T>
+pub async fn wait_for<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut probe: F,
+) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Option<T>>>,

@@ -38,11 +38,6 @@ pub fn member_config(node: &str) -> String {
     format!("{node}-config")
 }
 
-/// DNS name a member announces: `<pod>.<cluster>-nodes.<ns>.svc.cluster.local`.
-pub fn member_hostname(node: &str, cluster: &str, namespace: &str) -> String {
-    format!("{node}.{}.{namespace}.svc.cluster.local", headless_service(cluster))
-}
-
 /// Labels on every object of a cluster.
 pub fn cluster_labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([

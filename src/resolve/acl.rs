@@ -56,7 +56,10 @@ pub fn render_acl_file(
         REPLICATION_COMMANDS.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ")
     );
     if !bindings.iter().any(|b| b.username == "default") {
-        out.push_str("user default off resetpass resetkeys resetchannels -@all\n");
+        // Off, yet allowed `cluster|syncslots`: Valkey 9.0's atomic slot migration checks that
+        // subcommand, sent by the importing member, against the default user. An off user
+        // cannot log in, so this grants nothing to clients.
+        out.push_str("user default off resetpass resetkeys resetchannels -@all +cluster|syncslots\n");
     }
     for binding in bindings {
         out.push_str(&render_user(binding, roles));

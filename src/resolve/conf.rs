@@ -35,8 +35,6 @@ pub const REPLICATION_AUTH_KEY: &str = "replication.conf";
 pub struct MemberConf<'a> {
     /// Merged settings of the config chain.
     pub settings: &'a BTreeMap<String, String>,
-    /// Stable DNS name of the member (pod name under the headless Service).
-    pub announce_hostname: String,
     /// TLS for clients, replication and the bus.
     pub tls: bool,
 }
@@ -73,7 +71,9 @@ pub fn forced_settings(member: &MemberConf<'_>) -> Vec<(&'static str, String)> {
         ("dir", paths::DATA_DIR.to_string()),
         ("cluster-config-file", paths::NODES_CONF.to_string()),
         ("aclfile", paths::ACL_FILE.to_string()),
-        ("cluster-announce-hostname", member.announce_hostname.clone()),
+        // Members are announced by IP (passed on the command line). The hostname is not
+        // announced: cluster clients prefer announced hostnames, which needs cluster DNS that
+        // not every cluster has; TLS will announce it once hostname verification needs it.
         ("cluster-preferred-endpoint-type", "ip".to_string()),
     ];
     if member.tls {
@@ -114,7 +114,6 @@ mod tests {
     fn conf(s: &BTreeMap<String, String>, tls: bool) -> String {
         render_valkey_conf(&MemberConf {
             settings: s,
-            announce_hostname: "my-cluster-0-0.my-cluster-nodes.my-app.svc.cluster.local".into(),
             tls,
         })
     }
@@ -142,10 +141,7 @@ mod tests {
         assert_eq!(directive(&text, "cluster-config-file"), vec!["/data/nodes.conf"]);
         assert_eq!(directive(&text, "aclfile"), vec!["/etc/valkey-acl/users.acl"]);
         assert_eq!(directive(&text, "include"), vec!["/etc/valkey-acl/replication.conf"]);
-        assert_eq!(
-            directive(&text, "cluster-announce-hostname"),
-            vec!["my-cluster-0-0.my-cluster-nodes.my-app.svc.cluster.local"]
-        );
+        assert_eq!(directive(&text, "cluster-preferred-endpoint-type"), vec!["ip"]);
     }
 
     #[test]

@@ -43,10 +43,8 @@ fn owned_meta(node: &ValkeyNode, name: String) -> ObjectMeta {
 
 /// valkey.conf for this member.
 pub fn valkey_conf(node: &ValkeyNode) -> String {
-    let (node_name, namespace, cluster) = identity(node);
     render_valkey_conf(&MemberConf {
         settings: &node.spec.valkey,
-        announce_hostname: names::member_hostname(&node_name, &cluster, &namespace),
         tls: node.spec.tls_secret_ref.is_some(),
     })
 }
@@ -225,11 +223,10 @@ mod tests {
     }
 
     #[test]
-    fn config_map_renders_valkey_conf_with_the_member_hostname() {
+    fn config_map_renders_valkey_conf() {
         let cm = config_map(&node(ZoneSpread::BestEffort, &[]));
         let conf = &cm.data.unwrap()[CONFIG_KEY];
         assert!(conf.contains("maxmemory 1500mb"));
-        assert!(conf.contains("cluster-announce-hostname my-cluster-1-0.my-cluster-nodes.my-app.svc.cluster.local"));
         assert_eq!(cm.metadata.name.as_deref(), Some("my-cluster-1-0-config"));
     }
 }
