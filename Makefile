@@ -39,18 +39,20 @@ unit:
 
 ## e2e: end-to-end suites against the running local cluster (make up first)
 e2e:
-	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test '*' -- --test-threads=$(E2E_THREADS)
+	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e \
+	  --test api_e2e --test kubelet --test provisioning -- --test-threads=$(E2E_THREADS)
 
 ## crds: regenerate crds/ from the Rust types
 crds:
-	cargo run --quiet --bin valkey-operator -- crd > crds/valkey.gomomento.com.yaml
+	rm -f crds/*.yaml && cargo run --quiet --bin valkey-operator -- crd --out-dir crds
 
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
+## bench: figures, not tests (the local cluster must be up: make up)
 bench:
-	@echo "bench: see docs/benchmarks.md"; cargo run --release --quiet -p valkey-e2e --bin vk-bench
+	cargo run --quiet -p valkey-e2e --bin vk-bench -- --runs 3
 
 chaos:
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e,valkey-e2e/chaos --test '*' -- --test-threads=1
