@@ -176,6 +176,19 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         gates,
         changes: changes.clone(),
         shutdown: CancellationToken::new(),
+        recorders: defs
+            .iter()
+            .map(|d| {
+                let reporter = kube::runtime::events::Reporter {
+                    controller: "kubelet".into(),
+                    instance: Some(d.name.clone()),
+                };
+                (
+                    d.name.clone(),
+                    kube::runtime::events::Recorder::new(client.clone(), reporter),
+                )
+            })
+            .collect(),
     });
 
     for d in &defs {

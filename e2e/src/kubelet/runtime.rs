@@ -44,6 +44,9 @@ pub struct Shared {
     pub changes: broadcast::Sender<ObjectChange>,
     /// Kubelet shutdown (SIGTERM): stop pods but keep the Pod objects.
     pub shutdown: CancellationToken,
+    /// Per node: events as the kubelet reports them (`kubectl describe pod`). The events
+    /// API requires a reporting instance, which is the node name as with the real kubelet.
+    pub recorders: BTreeMap<String, kube::runtime::events::Recorder>,
 }
 
 /// What the dispatcher tells a worker.
@@ -126,6 +129,40 @@ impl PodCtx {
             _ = tokio::time::sleep(d) => true,
             _ = self.stop.cancelled() => false,
         }
+    }
+
+    /// Publishes an Event about the pod (or one of its containers) in the background.
+    fn event(&self, warning: bool, reason: &str, note: String, container: Option<&str>) {
+        use kube::runtime::events::{Event, EventType};
+        let pod = self.pod();
+        let mut reference = kube::Resource::object_ref(&pod, &());
+        if let Some(c) = container {
+            reference.field_path = Some(format!("spec.containers{{{c}}}"));
+        }
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let Some(rec) = self.shared.recorders.get(&node).cloned() else {
+            return;
+        };
+        tokio::spawn(async move {
+            if let Err(e) = rec.publish(&ev, &reference).await {
+                tracing::warn!(error = %e, "event not published");
+            }
+        });
     }
 
     fn pid_file(&self, c: &str) -> PathBuf {
@@ -499,6 +536,7 @@ async fn run_containers(ctx: Arc<PodCtx>, init_done: Vec<bool>) {
                     "ContainerCreating",
                     Some(format!("FailedCreatePodSandBox: {e:#}")),
                 );
+                ctx.event(true, "FailedCreatePodSandBox", format!("{e:#}"), None);
                 if !ctx.sleep(Duration::from_secs(2)).await {
                     return;
                 }
@@ -520,6 +558,12 @@ async fn run_containers(ctx: Arc<PodCtx>, init_done: Vec<bool>) {
                     &ctx,
                     "ContainerCreating",
                     Some(format!("MountVolume.SetUp failed: {e:#}")),
+                );
+                ctx.event(
+                    true,
+                    "FailedMount",
+                    format!("MountVolume.SetUp failed: {e:#}"),
+                    None,
                 );
                 if !ctx.sleep(Duration::from_secs(2)).await {
                     return;
@@ -797,6 +841,7 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
             ctx.update_container(kind, idx, |s| {
                 s.state = CState::waiting("ErrImagePull", Some(msg.clone()))
             });
+            ctx.event(true, "Failed", msg.clone(), Some(&c.name));
             if !ctx.sleep(Duration::from_secs(2)).await {
                 return None;
             }
@@ -809,6 +854,12 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
                     )),
                 )
             });
+            ctx.event(
+                true,
+                "BackOff",
+                format!("Back-off pulling image \"{image_ref}\""),
+                Some(&c.name),
+            );
             tokio::select! {
                 _ = tokio::time::sleep(image_backoff) => {}
                 _ = image_changes.changed() => {}
@@ -835,6 +886,7 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
                 ctx.update_container(kind, idx, |s| {
                     s.state = CState::waiting("CreateContainerConfigError", Some(msg.clone()))
                 });
+                ctx.event(true, "Failed", format!("Error: {msg}"), Some(&c.name));
                 if !ctx.sleep(Duration::from_secs(3)).await {
                     return None;
                 }
@@ -880,6 +932,20 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
         };
         let pid = proc.pid();
         tracing::info!(pod = %format!("{}/{}", ctx.ns, ctx.name), container = %c.name, pid, "container running");
+        if matches!(proc, Proc::Child(..)) {
+            ctx.event(
+                false,
+                "Pulled",
+                format!("Container image \"{image_ref}\" already present on machine"),
+                Some(&c.name),
+            );
+            ctx.event(
+                false,
+                "Started",
+                format!("Started container {}", c.name),
+                Some(&c.name),
+            );
+        }
         let has_probes = kind == Kind::Main || sidecar;
         ctx.update_container(kind, idx, |s| {
             s.state = CState::Running { started_at };
@@ -912,12 +978,14 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
             r = proc.wait() => r,
             _ = ctx.stop.cancelled() => {
                 stopping = true;
+                ctx.event(false, "Killing", format!("Stopping container {}", c.name), Some(&c.name));
                 let g = Duration::from_secs(ctx.grace_secs.load(Ordering::SeqCst).max(1) as u64);
                 kill_gracefully(&mut proc, g, &c, &env).await
             }
             _ = unhealthy.notified() => {
                 liveness_kill = true;
                 tracing::info!(pod = %ctx.name, container = %c.name, "liveness/startup probe failed; killing container");
+                ctx.event(false, "Killing", format!("Container {} failed liveness probe, will be restarted", c.name), Some(&c.name));
                 kill_gracefully(&mut proc, term_grace, &c, &env).await
             }
         };
@@ -991,6 +1059,14 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
                 .unwrap_or(Duration::from_secs(10))
                 .min(MAX_BACKOFF),
         );
+        if !delay.is_zero() {
+            ctx.event(
+                true,
+                "BackOff",
+                "Back-off restarting failed container".into(),
+                Some(&c.name),
+            );
+        }
         ctx.update_container(kind, idx, |s| {
             s.restart_count += 1;
             s.last_state = Some(terminated.clone());
@@ -1040,6 +1116,14 @@ async fn run_probes(
                 let o = probes::run_once(&c, &probe, &target, t.timeout).await;
                 if let Outcome::Failure(msg) = &o {
                     tracing::debug!(pod = %ctx.name, container = %c.name, probe = what, %msg, "probe failed");
+                    let mut kind_name = what.to_string();
+                    kind_name[..1].make_ascii_uppercase();
+                    ctx.event(
+                        true,
+                        "Unhealthy",
+                        format!("{kind_name} probe failed: {msg}"),
+                        Some(&c.name),
+                    );
                 }
                 if let Some(result) = counter.record(o == Outcome::Success, &t) {
                     match (what, result) {
