@@ -31,7 +31,7 @@ tools:
 test: tools unit
 	bash e2e/cluster.sh down
 	set -o pipefail; trap 'bash e2e/cluster.sh down' EXIT; \
-	  bash e2e/cluster.sh up && $(MAKE) --no-print-directory e2e
+	  bash e2e/cluster.sh up && $(MAKE) --no-print-directory e2e && bash e2e/launcher-test.sh
 
 ## unit: pure unit tests, CRD drift test, driver tests against real valkey-server processes
 unit:

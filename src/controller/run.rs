@@ -97,6 +97,28 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> a
         info!("caches synced; reconciling");
     });
 
+    // Clusters per state, recomputed from the cache (correct across operator restarts).
+    let gauge_metrics = metrics.clone();
+    let gauge_clusters = clusters.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+        loop {
+            tick.tick().await;
+            let mut counts: std::collections::BTreeMap<String, i64> = ["Creating", "Active", "Updating", "Blocked", "Degraded", "Deleting"]
+                .iter()
+                .map(|s| (s.to_string(), 0))
+                .collect();
+            for c in gauge_clusters.state() {
+                if let Some(state) = c.status.as_ref().and_then(|s| s.state) {
+                    *counts.entry(format!("{state:?}")).or_default() += 1;
+                }
+            }
+            for (state, n) in counts {
+                gauge_metrics.clusters.get_or_create(&crate::telemetry::StateLabel { state }).set(n);
+            }
+        }
+    });
+
     let clusters_done = cluster_controller
         .run(cluster::reconcile, cluster::error_policy, cluster_ctx)
         .for_each(|_| futures::future::ready(()));

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Tests of the local-cluster launcher itself (run by `make test` after the e2e suites, on the
+# cluster they used):
+#   1. a second `up` builds nothing and restarts no control-plane process;
+#   2. `up` after a run that was killed (processes gone, namespaces and links left) recovers;
+#   3. `down` leaves no process, network namespace, link or bridge behind;
+#   4. `up` after `down` works.
+# Prints one line per check and a closing "N passed, N failed" line.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+LC_DIR=${LC_DIR:-$REPO/.localcluster}
+source "$REPO/e2e/versions.env"
+CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
+KUBECTL="$CACHE/k8s-v$K8S_VERSION/bin/kubectl --kubeconfig $LC_DIR/kubeconfig"
+export LC_SAMPLES=0   # the samples are not what these checks are about; keep them fast
+passed=0; failed=0
+check() { # name command...
+  local name=$1; shift
+  if "$@"; then echo "ok   - $name"; passed=$((passed + 1)); else echo "FAIL - $name"; failed=$((failed + 1)); fi
+}
+pids_of() { for f in "$LC_DIR"/pids/*.pid; do [ -e "$f" ] && cat "$f"; done | sort | tr '\n' ' '; }
+nodes_ready() { [ "$($KUBECTL get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 3 ]; }
+nothing_left() {
+  ! pgrep -f "$CACHE/(k8s|etcd)-v" >/dev/null \
+    && ! pgrep -x vk-kubelet >/dev/null \
+    && ! pgrep -f "valkey-server /etc/valkey" >/dev/null \
+    && ! ip netns list | grep -q '^vkp-' \
+    && ! ip -o link show | grep -qE ': (vkh|vkbr0)'
+}
+
+# 1. A second `up` builds nothing and keeps the control plane running.
+before=$(pids_of)
+start=$SECONDS
+out=$(bash "$REPO/e2e/cluster.sh" up 2>&1); rc=$?
+echo "second up: ${rc} in $((SECONDS - start))s"
+check "second up succeeds" test "$rc" = 0
+check "second up builds nothing" bash -c "! grep -qE 'building Kubernetes|building etcd|Compiling' <<<\"\$1\"" _ "$out"
+check "second up restarts no control-plane process" test "$before" = "$(pids_of)"
+
+# 2. A killed run: every process SIGKILLed, network namespaces and links left behind.
+for f in "$LC_DIR"/pids/*.pid; do pid=$(cat "$f"); kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; done
+sleep 1
+left=$(ip netns list | grep -c '^vkp-' || true)
+echo "after kill: $left pod network namespaces left behind"
+start=$SECONDS
+bash "$REPO/e2e/cluster.sh" up >/tmp/launcher-test-up.log 2>&1; rc=$?
+echo "up after a killed run: ${rc} in $((SECONDS - start))s"
+check "up after a killed run succeeds" test "$rc" = 0
+check "up after a killed run has 3 Ready nodes" nodes_ready
+
+# 3. down leaves nothing.
+bash "$REPO/e2e/cluster.sh" down >/dev/null 2>&1
+check "down leaves no process, namespace, link or bridge" nothing_left
+
+# 4. up after down.
+start=$SECONDS
+bash "$REPO/e2e/cluster.sh" up >/tmp/launcher-test-up.log 2>&1; rc=$?
+echo "up after down: ${rc} in $((SECONDS - start))s"
+check "up after down succeeds" test "$rc" = 0
+check "up after down has 3 Ready nodes" nodes_ready
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
