@@ -731,3 +731,47 @@ async fn deployment_endpointslices_replacement_and_namespace_deletion() {
         );
     }
 }
+
+#[tokio::test]
+async fn run_to_completion_pods_succeed_or_fail_and_crash_loops_back_off() {
+    with_namespace("phases", |c, ns| async move {
+        let once = |name: &str, script: &str, policy: &str| {
+            json!({"metadata": {"name": name}, "spec": {
+                "restartPolicy": policy,
+                "containers": [{"name": "c", "image": VALKEY_IMAGE, "command": ["sh", "-c", script]}]}})
+        };
+        create_pod(&c, &ns, once("ok", "echo done", "Never")).await;
+        create_pod(&c, &ns, once("bad", "exit 2", "Never")).await;
+        create_pod(&c, &ns, once("loop", "exit 1", "Always")).await;
+        let api: Api<Pod> = Api::namespaced(c.clone(), &ns);
+        for (name, phase, code) in [("ok", "Succeeded", 0), ("bad", "Failed", 2)] {
+            let st = wait_until(Duration::from_secs(60), &format!("{name} {phase}"), || {
+                let api = api.clone();
+                async move {
+                    let st = api.get(name).await.ok()?.status?;
+                    (st.phase.as_deref() == Some(phase)).then_some(st)
+                }
+            })
+            .await;
+            let t = st.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+            assert_eq!(t.exit_code, code, "{name} exit code");
+            // A finished pod's sandbox is gone.
+            let netns = PodRef::find(&ns, name).unwrap().netns().unwrap();
+            wait_until(Duration::from_secs(10), "finished pod's netns removed", || {
+                let gone = !std::path::Path::new("/run/netns").join(&netns).exists();
+                async move { gone.then_some(()) }
+            })
+            .await;
+        }
+        wait_until(Duration::from_secs(60), "CrashLoopBackOff with restarts", || {
+            let api = api.clone();
+            async move {
+                let cs = api.get("loop").await.ok()?.status?.container_statuses?.remove(0);
+                let waiting = cs.state?.waiting?.reason;
+                (waiting.as_deref() == Some("CrashLoopBackOff") && cs.restart_count >= 1).then_some(())
+            }
+        })
+        .await;
+    })
+    .await;
+}

@@ -118,9 +118,14 @@ impl PodCtx {
     }
 
     /// Waits while the node is stopped (a powered-off node does nothing).
+    /// Also returns once the pod is being stopped (a kubelet shutdown must not hang on a
+    /// stopped node).
     async fn wait_gate(&self) {
         let mut g = self.gate.clone();
-        let _ = g.wait_for(|stopped| !*stopped).await;
+        tokio::select! {
+            _ = g.wait_for(|stopped| !*stopped) => {}
+            _ = self.stop.cancelled() => {}
+        }
     }
 
     /// Sleeps unless the pod is being stopped; returns false if it is.
@@ -614,8 +619,11 @@ async fn run_containers(ctx: Arc<PodCtx>, init_done: Vec<bool>) {
     for h in handles {
         let _ = h.await;
     }
-    // All containers are done for good (Never/OnFailure): stop sidecars too.
-    if !ctx.stop.is_cancelled() {
+    // All containers are done for good (Never/OnFailure): stop sidecars too, then the
+    // sandbox goes, as the real kubelet kills a finished pod's sandbox (the IP stays
+    // reserved in status until the pod is deleted).
+    let finished = !ctx.stop.is_cancelled();
+    if finished {
         ctx.grace_secs.store(
             spec.termination_grace_period_seconds.unwrap_or(30),
             Ordering::SeqCst,
@@ -624,6 +632,11 @@ async fn run_containers(ctx: Arc<PodCtx>, init_done: Vec<bool>) {
     }
     for h in sidecars {
         let _ = h.await;
+    }
+    if finished && !ctx.shared.shutdown.is_cancelled() {
+        kill_leftovers(&ctx.dir, &ctx.uid);
+        network::teardown_pod_network(&ctx.uid).await;
+        ctx.update(|rt| rt.sandbox_ready = false);
     }
 }
 

@@ -289,18 +289,46 @@ pub fn build_status(pod: &Pod, rt: &mut PodRt, now: Timestamp) -> PodStatus {
         )
     };
     conds.push(("ContainersReady".into(), ready, reason.clone(), msg.clone()));
-    conds.push(("Ready".into(), ready, reason, msg));
-
-    let mut conditions: Vec<PodCondition> = Vec::new();
-    // PodScheduled belongs to the scheduler: keep it as it is.
-    if let Some(c) = pod
+    // Ready also waits for the pod's readiness gates (conditions other controllers set).
+    let existing: Vec<PodCondition> = pod
         .status
         .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-    {
-        conditions.push(c.clone());
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let unmet_gates: Vec<String> = spec
+        .readiness_gates
+        .iter()
+        .flatten()
+        .map(|g| g.condition_type.clone())
+        .filter(|t| !existing.iter().any(|c| &c.type_ == t && c.status == "True"))
+        .collect();
+    if ready && !unmet_gates.is_empty() {
+        conds.push((
+            "Ready".into(),
+            false,
+            Some("ReadinessGatesNotReady".into()),
+            Some(format!(
+                "corresponding condition of pod readiness gate \"{}\" does not exist.",
+                unmet_gates.join("\", \"")
+            )),
+        ));
+    } else {
+        conds.push(("Ready".into(), ready, reason, msg));
     }
+
+    let ours = [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+    ];
+    // Conditions owned by others (PodScheduled from the scheduler, DisruptionTarget from
+    // the controller manager, readiness gates) are kept as they are: the merge patch
+    // replaces the whole list.
+    let mut conditions: Vec<PodCondition> = existing
+        .into_iter()
+        .filter(|c| !ours.contains(&c.type_.as_str()))
+        .collect();
     for (t, ok, reason, message) in conds {
         let status = if ok { "True" } else { "False" }.to_string();
         let ts = match rt.transitions.get(&t) {
@@ -490,5 +518,64 @@ mod tests {
         let cs = &s.container_statuses.unwrap()[0];
         assert!(cs.ready);
         assert_eq!(cs.started, Some(true));
+    }
+
+    #[test]
+    fn keeps_foreign_conditions_and_honours_readiness_gates() {
+        let mut sp = spec("Always");
+        sp.readiness_gates = Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: "example.com/gate".into(),
+        }]);
+        let foreign = |t: &str, st: &str| PodCondition {
+            type_: t.into(),
+            status: st.into(),
+            ..Default::default()
+        };
+        let mut pod = Pod {
+            spec: Some(sp),
+            status: Some(PodStatus {
+                conditions: Some(vec![
+                    foreign("PodScheduled", "True"),
+                    foreign("DisruptionTarget", "True"),
+                    foreign("Ready", "Unknown"),
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut rt = rt_with(
+            CState::Running {
+                started_at: Timestamp::now(),
+            },
+            None,
+        );
+        rt.containers[0].ready = true;
+        let s = build_status(&pod, &mut rt, Timestamp::now());
+        let conds = s.conditions.unwrap();
+        let get = |t: &str| conds.iter().find(|c| c.type_ == t).unwrap().clone();
+        assert_eq!(get("DisruptionTarget").status, "True");
+        assert_eq!(get("PodScheduled").status, "True");
+        assert_eq!(conds.iter().filter(|c| c.type_ == "Ready").count(), 1);
+        assert_eq!(get("ContainersReady").status, "True");
+        assert_eq!(get("Ready").status, "False");
+        assert_eq!(
+            get("Ready").reason.as_deref(),
+            Some("ReadinessGatesNotReady")
+        );
+        pod.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(foreign("example.com/gate", "True"));
+        let s = build_status(&pod, &mut rt, Timestamp::now());
+        let ready = s
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "True");
     }
 }
