@@ -19,7 +19,9 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { default_zone_spread: ZoneSpread::BestEffort }
+        Settings {
+            default_zone_spread: ZoneSpread::BestEffort,
+        }
     }
 }
 
@@ -55,7 +57,9 @@ impl Settings {
         match api.get_opt(SETTINGS_CONFIGMAP).await {
             Ok(Some(cm)) => Settings::from_data(&cm.data.unwrap_or_default()),
             Ok(None) => Ok(Settings::default()),
-            Err(e) => Err(format!("cannot read ConfigMap {namespace}/{SETTINGS_CONFIGMAP}: {e}")),
+            Err(e) => Err(format!(
+                "cannot read ConfigMap {namespace}/{SETTINGS_CONFIGMAP}: {e}"
+            )),
         }
     }
 }
@@ -65,12 +69,18 @@ mod tests {
     use super::*;
 
     fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn every_key_is_optional() {
-        assert_eq!(Settings::from_data(&data(&[])).unwrap(), Settings::default());
+        assert_eq!(
+            Settings::from_data(&data(&[])).unwrap(),
+            Settings::default()
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio::sync::Mutex;
 
-use crate::api::{ValkeyConfig, ValkeyConfigSpec, ValkeyImage, ValkeyImageSpec, ValkeyRole, ValkeyRoleSpec};
+use crate::api::{
+    ValkeyConfig, ValkeyConfigSpec, ValkeyImage, ValkeyImageSpec, ValkeyRole, ValkeyRoleSpec,
+};
 use crate::driver::fred::FredDriver;
 use crate::driver::{Credentials, DriverConfig};
 use crate::resolve::Catalog;
@@ -37,13 +39,19 @@ pub struct StoreCatalog {
 
 impl Catalog for StoreCatalog {
     fn config(&self, name: &str) -> Option<ValkeyConfigSpec> {
-        self.configs.get(&ObjectRef::new(name)).map(|c| c.spec.clone())
+        self.configs
+            .get(&ObjectRef::new(name))
+            .map(|c| c.spec.clone())
     }
     fn image(&self, name: &str) -> Option<ValkeyImageSpec> {
-        self.images.get(&ObjectRef::new(name)).map(|i| i.spec.clone())
+        self.images
+            .get(&ObjectRef::new(name))
+            .map(|i| i.spec.clone())
     }
     fn role(&self, name: &str) -> Option<ValkeyRoleSpec> {
-        self.roles.get(&ObjectRef::new(name)).map(|r| r.spec.clone())
+        self.roles
+            .get(&ObjectRef::new(name))
+            .map(|r| r.spec.clone())
     }
 }
 
@@ -59,12 +67,27 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, catalog: StoreCatalog, settings: Settings, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        client: Client,
+        catalog: StoreCatalog,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
-            Reporter { controller: "valkey-operator".into(), instance: std::env::var("POD_NAME").ok() },
+            Reporter {
+                controller: "valkey-operator".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
         );
-        Context { client, catalog, settings, recorder, metrics, drivers: Mutex::new(HashMap::new()) }
+        Context {
+            client,
+            catalog,
+            settings,
+            recorder,
+            metrics,
+            drivers: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The driver for a cluster, authenticated as the operator's ACL user.

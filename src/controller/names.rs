@@ -67,5 +67,9 @@ pub fn member_labels(cluster: &str, shard: usize, node: &str) -> BTreeMap<String
 
 /// `k=v,k=v` selector string for list/watch calls.
 pub fn selector_string(labels: &BTreeMap<String, String>) -> String {
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -21,7 +21,11 @@ use crate::settings::Settings;
 use crate::telemetry::Metrics;
 
 /// Clusters whose resolution reads `target`.
-fn clusters_using(clusters: &Store<ValkeyCluster>, catalog: &StoreCatalog, target: &MenuRef) -> Vec<ObjectRef<ValkeyCluster>> {
+fn clusters_using(
+    clusters: &Store<ValkeyCluster>,
+    catalog: &StoreCatalog,
+    target: &MenuRef,
+) -> Vec<ObjectRef<ValkeyCluster>> {
     clusters
         .state()
         .iter()
@@ -33,7 +37,8 @@ fn clusters_using(clusters: &Store<ValkeyCluster>, catalog: &StoreCatalog, targe
 /// Runs both controllers until shutdown.
 pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> anyhow::Result<()> {
     let wc = watcher::Config::default;
-    let managed = || watcher::Config::default().labels(&format!("{LABEL_APP_MANAGED_BY}={MANAGER}"));
+    let managed =
+        || watcher::Config::default().labels(&format!("{LABEL_APP_MANAGED_BY}={MANAGER}"));
 
     let (configs, configs_writer) = reflector::store::<ValkeyConfig>();
     let (images, images_writer) = reflector::store::<ValkeyImage>();
@@ -61,8 +66,17 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> a
         .reflect(pods_writer)
         .touched_objects();
 
-    let catalog = StoreCatalog { configs: configs.clone(), images: images.clone(), roles: roles.clone() };
-    let ctx = Arc::new(Context::new(client.clone(), catalog.clone(), settings, metrics.clone()));
+    let catalog = StoreCatalog {
+        configs: configs.clone(),
+        images: images.clone(),
+        roles: roles.clone(),
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        catalog.clone(),
+        settings,
+        metrics.clone(),
+    ));
 
     let cluster_controller = Controller::new(Api::<ValkeyCluster>::all(client.clone()), wc());
     let clusters = cluster_controller.store();
@@ -75,13 +89,25 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> a
         .owns(Api::<PodDisruptionBudget>::all(client.clone()), managed())
         .watches_stream(pod_stream, |pod: Pod| {
             let namespace = pod.namespace().unwrap_or_default();
-            pod.labels().get(LABEL_CLUSTER).map(|c| ObjectRef::new(c).within(&namespace))
+            pod.labels()
+                .get(LABEL_CLUSTER)
+                .map(|c| ObjectRef::new(c).within(&namespace))
         })
-        .watches_stream(config_stream, move |c: ValkeyConfig| clusters_using(&c1, &k1, &MenuRef::Config(c.name_any())))
-        .watches_stream(image_stream, move |i: ValkeyImage| clusters_using(&c2, &k2, &MenuRef::Image(i.name_any())))
-        .watches_stream(role_stream, move |r: ValkeyRole| clusters_using(&c3, &k3, &MenuRef::Role(r.name_any())))
+        .watches_stream(config_stream, move |c: ValkeyConfig| {
+            clusters_using(&c1, &k1, &MenuRef::Config(c.name_any()))
+        })
+        .watches_stream(image_stream, move |i: ValkeyImage| {
+            clusters_using(&c2, &k2, &MenuRef::Image(i.name_any()))
+        })
+        .watches_stream(role_stream, move |r: ValkeyRole| {
+            clusters_using(&c3, &k3, &MenuRef::Role(r.name_any()))
+        })
         .shutdown_on_signal();
-    let cluster_ctx = Arc::new(ClusterContext { ctx: ctx.clone(), nodes: nodes.clone(), pods: pods.clone() });
+    let cluster_ctx = Arc::new(ClusterContext {
+        ctx: ctx.clone(),
+        nodes: nodes.clone(),
+        pods: pods.clone(),
+    });
 
     let node_controller = Controller::new(Api::<ValkeyNode>::all(client.clone()), wc())
         .owns(Api::<Pod>::all(client.clone()), managed())
@@ -90,9 +116,21 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> a
 
     // Ready once every store the resolver reads has its initial list.
     let ready_metrics = metrics.clone();
-    let (r1, r2, r3, r4, r5) = (configs.clone(), images.clone(), roles.clone(), nodes.clone(), pods.clone());
+    let (r1, r2, r3, r4, r5) = (
+        configs.clone(),
+        images.clone(),
+        roles.clone(),
+        nodes.clone(),
+        pods.clone(),
+    );
     tokio::spawn(async move {
-        let _ = tokio::join!(r1.wait_until_ready(), r2.wait_until_ready(), r3.wait_until_ready(), r4.wait_until_ready(), r5.wait_until_ready());
+        let _ = tokio::join!(
+            r1.wait_until_ready(),
+            r2.wait_until_ready(),
+            r3.wait_until_ready(),
+            r4.wait_until_ready(),
+            r5.wait_until_ready()
+        );
         ready_metrics.ready.store(true, Ordering::Relaxed);
         info!("caches synced; reconciling");
     });
@@ -104,17 +142,22 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> a
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
         loop {
             tick.tick().await;
-            let mut counts: std::collections::BTreeMap<String, i64> = ["Creating", "Active", "Updating", "Blocked", "Degraded", "Deleting"]
-                .iter()
-                .map(|s| (s.to_string(), 0))
-                .collect();
+            let mut counts: std::collections::BTreeMap<String, i64> = [
+                "Creating", "Active", "Updating", "Blocked", "Degraded", "Deleting",
+            ]
+            .iter()
+            .map(|s| (s.to_string(), 0))
+            .collect();
             for c in gauge_clusters.state() {
                 if let Some(state) = c.status.as_ref().and_then(|s| s.state) {
                     *counts.entry(format!("{state:?}")).or_default() += 1;
                 }
             }
             for (state, n) in counts {
-                gauge_metrics.clusters.get_or_create(&crate::telemetry::StateLabel { state }).set(n);
+                gauge_metrics
+                    .clusters
+                    .get_or_create(&crate::telemetry::StateLabel { state })
+                    .set(n);
             }
         }
     });

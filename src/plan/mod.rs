@@ -55,11 +55,25 @@ pub struct Topology {
 /// One action on the world. A plan is a batch of independent actions that are safe together.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    CreateNode { name: String, shard: usize },
-    Meet { via: MemberAddr, target: MemberAddr },
-    AssignSlots { member: MemberAddr, ranges: Vec<SlotRange> },
-    Replicate { member: MemberAddr, primary: NodeId },
-    MarkActive { names: Vec<String> },
+    CreateNode {
+        name: String,
+        shard: usize,
+    },
+    Meet {
+        via: MemberAddr,
+        target: MemberAddr,
+    },
+    AssignSlots {
+        member: MemberAddr,
+        ranges: Vec<SlotRange>,
+    },
+    Replicate {
+        member: MemberAddr,
+        primary: NodeId,
+    },
+    MarkActive {
+        names: Vec<String>,
+    },
 }
 
 /// Where formation stands; drives status.
@@ -92,17 +106,32 @@ fn shard_primary<'a>(members: &[&'a Member]) -> Option<&'a Member> {
     members
         .iter()
         .copied()
-        .filter(|m| m.view.as_ref().is_some_and(|v| v.is_primary && !v.slots.is_empty()))
+        .filter(|m| {
+            m.view
+                .as_ref()
+                .is_some_and(|v| v.is_primary && !v.slots.is_empty())
+        })
         .min_by(|a, b| a.name.cmp(&b.name))
 }
 
 pub fn plan(topology: &Topology) -> Plan {
     let mut by_shard: BTreeMap<usize, Vec<&Member>> = BTreeMap::new();
-    for m in topology.members.iter().filter(|m| m.lifecycle != Lifecycle::Leaving) {
+    for m in topology
+        .members
+        .iter()
+        .filter(|m| m.lifecycle != Lifecycle::Leaving)
+    {
         by_shard.entry(m.shard).or_default().push(m);
     }
-    let ever_formed = topology.members.iter().any(|m| m.lifecycle == Lifecycle::Active);
-    let waiting_phase = if ever_formed { Phase::Degraded } else { Phase::Forming };
+    let ever_formed = topology
+        .members
+        .iter()
+        .any(|m| m.lifecycle == Lifecycle::Active);
+    let waiting_phase = if ever_formed {
+        Phase::Degraded
+    } else {
+        Phase::Forming
+    };
     let per_shard = 1 + topology.replicas_per_shard;
 
     // 1. Every shard has its members.
@@ -117,19 +146,30 @@ pub fn plan(topology: &Topology) -> Plan {
             {
                 index += 1;
             }
-            creates.push(Action::CreateNode { name: member_name(&topology.cluster, shard, index), shard });
+            creates.push(Action::CreateNode {
+                name: member_name(&topology.cluster, shard, index),
+                shard,
+            });
         }
     }
     if !creates.is_empty() {
         let message = format!("creating {} member(s)", creates.len());
-        return Plan { phase: waiting_phase, actions: creates, message };
+        return Plan {
+            phase: waiting_phase,
+            actions: creates,
+            message,
+        };
     }
 
     let members: Vec<&Member> = by_shard.values().flatten().copied().collect();
     let total = members.len();
 
     // 2. Every member runs and answers.
-    let unreachable: Vec<&str> = members.iter().filter(|m| m.view.is_none()).map(|m| m.name.as_str()).collect();
+    let unreachable: Vec<&str> = members
+        .iter()
+        .filter(|m| m.view.is_none())
+        .map(|m| m.name.as_str())
+        .collect();
     if !unreachable.is_empty() {
         return Plan {
             phase: waiting_phase,
@@ -152,14 +192,24 @@ pub fn plan(topology: &Topology) -> Plan {
         .copied()
         .expect("at least one member");
     let seed_view = view(seed);
-    let seed_addr = seed.addr.clone().expect("reachable members have an address");
+    let seed_addr = seed
+        .addr
+        .clone()
+        .expect("reachable members have an address");
     let meets: Vec<Action> = members
         .iter()
         .filter(|m| m.name != seed.name && !seed_view.known.contains(&view(m).id))
-        .map(|m| Action::Meet { via: seed_addr.clone(), target: m.addr.clone().expect("reachable") })
+        .map(|m| Action::Meet {
+            via: seed_addr.clone(),
+            target: m.addr.clone().expect("reachable"),
+        })
         .collect();
     if !meets.is_empty() {
-        return Plan { phase: waiting_phase, actions: meets, message: format!("introducing {total} members to each other") };
+        return Plan {
+            phase: waiting_phase,
+            actions: meets,
+            message: format!("introducing {total} members to each other"),
+        };
     }
     let all_ids: BTreeSet<NodeId> = members.iter().map(|m| view(m).id).collect();
     let strangers: Vec<&str> = members
@@ -171,7 +221,10 @@ pub fn plan(topology: &Topology) -> Plan {
         return Plan {
             phase: waiting_phase,
             actions: vec![],
-            message: format!("waiting for members to learn about each other: {}", strangers.join(", ")),
+            message: format!(
+                "waiting for members to learn about each other: {}",
+                strangers.join(", ")
+            ),
         };
     }
 
@@ -194,11 +247,18 @@ pub fn plan(topology: &Topology) -> Plan {
                 .min_by(|a, b| a.name.cmp(&b.name))
         });
         if let Some(owner) = owner {
-            assigns.push(Action::AssignSlots { member: owner.addr.clone().expect("reachable"), ranges: unowned });
+            assigns.push(Action::AssignSlots {
+                member: owner.addr.clone().expect("reachable"),
+                ranges: unowned,
+            });
         }
     }
     if !assigns.is_empty() {
-        return Plan { phase: waiting_phase, actions: assigns, message: "assigning hash slots".into() };
+        return Plan {
+            phase: waiting_phase,
+            actions: assigns,
+            message: "assigning hash slots".into(),
+        };
     }
 
     // 5. Every other member of a shard replicates its primary.
@@ -212,24 +272,41 @@ pub fn plan(topology: &Topology) -> Plan {
         let primary_id = view(primary).id;
         for m in shard_members.iter().filter(|m| m.name != primary.name) {
             if view(m).primary_id.as_ref() != Some(&primary_id) {
-                replicates.push(Action::Replicate { member: m.addr.clone().expect("reachable"), primary: primary_id.clone() });
+                replicates.push(Action::Replicate {
+                    member: m.addr.clone().expect("reachable"),
+                    primary: primary_id.clone(),
+                });
             }
         }
     }
     if !replicates.is_empty() {
-        return Plan { phase: waiting_phase, actions: replicates, message: "attaching replicas to their primaries".into() };
+        return Plan {
+            phase: waiting_phase,
+            actions: replicates,
+            message: "attaching replicas to their primaries".into(),
+        };
     }
     if !missing_primary.is_empty() {
         return Plan {
             phase: Phase::Degraded,
             actions: vec![],
-            message: format!("shard(s) {} have no primary owning slots", missing_primary.join(", ")),
+            message: format!(
+                "shard(s) {} have no primary owning slots",
+                missing_primary.join(", ")
+            ),
         };
     }
 
     // 6. Healthy everywhere: cluster_state ok, all slots covered, replicas in sync.
-    let not_ok: Vec<&str> = members.iter().filter(|m| !view(m).cluster_ok).map(|m| m.name.as_str()).collect();
-    let covered: usize = owned.iter().map(|r| usize::from(*r.end()) - usize::from(*r.start()) + 1).sum();
+    let not_ok: Vec<&str> = members
+        .iter()
+        .filter(|m| !view(m).cluster_ok)
+        .map(|m| m.name.as_str())
+        .collect();
+    let covered: usize = owned
+        .iter()
+        .map(|r| usize::from(*r.end()) - usize::from(*r.start()) + 1)
+        .sum();
     let syncing: Vec<&str> = members
         .iter()
         .filter(|m| view(m).primary_id.is_some() && !view(m).replica_in_sync)
@@ -246,19 +323,35 @@ pub fn plan(topology: &Topology) -> Plan {
         if !syncing.is_empty() {
             parts.push(format!("replicas syncing: {}", syncing.join(", ")));
         }
-        return Plan { phase: waiting_phase, actions: vec![], message: format!("waiting: {}", parts.join("; ")) };
+        return Plan {
+            phase: waiting_phase,
+            actions: vec![],
+            message: format!("waiting: {}", parts.join("; ")),
+        };
     }
 
     // 7. Formed: members still Joining become Active.
-    let joining: Vec<String> = members.iter().filter(|m| m.lifecycle == Lifecycle::Joining).map(|m| m.name.clone()).collect();
+    let joining: Vec<String> = members
+        .iter()
+        .filter(|m| m.lifecycle == Lifecycle::Joining)
+        .map(|m| m.name.clone())
+        .collect();
     let message = format!(
         "{} shard(s) with {} replica(s) each; all {SLOT_COUNT} slots served",
         topology.shards, topology.replicas_per_shard
     );
     if !joining.is_empty() {
-        return Plan { phase: Phase::Ready, actions: vec![Action::MarkActive { names: joining }], message };
+        return Plan {
+            phase: Phase::Ready,
+            actions: vec![Action::MarkActive { names: joining }],
+            message,
+        };
     }
-    Plan { phase: Phase::Ready, actions: vec![], message }
+    Plan {
+        phase: Phase::Ready,
+        actions: vec![],
+        message,
+    }
 }
 
 /// The parts of `range` not covered by any of `owned`.
@@ -266,7 +359,10 @@ pub fn subtract(range: &SlotRange, owned: &[SlotRange]) -> Vec<SlotRange> {
     let mut free = Vec::new();
     let mut start = *range.start();
     let end = *range.end();
-    let mut sorted: Vec<&SlotRange> = owned.iter().filter(|o| o.end() >= range.start() && o.start() <= range.end()).collect();
+    let mut sorted: Vec<&SlotRange> = owned
+        .iter()
+        .filter(|o| o.end() >= range.start() && o.start() <= range.end())
+        .collect();
     sorted.sort_by_key(|r| *r.start());
     for o in sorted {
         if *o.start() > start {

@@ -24,7 +24,12 @@ struct SimNode {
 
 impl Sim {
     fn topology(&self, shards: usize, replicas: usize) -> Topology {
-        let owned: usize = self.nodes.values().flat_map(|n| n.slots.iter()).map(|r| (*r.end() - *r.start()) as usize + 1).sum();
+        let owned: usize = self
+            .nodes
+            .values()
+            .flat_map(|n| n.slots.iter())
+            .map(|r| (*r.end() - *r.start()) as usize + 1)
+            .sum();
         Topology {
             cluster: "c".into(),
             shards,
@@ -43,7 +48,8 @@ impl Sim {
                         primary_id: n.primary.clone(),
                         slots: n.slots.clone(),
                         known: n.known.clone(),
-                        cluster_ok: owned == SLOT_COUNT as usize && n.known.len() == self.nodes.len(),
+                        cluster_ok: owned == SLOT_COUNT as usize
+                            && n.known.len() == self.nodes.len(),
                         replica_in_sync: n.primary.is_some(),
                     }),
                 })
@@ -52,7 +58,10 @@ impl Sim {
     }
 
     fn by_addr(&mut self, addr: &MemberAddr) -> &mut SimNode {
-        self.nodes.values_mut().find(|n| &n.addr == addr).expect("known address")
+        self.nodes
+            .values_mut()
+            .find(|n| &n.addr == addr)
+            .expect("known address")
     }
 
     fn apply(&mut self, action: &Action) {
@@ -87,7 +96,10 @@ impl Sim {
             }
             Action::Replicate { member, primary } => {
                 let node = self.by_addr(member);
-                assert!(node.slots.is_empty(), "a member owning slots was made a replica");
+                assert!(
+                    node.slots.is_empty(),
+                    "a member owning slots was made a replica"
+                );
                 node.primary = Some(primary.clone());
             }
             Action::MarkActive { names } => {
@@ -132,26 +144,44 @@ fn form(sim: &mut Sim, shards: usize, replicas: usize, partial: impl Fn(usize) -
         if plan.phase == Phase::Ready && plan.actions.is_empty() {
             return round;
         }
-        let n = partial(round).min(plan.actions.len()).max(1.min(plan.actions.len()));
+        let n = partial(round)
+            .min(plan.actions.len())
+            .max(1.min(plan.actions.len()));
         for action in plan.actions.iter().take(n) {
             sim.apply(action);
         }
         sim.gossip();
     }
-    panic!("formation did not converge: {:?}", plan(&sim.topology(shards, replicas)));
+    panic!(
+        "formation did not converge: {:?}",
+        plan(&sim.topology(shards, replicas))
+    );
 }
 
 fn assert_formed(sim: &Sim, shards: usize, replicas: usize) {
     assert_eq!(sim.nodes.len(), shards * (1 + replicas));
-    let covered: usize = sim.nodes.values().flat_map(|n| n.slots.iter()).map(|r| (*r.end() - *r.start()) as usize + 1).sum();
+    let covered: usize = sim
+        .nodes
+        .values()
+        .flat_map(|n| n.slots.iter())
+        .map(|r| (*r.end() - *r.start()) as usize + 1)
+        .sum();
     assert_eq!(covered, SLOT_COUNT as usize);
     for shard in 0..shards {
         let members: Vec<&SimNode> = sim.nodes.values().filter(|n| n.shard == shard).collect();
         let primaries: Vec<&&SimNode> = members.iter().filter(|n| n.primary.is_none()).collect();
         assert_eq!(primaries.len(), 1, "shard {shard} has one primary");
-        assert_eq!(primaries[0].slots.len(), 1, "shard {shard} primary owns one range");
+        assert_eq!(
+            primaries[0].slots.len(),
+            1,
+            "shard {shard} primary owns one range"
+        );
         for replica in members.iter().filter(|n| n.primary.is_some()) {
-            assert_eq!(replica.primary.as_ref(), Some(&primaries[0].id), "replica follows its shard's primary");
+            assert_eq!(
+                replica.primary.as_ref(),
+                Some(&primaries[0].id),
+                "replica follows its shard's primary"
+            );
         }
     }
     assert!(sim.nodes.values().all(|n| n.lifecycle == Lifecycle::Active));
@@ -163,7 +193,10 @@ fn formation_of_three_shards_with_one_replica() {
     form(&mut sim, 3, 1, |_| usize::MAX);
     assert_formed(&sim, 3, 1);
     let names: BTreeSet<&str> = sim.nodes.keys().map(String::as_str).collect();
-    assert_eq!(names, BTreeSet::from(["c-0-0", "c-0-1", "c-1-0", "c-1-1", "c-2-0", "c-2-1"]));
+    assert_eq!(
+        names,
+        BTreeSet::from(["c-0-0", "c-0-1", "c-1-0", "c-1-1", "c-2-0", "c-2-1"])
+    );
 }
 
 #[test]
@@ -181,7 +214,11 @@ fn unreachable_members_are_waited_for_by_name() {
     t.members[1].view = None;
     let p = plan(&t);
     assert!(p.actions.is_empty());
-    assert_eq!(p.phase, Phase::Degraded, "a formed cluster that loses a member is degraded");
+    assert_eq!(
+        p.phase,
+        Phase::Degraded,
+        "a formed cluster that loses a member is degraded"
+    );
     assert!(p.message.contains("c-0-1"), "{}", p.message);
 }
 
@@ -215,7 +252,10 @@ fn roles_come_from_valkey_not_names() {
 
 #[test]
 fn subtract_leaves_the_gaps() {
-    assert_eq!(subtract(&(0..=99), &[10..=19, 50..=200]), vec![0..=9, 20..=49]);
+    assert_eq!(
+        subtract(&(0..=99), &[10..=19, 50..=200]),
+        vec![0..=9, 20..=49]
+    );
     assert_eq!(subtract(&(0..=99), &[]), vec![0..=99]);
     assert_eq!(subtract(&(0..=99), &[0..=99]), Vec::<SlotRange>::new());
     assert_eq!(subtract(&(5..=9), &[0..=5, 9..=9]), vec![6..=8]);

@@ -62,23 +62,51 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("valkey_operator");
         let reconciles = Family::<ControllerLabel, Counter>::default();
-        registry.register("reconciles", "Reconciles run, per controller", reconciles.clone());
+        registry.register(
+            "reconciles",
+            "Reconciles run, per controller",
+            reconciles.clone(),
+        );
         let reconcile_errors = Family::<ErrorLabel, Counter>::default();
-        registry.register("reconcile_errors", "Reconciles that failed, per controller and error kind", reconcile_errors.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, per controller and error kind",
+            reconcile_errors.clone(),
+        );
         let reconcile_duration = Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.005, 2.0, 14))
         });
-        registry.register("reconcile_duration_seconds", "Reconcile duration, per controller", reconcile_duration.clone());
+        registry.register(
+            "reconcile_duration_seconds",
+            "Reconcile duration, per controller",
+            reconcile_duration.clone(),
+        );
         let clusters = Family::<StateLabel, Gauge>::default();
         registry.register("clusters", "ValkeyClusters per state", clusters.clone());
         let topology_actions = Family::<ActionLabel, Counter>::default();
-        registry.register("topology_actions", "Topology actions taken (meet, assign slots, replicate, ...)", topology_actions.clone());
+        registry.register(
+            "topology_actions",
+            "Topology actions taken (meet, assign slots, replicate, ...)",
+            topology_actions.clone(),
+        );
         let failovers = Counter::default();
-        registry.register("failovers", "Failovers the operator initiated", failovers.clone());
+        registry.register(
+            "failovers",
+            "Failovers the operator initiated",
+            failovers.clone(),
+        );
         let slot_migrations = Counter::default();
-        registry.register("slot_migrations", "Slot migrations started", slot_migrations.clone());
+        registry.register(
+            "slot_migrations",
+            "Slot migrations started",
+            slot_migrations.clone(),
+        );
         let rollouts_in_progress = Gauge::default();
-        registry.register("rollouts_in_progress", "Rolling replacements in progress", rollouts_in_progress.clone());
+        registry.register(
+            "rollouts_in_progress",
+            "Rolling replacements in progress",
+            rollouts_in_progress.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -95,24 +123,38 @@ impl Metrics {
 
     /// Times a reconcile until the guard drops.
     pub fn reconcile_timer(&self, controller: &str) -> ReconcileTimer<'_> {
-        let label = ControllerLabel { controller: controller.to_string() };
+        let label = ControllerLabel {
+            controller: controller.to_string(),
+        };
         self.reconciles.get_or_create(&label).inc();
-        ReconcileTimer { metrics: self, label, start: Instant::now() }
+        ReconcileTimer {
+            metrics: self,
+            label,
+            start: Instant::now(),
+        }
     }
 
     pub fn reconcile_failed(&self, controller: &str, error: &str) {
         self.reconcile_errors
-            .get_or_create(&ErrorLabel { controller: controller.to_string(), error: error.to_string() })
+            .get_or_create(&ErrorLabel {
+                controller: controller.to_string(),
+                error: error.to_string(),
+            })
             .inc();
     }
 
     pub fn action(&self, action: &str) {
-        self.topology_actions.get_or_create(&ActionLabel { action: action.to_string() }).inc();
+        self.topology_actions
+            .get_or_create(&ActionLabel {
+                action: action.to_string(),
+            })
+            .inc();
     }
 
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encoding to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding to a String cannot fail");
         out
     }
 }
@@ -125,17 +167,30 @@ pub struct ReconcileTimer<'a> {
 
 impl Drop for ReconcileTimer<'_> {
     fn drop(&mut self) {
-        self.metrics.reconcile_duration.get_or_create(&self.label).observe(self.start.elapsed().as_secs_f64());
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&self.label)
+            .observe(self.start.elapsed().as_secs_f64());
     }
 }
 
 /// Serves /metrics, /healthz and /readyz (ready once the controllers' caches are synced).
 pub async fn serve_admin(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
     async fn metrics_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-        ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.encode())
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            m.encode(),
+        )
     }
     async fn ready_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-        if m.ready.load(Ordering::Relaxed) { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "caches syncing") }
+        if m.ready.load(Ordering::Relaxed) {
+            (StatusCode::OK, "ok")
+        } else {
+            (StatusCode::SERVICE_UNAVAILABLE, "caches syncing")
+        }
     }
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
@@ -149,10 +204,14 @@ pub async fn serve_admin(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Re
 /// JSON or human logs, filtered by RUST_LOG (default info).
 pub fn init_logging() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn,fred=warn"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,fred=warn"));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f == "json");
     if json {
-        tracing_subscriber::fmt().with_env_filter(filter).json().init();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .json()
+            .init();
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
@@ -170,8 +229,15 @@ mod tests {
         }
         m.reconcile_failed("cluster", "kube");
         let text = m.encode();
-        assert!(text.contains("valkey_operator_reconciles_total{controller=\"cluster\"} 1"), "{text}");
-        assert!(text.contains("valkey_operator_reconcile_errors_total{controller=\"cluster\",error=\"kube\"} 1"));
-        assert!(text.contains("valkey_operator_reconcile_duration_seconds_count{controller=\"cluster\"} 1"));
+        assert!(
+            text.contains("valkey_operator_reconciles_total{controller=\"cluster\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "valkey_operator_reconcile_errors_total{controller=\"cluster\",error=\"kube\"} 1"
+        ));
+        assert!(text.contains(
+            "valkey_operator_reconcile_duration_seconds_count{controller=\"cluster\"} 1"
+        ));
     }
 }

@@ -13,14 +13,18 @@ use crate::api::{NodePlacement, ValkeyCluster, ValkeyNode, ValkeyNodeSpec, ZoneS
 use crate::controller::names;
 use crate::resolve::ResolvedConfig;
 use crate::resolve::acl::OperatorCredentials;
-use crate::resolve::conf::{ACL_FILE_KEY, REPLICATION_AUTH_KEY, render_replication_auth, sha256_hex};
+use crate::resolve::conf::{
+    ACL_FILE_KEY, REPLICATION_AUTH_KEY, render_replication_auth, sha256_hex,
+};
 
 /// Keys of the operator Secret.
 pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
 
 pub fn owner_reference(cluster: &ValkeyCluster) -> OwnerReference {
-    cluster.controller_owner_ref(&()).expect("a ValkeyCluster read from the API has a uid")
+    cluster
+        .controller_owner_ref(&())
+        .expect("a ValkeyCluster read from the API has a uid")
 }
 
 fn meta(cluster: &ValkeyCluster, name: String, component: &str) -> ObjectMeta {
@@ -74,7 +78,12 @@ pub fn spec_hash(spec: &ValkeyNodeSpec) -> String {
 }
 
 /// A ValkeyNode for `shard` named `name`.
-pub fn node(cluster: &ValkeyCluster, name: &str, shard: usize, spec: &ValkeyNodeSpec) -> ValkeyNode {
+pub fn node(
+    cluster: &ValkeyCluster,
+    name: &str,
+    shard: usize,
+    spec: &ValkeyNodeSpec,
+) -> ValkeyNode {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
     let mut spec = spec.clone();
     spec.shard = shard as i32;
@@ -153,8 +162,14 @@ pub fn operator_secret(cluster: &ValkeyCluster, credentials: &OperatorCredential
         type_: Some("Opaque".into()),
         string_data: Some(
             [
-                (OPERATOR_PASSWORD_KEY.to_string(), credentials.operator_password.clone()),
-                (REPLICATION_PASSWORD_KEY.to_string(), credentials.replication_password.clone()),
+                (
+                    OPERATOR_PASSWORD_KEY.to_string(),
+                    credentials.operator_password.clone(),
+                ),
+                (
+                    REPLICATION_PASSWORD_KEY.to_string(),
+                    credentials.replication_password.clone(),
+                ),
             ]
             .into(),
         ),
@@ -163,7 +178,11 @@ pub fn operator_secret(cluster: &ValkeyCluster, credentials: &OperatorCredential
 }
 
 /// The ACL Secret mounted into every member: the ACL file and the replication credentials.
-pub fn acl_secret(cluster: &ValkeyCluster, acl_file: &str, credentials: &OperatorCredentials) -> Secret {
+pub fn acl_secret(
+    cluster: &ValkeyCluster,
+    acl_file: &str,
+    credentials: &OperatorCredentials,
+) -> Secret {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     Secret {
         metadata: meta(cluster, names::acl_secret(&name), "acl"),
@@ -213,8 +232,16 @@ mod tests {
         ResolvedConfig {
             chain: vec!["standard".into()],
             image_ref: "valkey-9-0".into(),
-            image: ValkeyImageSpec { repository: "valkey/valkey".into(), tag: version.into(), digest: None, version: version.into() },
-            resources: Resources { cpu: Some("1".into()), memory: Some("2Gi".into()) },
+            image: ValkeyImageSpec {
+                repository: "valkey/valkey".into(),
+                tag: version.into(),
+                digest: None,
+                version: version.into(),
+            },
+            resources: Resources {
+                cpu: Some("1".into()),
+                memory: Some("2Gi".into()),
+            },
             valkey: BTreeMap::from([("maxmemory".to_string(), "1500mb".to_string())]),
             acl: vec![],
         }
@@ -262,13 +289,22 @@ mod tests {
         let spec = headless.spec.unwrap();
         assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
         assert_eq!(spec.publish_not_ready_addresses, Some(true));
-        assert_eq!(spec.selector.unwrap()["valkey.gomomento.com/cluster"], "my-cluster");
-        assert_eq!(client_service(&cluster()).spec.unwrap().ports.unwrap()[0].port, 6379);
+        assert_eq!(
+            spec.selector.unwrap()["valkey.gomomento.com/cluster"],
+            "my-cluster"
+        );
+        assert_eq!(
+            client_service(&cluster()).spec.unwrap().ports.unwrap()[0].port,
+            6379
+        );
     }
 
     #[test]
     fn acl_secret_holds_the_file_and_replication_auth() {
-        let creds = OperatorCredentials { operator_password: "o".into(), replication_password: "r".into() };
+        let creds = OperatorCredentials {
+            operator_password: "o".into(),
+            replication_password: "r".into(),
+        };
         let s = acl_secret(&cluster(), "user x on\n", &creds);
         let data = s.string_data.unwrap();
         assert_eq!(data[ACL_FILE_KEY], "user x on\n");

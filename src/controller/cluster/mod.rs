@@ -37,18 +37,30 @@ pub struct ClusterContext {
 /// What resolution produced, or why the cluster is blocked.
 pub struct Resolved {
     pub config: crate::resolve::ResolvedConfig,
-    pub acl_file_inputs: (Vec<crate::api::AclBinding>, BTreeMap<String, crate::api::ValkeyRoleSpec>),
+    pub acl_file_inputs: (
+        Vec<crate::api::AclBinding>,
+        BTreeMap<String, crate::api::ValkeyRoleSpec>,
+    ),
 }
 
 /// Resolve step (pure over the catalog): config chain, bindings, roles.
-pub fn resolve(cluster: &ValkeyCluster, catalog: &impl crate::resolve::Catalog) -> Result<Resolved, ResolveError> {
+pub fn resolve(
+    cluster: &ValkeyCluster,
+    catalog: &impl crate::resolve::Catalog,
+) -> Result<Resolved, ResolveError> {
     let config = resolve_config(catalog, &cluster.spec.config_ref)?;
     let bindings = merge_bindings(&config.acl, &cluster.spec.acl)?;
     let roles = resolve_roles(catalog, &bindings)?;
-    Ok(Resolved { config, acl_file_inputs: (bindings, roles) })
+    Ok(Resolved {
+        config,
+        acl_file_inputs: (bindings, roles),
+    })
 }
 
-pub async fn reconcile(cluster: Arc<ValkeyCluster>, cctx: Arc<ClusterContext>) -> Result<Requeue, Error> {
+pub async fn reconcile(
+    cluster: Arc<ValkeyCluster>,
+    cctx: Arc<ClusterContext>,
+) -> Result<Requeue, Error> {
     let ctx = &cctx.ctx;
     let _timer = ctx.metrics.reconcile_timer("cluster");
     if cluster.meta().deletion_timestamp.is_some() {
@@ -77,39 +89,69 @@ pub async fn reconcile(cluster: Arc<ValkeyCluster>, cctx: Arc<ClusterContext>) -
     let credentials = ensure_operator_secret(ctx, &cluster).await?;
     let (bindings, roles) = &resolved.acl_file_inputs;
     let acl_file = render_acl_file(bindings, roles, &credentials);
-    apply(ctx, &namespace, build::acl_secret(&cluster, &acl_file, &credentials)).await?;
+    apply(
+        ctx,
+        &namespace,
+        build::acl_secret(&cluster, &acl_file, &credentials),
+    )
+    .await?;
     apply(ctx, &namespace, build::headless_service(&cluster)).await?;
     apply(ctx, &namespace, build::client_service(&cluster)).await?;
     apply(ctx, &namespace, build::pdb(&cluster)).await?;
 
     // Observe: members from the store, their pods, and what each Valkey says.
-    let desired_spec = build::desired_node_spec(&cluster, &resolved.config, ctx.settings.default_zone_spread);
+    let desired_spec =
+        build::desired_node_spec(&cluster, &resolved.config, ctx.settings.default_zone_spread);
     let nodes = cluster_nodes(&cctx.nodes, &namespace, &name);
-    let driver = ctx.driver(&object_key(cluster.as_ref()), &credentials.operator_password).await;
+    let driver = ctx
+        .driver(
+            &object_key(cluster.as_ref()),
+            &credentials.operator_password,
+        )
+        .await;
     let observed = observe::members(driver.as_ref(), &nodes, &cctx.pods).await;
     let topology = Topology {
         cluster: name.clone(),
         shards: cluster.spec.shards.max(0) as usize,
         replicas_per_shard: cluster.spec.replicas_per_shard.max(0) as usize,
-        members: observed.iter().map(|o| o.member.clone()).collect::<Vec<Member>>(),
+        members: observed
+            .iter()
+            .map(|o| o.member.clone())
+            .collect::<Vec<Member>>(),
     };
 
     // Plan the next step and act on it.
     let plan = plan::plan(&topology);
     let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), &namespace);
     for action in &plan.actions {
-        act(ctx, &cluster, &node_api, driver.as_ref(), &desired_spec, action).await?;
+        act(
+            ctx,
+            &cluster,
+            &node_api,
+            driver.as_ref(),
+            &desired_spec,
+            action,
+        )
+        .await?;
     }
     status::update_node_statuses(ctx, &node_api, &observed).await?;
     let new_status = status::from_plan(&cluster, &plan, &observed, &nodes);
     status::publish(ctx, &cluster, new_status).await?;
 
     let settled = plan.phase == Phase::Ready && plan.actions.is_empty();
-    Ok(Requeue::requeue(Duration::from_secs(if settled { 30 } else { 2 })))
+    Ok(Requeue::requeue(Duration::from_secs(if settled {
+        30
+    } else {
+        2
+    })))
 }
 
 /// ValkeyNodes of one cluster from the store, by name.
-pub fn cluster_nodes(store: &Store<ValkeyNode>, namespace: &str, cluster: &str) -> Vec<Arc<ValkeyNode>> {
+pub fn cluster_nodes(
+    store: &Store<ValkeyNode>,
+    namespace: &str,
+    cluster: &str,
+) -> Vec<Arc<ValkeyNode>> {
     let mut nodes: Vec<Arc<ValkeyNode>> = store
         .state()
         .into_iter()
@@ -138,7 +180,13 @@ async fn act(
             match node_api.create(&PostParams::default(), &node).await {
                 Ok(_) => {
                     info!(cluster = %key, node = %name, shard, "created member");
-                    status::event(ctx, cluster, "CreatingMember", &format!("Creating member {name} for shard {shard}")).await;
+                    status::event(
+                        ctx,
+                        cluster,
+                        "CreatingMember",
+                        &format!("Creating member {name} for shard {shard}"),
+                    )
+                    .await;
                 }
                 // Planned again after a crash or a stale cache: the object is already there.
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -149,7 +197,9 @@ async fn act(
         Action::Meet { via, target } => {
             ctx.metrics.action("meet");
             info!(cluster = %key, via = %via, target = %target, "CLUSTER MEET");
-            driver.meet(via, &target.host, target.port, Some(CLUSTER_BUS_PORT)).await?;
+            driver
+                .meet(via, &target.host, target.port, Some(CLUSTER_BUS_PORT))
+                .await?;
         }
         Action::AssignSlots { member, ranges } => {
             ctx.metrics.action("assign_slots");
@@ -184,20 +234,38 @@ where
 {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
     let name = obj.meta().name.clone().unwrap_or_default();
-    Ok(api.patch(&name, &PatchParams::apply(CLUSTER_MANAGER).force(), &Patch::Apply(&obj)).await?)
+    Ok(api
+        .patch(
+            &name,
+            &PatchParams::apply(CLUSTER_MANAGER).force(),
+            &Patch::Apply(&obj),
+        )
+        .await?)
 }
 
 /// The operator's passwords: generated once, then read back from the Secret (never
 /// regenerated, or running members would lock the operator out).
-async fn ensure_operator_secret(ctx: &Context, cluster: &ValkeyCluster) -> Result<OperatorCredentials, Error> {
+async fn ensure_operator_secret(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+) -> Result<OperatorCredentials, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret_name = names::operator_secret(&cluster.name_any());
     let existing = match api.get_opt(&secret_name).await? {
         Some(s) => s,
         None => {
-            let generated = OperatorCredentials { operator_password: random_password(), replication_password: random_password() };
-            match api.create(&PostParams::default(), &build::operator_secret(cluster, &generated)).await {
+            let generated = OperatorCredentials {
+                operator_password: random_password(),
+                replication_password: random_password(),
+            };
+            match api
+                .create(
+                    &PostParams::default(),
+                    &build::operator_secret(cluster, &generated),
+                )
+                .await
+            {
                 Ok(s) => s,
                 Err(kube::Error::Api(e)) if e.code == 409 => api.get(&secret_name).await?,
                 Err(e) => return Err(e.into()),
@@ -220,11 +288,21 @@ async fn ensure_operator_secret(ctx: &Context, cluster: &ValkeyCluster) -> Resul
 }
 
 fn random_password() -> String {
-    rand::rng().sample_iter(&Alphanumeric).take(40).map(char::from).collect()
+    rand::rng()
+        .sample_iter(&Alphanumeric)
+        .take(40)
+        .map(char::from)
+        .collect()
 }
 
-pub fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, cctx: Arc<ClusterContext>) -> Requeue {
+pub fn error_policy(
+    cluster: Arc<ValkeyCluster>,
+    error: &Error,
+    cctx: Arc<ClusterContext>,
+) -> Requeue {
     warn!(cluster = %object_key(cluster.as_ref()), "reconcile failed: {error}");
-    cctx.ctx.metrics.reconcile_failed("cluster", error.metric_label());
+    cctx.ctx
+        .metrics
+        .reconcile_failed("cluster", error.metric_label());
     Requeue::requeue(Duration::from_secs(5))
 }

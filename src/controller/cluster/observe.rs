@@ -36,7 +36,10 @@ pub fn ready_address(pod: &Pod) -> Option<MemberAddr> {
     if pod.metadata.deletion_timestamp.is_some() || !ready {
         return None;
     }
-    status.pod_ip.as_ref().map(|ip| MemberAddr::new(ip.clone(), CLIENT_PORT))
+    status
+        .pod_ip
+        .as_ref()
+        .map(|ip| MemberAddr::new(ip.clone(), CLIENT_PORT))
 }
 
 /// Reduces a member's observation to what planning needs.
@@ -46,7 +49,9 @@ pub fn view(obs: &MemberObservation) -> MemberView {
     MemberView {
         id: obs.id.clone(),
         is_primary: !is_replica,
-        primary_id: myself.and_then(|m| m.primary_id.clone()).filter(|_| is_replica),
+        primary_id: myself
+            .and_then(|m| m.primary_id.clone())
+            .filter(|_| is_replica),
         slots: myself.map(|m| m.slots.clone()).unwrap_or_default(),
         known: obs
             .nodes
@@ -63,33 +68,49 @@ pub fn view(obs: &MemberObservation) -> MemberView {
     }
 }
 
-pub async fn members(driver: &dyn ClusterDriver, nodes: &[Arc<ValkeyNode>], pods: &Store<Pod>) -> Vec<Observed> {
+pub async fn members(
+    driver: &dyn ClusterDriver,
+    nodes: &[Arc<ValkeyNode>],
+    pods: &Store<Pod>,
+) -> Vec<Observed> {
     join_all(nodes.iter().map(|node| async move {
         let name = node.name_any();
         let namespace = node.namespace().unwrap_or_default();
         let pod = pods.get(&ObjectRef::new(&name).within(&namespace));
         let addr = pod.as_deref().and_then(ready_address);
         let observation = match &addr {
-            Some(addr) => match tokio::time::timeout(Duration::from_secs(15), driver.observe(addr)).await {
-                Ok(Ok(obs)) => Some(obs),
-                Ok(Err(e)) => {
-                    debug!(member = %name, "observe failed: {e}");
-                    None
+            Some(addr) => {
+                match tokio::time::timeout(Duration::from_secs(15), driver.observe(addr)).await {
+                    Ok(Ok(obs)) => Some(obs),
+                    Ok(Err(e)) => {
+                        debug!(member = %name, "observe failed: {e}");
+                        None
+                    }
+                    Err(_) => {
+                        debug!(member = %name, "observe timed out");
+                        None
+                    }
                 }
-                Err(_) => {
-                    debug!(member = %name, "observe timed out");
-                    None
-                }
-            },
+            }
             None => None,
         };
         let view = observation.as_ref().map(view);
-        let role = view.as_ref().map(|v| if v.primary_id.is_some() { NodeRole::Replica } else { NodeRole::Primary });
+        let role = view.as_ref().map(|v| {
+            if v.primary_id.is_some() {
+                NodeRole::Replica
+            } else {
+                NodeRole::Primary
+            }
+        });
         Observed {
             member: Member {
                 name: name.clone(),
                 shard: node.spec.shard.max(0) as usize,
-                lifecycle: node.status.as_ref().and_then(|s| s.lifecycle).unwrap_or(Lifecycle::Joining),
+                lifecycle: node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.lifecycle)
+                    .unwrap_or(Lifecycle::Joining),
                 addr,
                 view,
             },

@@ -11,12 +11,21 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::observe::Observed;
-use crate::api::{ClusterNodeStatus, ClusterState, Lifecycle, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
+use crate::api::{
+    ClusterNodeStatus, ClusterState, Lifecycle, ValkeyCluster, ValkeyClusterStatus, ValkeyNode,
+};
 use crate::controller::{CLUSTER_MANAGER, Context, Error};
 use crate::plan::{Phase, Plan};
 use crate::resolve::ResolveError;
 
-fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>, previous: &[Condition]) -> Condition {
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Condition {
     let status = if ok { "True" } else { "False" };
     // Keep the transition time while the status stays the same.
     let last_transition_time = previous
@@ -35,22 +44,41 @@ fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Opt
 }
 
 fn previous_conditions(cluster: &ValkeyCluster) -> Vec<Condition> {
-    cluster.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default()
+    cluster
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default()
 }
 
 /// Status of a cluster whose references do not resolve. The node list is kept (the members
 /// keep running); the message says which link is broken and how to fix it.
-pub fn blocked(cluster: &ValkeyCluster, err: &ResolveError, nodes: &Store<ValkeyNode>) -> ValkeyClusterStatus {
+pub fn blocked(
+    cluster: &ValkeyCluster,
+    err: &ResolveError,
+    nodes: &Store<ValkeyNode>,
+) -> ValkeyClusterStatus {
     let generation = cluster.metadata.generation;
     let previous = previous_conditions(cluster);
-    let members = super::cluster_nodes(nodes, &cluster.namespace().unwrap_or_default(), &cluster.name_any());
+    let members = super::cluster_nodes(
+        nodes,
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+    );
     let message = err.to_string();
     ValkeyClusterStatus {
         state: Some(ClusterState::Blocked),
         message: Some(message.clone()),
         observed_generation: generation,
         conditions: vec![
-            condition("ConfigResolved", false, err.reason(), &message, generation, &previous),
+            condition(
+                "ConfigResolved",
+                false,
+                err.reason(),
+                &message,
+                generation,
+                &previous,
+            ),
             condition("Ready", false, "Blocked", &message, generation, &previous),
         ],
         nodes: cluster
@@ -75,7 +103,12 @@ pub fn blocked(cluster: &ValkeyCluster, err: &ResolveError, nodes: &Store<Valkey
 }
 
 /// Status from the plan and this round's observations.
-pub fn from_plan(cluster: &ValkeyCluster, plan: &Plan, observed: &[Observed], _nodes: &[Arc<ValkeyNode>]) -> ValkeyClusterStatus {
+pub fn from_plan(
+    cluster: &ValkeyCluster,
+    plan: &Plan,
+    observed: &[Observed],
+    _nodes: &[Arc<ValkeyNode>],
+) -> ValkeyClusterStatus {
     let generation = cluster.metadata.generation;
     let previous = previous_conditions(cluster);
     let state = match plan.phase {
@@ -112,29 +145,57 @@ pub fn from_plan(cluster: &ValkeyCluster, plan: &Plan, observed: &[Observed], _n
 
 /// Patches status (server-side apply on the status subresource) and emits an Event when the
 /// state changes.
-pub async fn publish(ctx: &Context, cluster: &ValkeyCluster, status: ValkeyClusterStatus) -> Result<(), Error> {
+pub async fn publish(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    status: ValkeyClusterStatus,
+) -> Result<(), Error> {
     let previous = cluster.status.clone().unwrap_or_default();
     let same = previous.state == status.state
         && previous.message == status.message
         && previous.observed_generation == status.observed_generation
         && previous.nodes == status.nodes
-        && previous.conditions.iter().map(|c| (&c.type_, &c.status, &c.reason)).eq(status.conditions.iter().map(|c| (&c.type_, &c.status, &c.reason)));
+        && previous
+            .conditions
+            .iter()
+            .map(|c| (&c.type_, &c.status, &c.reason))
+            .eq(status
+                .conditions
+                .iter()
+                .map(|c| (&c.type_, &c.status, &c.reason)));
     if same {
         return Ok(());
     }
-    let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let api: Api<ValkeyCluster> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
     let patch = json!({
         "apiVersion": crate::api::constants::API_VERSION,
         "kind": "ValkeyCluster",
         "status": status,
     });
-    api.patch_status(&cluster.name_any(), &PatchParams::apply(CLUSTER_MANAGER).force(), &Patch::Apply(&patch)).await?;
+    api.patch_status(
+        &cluster.name_any(),
+        &PatchParams::apply(CLUSTER_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
     if previous.state != status.state
         && let Some(state) = status.state
     {
         let reason = format!("{state:?}");
-        let type_ = if matches!(state, ClusterState::Blocked | ClusterState::Degraded) { EventType::Warning } else { EventType::Normal };
-        publish_event(ctx, cluster, type_, &reason, status.message.as_deref().unwrap_or_default()).await;
+        let type_ = if matches!(state, ClusterState::Blocked | ClusterState::Degraded) {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish_event(
+            ctx,
+            cluster,
+            type_,
+            &reason,
+            status.message.as_deref().unwrap_or_default(),
+        )
+        .await;
     }
     Ok(())
 }
@@ -143,7 +204,13 @@ pub async fn event(ctx: &Context, cluster: &ValkeyCluster, reason: &str, note: &
     publish_event(ctx, cluster, EventType::Normal, reason, note).await;
 }
 
-async fn publish_event(ctx: &Context, cluster: &ValkeyCluster, type_: EventType, reason: &str, note: &str) {
+async fn publish_event(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
     let event = Event {
         type_,
         reason: reason.to_string(),
@@ -156,14 +223,23 @@ async fn publish_event(ctx: &Context, cluster: &ValkeyCluster, type_: EventType,
     }
 }
 
-pub async fn set_node_lifecycle(api: &Api<ValkeyNode>, name: &str, lifecycle: Lifecycle) -> Result<(), Error> {
+pub async fn set_node_lifecycle(
+    api: &Api<ValkeyNode>,
+    name: &str,
+    lifecycle: Lifecycle,
+) -> Result<(), Error> {
     let patch = json!({"status": {"lifecycle": lifecycle}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }
 
 /// Records each member's observed role, Valkey node id and pod in its ValkeyNode status.
-pub async fn update_node_statuses(_ctx: &Context, api: &Api<ValkeyNode>, observed: &[Observed]) -> Result<(), Error> {
+pub async fn update_node_statuses(
+    _ctx: &Context,
+    api: &Api<ValkeyNode>,
+    observed: &[Observed],
+) -> Result<(), Error> {
     for o in observed {
         let current = o.node.status.clone().unwrap_or_default();
         let node_id = o.member.view.as_ref().map(|v| v.id.as_str().to_string());
@@ -183,7 +259,12 @@ pub async fn update_node_statuses(_ctx: &Context, api: &Api<ValkeyNode>, observe
         if let Some(pod) = &o.pod {
             status.insert("pod".into(), json!(pod));
         }
-        api.patch_status(&o.member.name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await?;
+        api.patch_status(
+            &o.member.name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await?;
     }
     Ok(())
 }

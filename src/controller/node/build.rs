@@ -29,14 +29,22 @@ fn identity(node: &ValkeyNode) -> (String, String, String) {
 fn owned_meta(node: &ValkeyNode, name: String) -> ObjectMeta {
     let (node_name, namespace, cluster) = identity(node);
     let mut labels = names::member_labels(&cluster, node.spec.shard as usize, &node_name);
-    if let Some(hash) = node.metadata.labels.as_ref().and_then(|l| l.get(LABEL_SPEC_HASH)) {
+    if let Some(hash) = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SPEC_HASH))
+    {
         labels.insert(LABEL_SPEC_HASH.to_string(), hash.clone());
     }
     ObjectMeta {
         name: Some(name),
         namespace: Some(namespace),
         labels: Some(labels),
-        owner_references: Some(vec![node.controller_owner_ref(&()).expect("a ValkeyNode read from the API has a uid")]),
+        owner_references: Some(vec![
+            node.controller_owner_ref(&())
+                .expect("a ValkeyNode read from the API has a uid"),
+        ]),
         ..Default::default()
     }
 }
@@ -53,7 +61,10 @@ pub fn config_map(node: &ValkeyNode) -> ConfigMap {
     let node_name = node.metadata.name.clone().unwrap_or_default();
     ConfigMap {
         metadata: owned_meta(node, names::member_config(&node_name)),
-        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), valkey_conf(node))])),
+        data: Some(BTreeMap::from([(
+            CONFIG_KEY.to_string(),
+            valkey_conf(node),
+        )])),
         ..Default::default()
     }
 }
@@ -64,14 +75,21 @@ pub fn pod(node: &ValkeyNode, pod_annotations: &BTreeMap<String, String>) -> Pod
     let (node_name, _namespace, cluster) = identity(node);
     let mut meta = owned_meta(node, node_name.clone());
     let mut annotations = pod_annotations.clone();
-    annotations.insert(CONFIG_HASH_ANNOTATION.to_string(), sha256_hex(valkey_conf(node))[..12].to_string());
+    annotations.insert(
+        CONFIG_HASH_ANNOTATION.to_string(),
+        sha256_hex(valkey_conf(node))[..12].to_string(),
+    );
     meta.annotations = Some(annotations);
 
     let shard_selector = json!({"matchLabels": {
         crate::api::constants::LABEL_CLUSTER: cluster,
         crate::api::constants::LABEL_SHARD: node.spec.shard.to_string(),
     }});
-    let zone_spread = node.spec.placement.zone_spread.unwrap_or(ZoneSpread::BestEffort);
+    let zone_spread = node
+        .spec
+        .placement
+        .zone_spread
+        .unwrap_or(ZoneSpread::BestEffort);
     let mut spread = vec![
         // Members of a shard on different hosts where possible (primary and replica apart).
         json!({"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": shard_selector}),
@@ -136,7 +154,11 @@ pub fn pod(node: &ValkeyNode, pod_annotations: &BTreeMap<String, String>) -> Pod
         }],
         "volumes": volumes,
     });
-    Pod { metadata: meta, spec: Some(serde_json::from_value(spec).expect("valid pod spec")), status: None }
+    Pod {
+        metadata: meta,
+        spec: Some(serde_json::from_value(spec).expect("valid pod spec")),
+        status: None,
+    }
 }
 
 #[cfg(test)]
@@ -155,7 +177,10 @@ mod tests {
                 image_ref: "valkey-9-0".into(),
                 image: "valkey/valkey:9.0.0".into(),
                 version: "9.0.0".into(),
-                resources: Resources { cpu: Some("1".into()), memory: Some("2Gi".into()) },
+                resources: Resources {
+                    cpu: Some("1".into()),
+                    memory: Some("2Gi".into()),
+                },
                 valkey: BTreeMap::from([("maxmemory".to_string(), "1500mb".to_string())]),
                 config_hash: None,
                 placement: NodePlacement {
@@ -186,37 +211,70 @@ mod tests {
 
     #[test]
     fn best_effort_spreads_shard_members_softly_over_zones_and_hosts() {
-        let spec = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new()).spec.unwrap();
+        let spec = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new())
+            .spec
+            .unwrap();
         let tsc = spec.topology_spread_constraints.unwrap();
         assert_eq!(tsc.len(), 2);
-        assert!(tsc.iter().all(|c| c.when_unsatisfiable == "ScheduleAnyway" && c.max_skew == 1));
+        assert!(
+            tsc.iter()
+                .all(|c| c.when_unsatisfiable == "ScheduleAnyway" && c.max_skew == 1)
+        );
         assert!(spec.affinity.is_none());
     }
 
     #[test]
     fn required_spread_is_hard_per_shard_and_soft_cluster_wide() {
-        let spec = pod(&node(ZoneSpread::Required, &[]), &BTreeMap::new()).spec.unwrap();
+        let spec = pod(&node(ZoneSpread::Required, &[]), &BTreeMap::new())
+            .spec
+            .unwrap();
         let tsc = spec.topology_spread_constraints.unwrap();
-        let zone: Vec<_> = tsc.iter().filter(|c| c.topology_key == "topology.kubernetes.io/zone").collect();
+        let zone: Vec<_> = tsc
+            .iter()
+            .filter(|c| c.topology_key == "topology.kubernetes.io/zone")
+            .collect();
         assert_eq!(zone.len(), 2);
         assert_eq!(zone[0].when_unsatisfiable, "DoNotSchedule");
         assert_eq!(zone[1].when_unsatisfiable, "ScheduleAnyway");
-        let host = tsc.iter().find(|c| c.topology_key == "kubernetes.io/hostname").unwrap();
+        let host = tsc
+            .iter()
+            .find(|c| c.topology_key == "kubernetes.io/hostname")
+            .unwrap();
         assert_eq!(host.when_unsatisfiable, "ScheduleAnyway");
     }
 
     #[test]
     fn zones_become_required_node_affinity() {
-        let spec = pod(&node(ZoneSpread::BestEffort, &["zone-a", "zone-b"]), &BTreeMap::new()).spec.unwrap();
-        let terms = spec.affinity.unwrap().node_affinity.unwrap().required_during_scheduling_ignored_during_execution.unwrap();
-        let expr = &terms.node_selector_terms[0].match_expressions.as_ref().unwrap()[0];
+        let spec = pod(
+            &node(ZoneSpread::BestEffort, &["zone-a", "zone-b"]),
+            &BTreeMap::new(),
+        )
+        .spec
+        .unwrap();
+        let terms = spec
+            .affinity
+            .unwrap()
+            .node_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap();
+        let expr = &terms.node_selector_terms[0]
+            .match_expressions
+            .as_ref()
+            .unwrap()[0];
         assert_eq!(expr.key, "topology.kubernetes.io/zone");
-        assert_eq!(expr.values.as_ref().unwrap(), &vec!["zone-a".to_string(), "zone-b".to_string()]);
+        assert_eq!(
+            expr.values.as_ref().unwrap(),
+            &vec!["zone-a".to_string(), "zone-b".to_string()]
+        );
     }
 
     #[test]
     fn pod_annotations_are_copied_and_config_hash_added() {
-        let p = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::from([("team".to_string(), "a".to_string())]));
+        let p = pod(
+            &node(ZoneSpread::BestEffort, &[]),
+            &BTreeMap::from([("team".to_string(), "a".to_string())]),
+        );
         let a = p.metadata.annotations.unwrap();
         assert_eq!(a["team"], "a");
         assert!(a.contains_key(CONFIG_HASH_ANNOTATION));

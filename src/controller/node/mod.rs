@@ -35,7 +35,11 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
     let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
     let cm = build::config_map(&node);
     config_maps
-        .patch(cm.metadata.name.as_deref().unwrap_or_default(), &PatchParams::apply(NODE_MANAGER).force(), &Patch::Apply(&cm))
+        .patch(
+            cm.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::apply(NODE_MANAGER).force(),
+            &Patch::Apply(&cm),
+        )
         .await?;
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -51,11 +55,17 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
         Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
             // Live change: add or update the cluster's annotations on the running pod.
             let current = pod.annotations();
-            let missing: BTreeMap<&String, &String> =
-                annotations.iter().filter(|(k, v)| current.get(*k) != Some(*v)).collect();
+            let missing: BTreeMap<&String, &String> = annotations
+                .iter()
+                .filter(|(k, v)| current.get(*k) != Some(*v))
+                .collect();
             if !missing.is_empty() {
-                pods.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"annotations": missing}})))
-                    .await?;
+                pods.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"metadata": {"annotations": missing}})),
+                )
+                .await?;
             }
         }
         Some(_) => {}
