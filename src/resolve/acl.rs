@@ -9,6 +9,11 @@
 //! The operator adds two users of its own (names starting with `_`, which bindings may not
 //! use): its administration user with exactly the commands its driver sends, and the user
 //! replicas authenticate to their primary with. `default` is off unless a binding names it.
+//!
+//! The first line is a revision marker, `user _rev-<12 hex> off`: a disabled user (it cannot
+//! log in) named after the SHA-256 of the rest of the file. After `ACL LOAD`, `ACL USERS` on a
+//! member tells which revision it loaded, so the operator knows that member read the new file
+//! and not the one its Secret volume held a moment earlier.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -22,8 +27,24 @@ use super::conf::sha256_hex;
 /// failover, forget, slot migration), introspection, CONFIG, ACL, MIGRATE and the
 /// RESTORE-ASKING its target runs, and connection housekeeping.
 pub const OPERATOR_COMMANDS: &[&str] = &[
-    "cluster", "info", "config", "acl", "migrate", "restore-asking", "asking", "ping", "auth",
-    "hello", "client", "role", "command", "dbsize", "readonly", "readwrite", "wait", "select",
+    "cluster",
+    "info",
+    "config",
+    "acl",
+    "migrate",
+    "restore-asking",
+    "asking",
+    "ping",
+    "auth",
+    "hello",
+    "client",
+    "role",
+    "command",
+    "dbsize",
+    "readonly",
+    "readwrite",
+    "wait",
+    "select",
 ];
 
 /// Commands a replica runs against its primary.
@@ -36,8 +57,46 @@ pub struct OperatorCredentials {
     pub replication_password: String,
 }
 
-/// The ACL file: operator users, `default`, then the bindings in order.
+/// Prefix of the revision marker user (reserved: bindings may not start a name with `_`).
+pub const REVISION_USER_PREFIX: &str = "_rev-";
+
+/// Length of a revision: the first hex digits of the SHA-256 of the file below the marker.
+pub const REVISION_LEN: usize = 12;
+
+/// Name of the marker user of a revision.
+pub fn revision_user(revision: &str) -> String {
+    format!("{REVISION_USER_PREFIX}{revision}")
+}
+
+/// The revision a rendered file carries (its marker line), if any.
+pub fn file_revision(file: &str) -> Option<&str> {
+    file.lines().find_map(|line| {
+        let rest = line
+            .strip_prefix("user ")?
+            .strip_prefix(REVISION_USER_PREFIX)?;
+        rest.split_whitespace().next()
+    })
+}
+
+/// The revision marker among the usernames a member reports (`ACL USERS`), if any.
+pub fn loaded_revision<'a>(usernames: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    usernames
+        .into_iter()
+        .find_map(|u| u.strip_prefix(REVISION_USER_PREFIX))
+}
+
+/// The ACL file: the revision marker, operator users, `default`, then the bindings in order.
 pub fn render_acl_file(
+    bindings: &[AclBinding],
+    roles: &BTreeMap<String, ValkeyRoleSpec>,
+    credentials: &OperatorCredentials,
+) -> String {
+    let body = render_acl_body(bindings, roles, credentials);
+    let revision = &sha256_hex(&body)[..REVISION_LEN];
+    format!("user {} off\n{body}", revision_user(revision))
+}
+
+fn render_acl_body(
     bindings: &[AclBinding],
     roles: &BTreeMap<String, ValkeyRoleSpec>,
     credentials: &OperatorCredentials,
@@ -47,19 +106,29 @@ pub fn render_acl_file(
         out,
         "user {OPERATOR_ACL_USERNAME} on #{} ~* &* -@all {}",
         sha256_hex(&credentials.operator_password),
-        OPERATOR_COMMANDS.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ")
+        OPERATOR_COMMANDS
+            .iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let _ = writeln!(
         out,
         "user {REPLICATION_ACL_USERNAME} on #{} -@all {}",
         sha256_hex(&credentials.replication_password),
-        REPLICATION_COMMANDS.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ")
+        REPLICATION_COMMANDS
+            .iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     if !bindings.iter().any(|b| b.username == "default") {
         // Off, yet allowed `cluster|syncslots`: Valkey 9.0's atomic slot migration checks that
         // subcommand, sent by the importing member, against the default user. An off user
         // cannot log in, so this grants nothing to clients.
-        out.push_str("user default off resetpass resetkeys resetchannels -@all +cluster|syncslots\n");
+        out.push_str(
+            "user default off resetpass resetkeys resetchannels -@all +cluster|syncslots\n",
+        );
     }
     for binding in bindings {
         out.push_str(&render_user(binding, roles));
@@ -82,10 +151,10 @@ pub fn render_user(binding: &AclBinding, roles: &BTreeMap<String, ValkeyRoleSpec
                 KeyAccess::Write => "%W~",
                 KeyAccess::Readwrite => "~",
             };
-            selector.push(format!("{prefix}{}", key.pattern));
+            selector.push(format!("{prefix}{}", selector_safe(&key.pattern)));
         }
         for channel in &permission.channels {
-            selector.push(format!("&{}", channel.pattern));
+            selector.push(format!("&{}", selector_safe(&channel.pattern)));
         }
         // A missing role is a resolution error before rendering; render nothing for it here.
         if let Some(role) = roles.get(&permission.role_ref) {
@@ -98,6 +167,24 @@ pub fn render_user(binding: &AclBinding, roles: &BTreeMap<String, ValkeyRoleSpec
     line
 }
 
+/// A glob pattern as it can sit inside a selector. Valkey ends a selector at the first
+/// argument that ends with `)`, so a pattern ending with a literal `)` (escaped `\)` or
+/// not) is written with the equivalent character class `[)]`. Nothing else needs quoting:
+/// the ACL file splits arguments on spaces only, and patterns have none.
+pub fn selector_safe(pattern: &str) -> String {
+    let Some(head) = pattern.strip_suffix(')') else {
+        return pattern.to_string();
+    };
+    // An odd number of backslashes before the `)` escapes it: drop that one backslash.
+    let backslashes = head.len() - head.trim_end_matches('\\').len();
+    let head = if backslashes % 2 == 1 {
+        &head[..head.len() - 1]
+    } else {
+        head
+    };
+    format!("{head}[)]")
+}
+
 /// A role's rules: categories first, then commands, each in list order.
 pub fn role_rules(role: &ValkeyRoleSpec) -> Vec<String> {
     let sign = |access: RuleAccess| match access {
@@ -107,7 +194,11 @@ pub fn role_rules(role: &ValkeyRoleSpec) -> Vec<String> {
     role.categories
         .iter()
         .map(|c| format!("{}@{}", sign(c.access), c.name))
-        .chain(role.commands.iter().map(|c| format!("{}{}", sign(c.access), c.name)))
+        .chain(
+            role.commands
+                .iter()
+                .map(|c| format!("{}{}", sign(c.access), c.name)),
+        )
         .collect()
 }
 
@@ -121,16 +212,28 @@ mod tests {
         roles.insert(
             "readonly".to_string(),
             ValkeyRoleSpec {
-                categories: vec![CategoryRule { name: "read".into(), access: RuleAccess::Allow }],
-                commands: vec![CommandRule { name: "keys".into(), access: RuleAccess::Deny }],
+                categories: vec![CategoryRule {
+                    name: "read".into(),
+                    access: RuleAccess::Allow,
+                }],
+                commands: vec![CommandRule {
+                    name: "keys".into(),
+                    access: RuleAccess::Deny,
+                }],
             },
         );
         roles.insert(
             "readwrite".to_string(),
             ValkeyRoleSpec {
                 categories: vec![
-                    CategoryRule { name: "read".into(), access: RuleAccess::Allow },
-                    CategoryRule { name: "write".into(), access: RuleAccess::Allow },
+                    CategoryRule {
+                        name: "read".into(),
+                        access: RuleAccess::Allow,
+                    },
+                    CategoryRule {
+                        name: "write".into(),
+                        access: RuleAccess::Allow,
+                    },
                 ],
                 commands: vec![],
             },
@@ -139,7 +242,10 @@ mod tests {
     }
 
     fn creds() -> OperatorCredentials {
-        OperatorCredentials { operator_password: "op".into(), replication_password: "rep".into() }
+        OperatorCredentials {
+            operator_password: "op".into(),
+            replication_password: "rep".into(),
+        }
     }
 
     fn binding(user: &str, hashes: &[&str], perms: Vec<AclPermission>) -> AclBinding {
@@ -153,8 +259,19 @@ mod tests {
     fn perm(role: &str, keys: &[(&str, KeyAccess)], channels: &[&str]) -> AclPermission {
         AclPermission {
             role_ref: role.into(),
-            keys: keys.iter().map(|(p, a)| KeyPermission { pattern: p.to_string(), access: *a }).collect(),
-            channels: channels.iter().map(|c| ChannelPermission { pattern: c.to_string() }).collect(),
+            keys: keys
+                .iter()
+                .map(|(p, a)| KeyPermission {
+                    pattern: p.to_string(),
+                    access: *a,
+                })
+                .collect(),
+            channels: channels
+                .iter()
+                .map(|c| ChannelPermission {
+                    pattern: c.to_string(),
+                })
+                .collect(),
         }
     }
 
@@ -163,8 +280,14 @@ mod tests {
 
     #[test]
     fn each_user_is_on_with_one_hash_per_password() {
-        let line = render_user(&binding("app", &[H1, H2], vec![perm("readonly", &[], &[])]), &roles());
-        assert!(line.starts_with(&format!("user app reset on #{H1} #{H2} ")), "{line}");
+        let line = render_user(
+            &binding("app", &[H1, H2], vec![perm("readonly", &[], &[])]),
+            &roles(),
+        );
+        assert!(
+            line.starts_with(&format!("user app reset on #{H1} #{H2} ")),
+            "{line}"
+        );
     }
 
     #[test]
@@ -174,17 +297,27 @@ mod tests {
             &[H1],
             vec![perm(
                 "readwrite",
-                &[("r:*", KeyAccess::Read), ("w:*", KeyAccess::Write), ("rw:*", KeyAccess::Readwrite)],
+                &[
+                    ("r:*", KeyAccess::Read),
+                    ("w:*", KeyAccess::Write),
+                    ("rw:*", KeyAccess::Readwrite),
+                ],
                 &[],
             )],
         );
         let line = render_user(&b, &roles());
-        assert!(line.contains("(%R~r:* %W~w:* ~rw:* +@read +@write)"), "{line}");
+        assert!(
+            line.contains("(%R~r:* %W~w:* ~rw:* +@read +@write)"),
+            "{line}"
+        );
     }
 
     #[test]
     fn channels_render_with_ampersand() {
-        let line = render_user(&binding("app", &[H1], vec![perm("readonly", &[], &["events:*"])]), &roles());
+        let line = render_user(
+            &binding("app", &[H1], vec![perm("readonly", &[], &["events:*"])]),
+            &roles(),
+        );
         assert!(line.contains("(&events:* +@read -keys)"), "{line}");
     }
 
@@ -204,14 +337,21 @@ mod tests {
             ],
         );
         let line = render_user(&b, &roles());
-        assert!(line.ends_with("(%R~app:* +@read -keys) (~tmp:* +@read +@write)"), "{line}");
+        assert!(
+            line.ends_with("(%R~app:* +@read -keys) (~tmp:* +@read +@write)"),
+            "{line}"
+        );
     }
 
     #[test]
     fn default_user_is_off_unless_a_binding_names_it() {
         let file = render_acl_file(&[], &roles(), &creds());
         assert!(file.contains("user default off"));
-        let file = render_acl_file(&[binding("default", &[H1], vec![perm("readonly", &[], &[])])], &roles(), &creds());
+        let file = render_acl_file(
+            &[binding("default", &[H1], vec![perm("readonly", &[], &[])])],
+            &roles(),
+            &creds(),
+        );
         assert!(!file.contains("user default off"));
         assert!(file.contains("user default reset on"));
     }
@@ -219,18 +359,181 @@ mod tests {
     #[test]
     fn operator_users_get_exactly_their_commands() {
         let file = render_acl_file(&[], &roles(), &creds());
-        let op = file.lines().find(|l| l.starts_with("user _valkey-operator ")).unwrap();
+        let op = file
+            .lines()
+            .find(|l| l.starts_with("user _valkey-operator "))
+            .unwrap();
         assert!(op.contains(&format!("#{}", sha256_hex("op"))));
         assert!(op.contains("-@all +cluster +info"));
         assert!(!op.contains("+@all"));
-        let rep = file.lines().find(|l| l.starts_with("user _valkey-replication ")).unwrap();
-        assert!(rep.ends_with("-@all +psync +sync +replconf +ping +auth"), "{rep}");
+        let rep = file
+            .lines()
+            .find(|l| l.starts_with("user _valkey-replication "))
+            .unwrap();
+        assert!(
+            rep.ends_with("-@all +psync +sync +replconf +ping +auth"),
+            "{rep}"
+        );
     }
 
     #[test]
     fn hashes_are_rendered_lowercase() {
         let upper = H1.replace('1', "A");
-        let line = render_user(&binding("app", &[&upper], vec![perm("readonly", &[], &[])]), &roles());
+        let line = render_user(
+            &binding("app", &[&upper], vec![perm("readonly", &[], &[])]),
+            &roles(),
+        );
         assert!(line.contains(&format!("#{}", upper.to_ascii_lowercase())));
+    }
+
+    #[test]
+    fn the_first_line_is_a_disabled_revision_marker_named_after_the_rest_of_the_file() {
+        let file = render_acl_file(&[], &roles(), &creds());
+        let (first, body) = file.split_once('\n').unwrap();
+        let revision = file_revision(&file).unwrap();
+        assert_eq!(first, format!("user _rev-{revision} off"));
+        assert_eq!(revision, &sha256_hex(body)[..REVISION_LEN]);
+        assert!(revision.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn the_revision_changes_with_the_content_and_only_with_it() {
+        let a = render_acl_file(
+            &[binding("app", &[H1], vec![perm("readonly", &[], &[])])],
+            &roles(),
+            &creds(),
+        );
+        let again = render_acl_file(
+            &[binding("app", &[H1], vec![perm("readonly", &[], &[])])],
+            &roles(),
+            &creds(),
+        );
+        let rotated = render_acl_file(
+            &[binding("app", &[H1, H2], vec![perm("readonly", &[], &[])])],
+            &roles(),
+            &creds(),
+        );
+        assert_eq!(file_revision(&a), file_revision(&again));
+        assert_ne!(file_revision(&a), file_revision(&rotated));
+    }
+
+    #[test]
+    fn the_loaded_revision_is_read_from_the_usernames_a_member_reports() {
+        assert_eq!(
+            loaded_revision(["default", "_rev-0123456789ab", "app"]),
+            Some("0123456789ab")
+        );
+        assert_eq!(loaded_revision(["default", "app"]), None);
+    }
+
+    #[test]
+    fn every_line_is_a_user_line() {
+        let file = render_acl_file(
+            &[binding(
+                "app",
+                &[H1],
+                vec![perm("readonly", &[("app:*", KeyAccess::Read)], &[])],
+            )],
+            &roles(),
+            &creds(),
+        );
+        assert!(file.ends_with('\n'));
+        for line in file.lines() {
+            assert!(line.starts_with("user "), "{line}");
+        }
+        assert_eq!(
+            file.lines().count(),
+            5,
+            "marker, two operator users, default, app:\n{file}"
+        );
+    }
+
+    #[test]
+    fn bindings_keep_their_order_one_line_each() {
+        let file = render_acl_file(
+            &[
+                binding("zeta", &[H1], vec![perm("readonly", &[], &[])]),
+                binding("alpha", &[H2], vec![perm("readonly", &[], &[])]),
+            ],
+            &roles(),
+            &creds(),
+        );
+        let users: Vec<&str> = file.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
+        assert_eq!(
+            &users[1..],
+            [
+                "_valkey-operator",
+                "_valkey-replication",
+                "default",
+                "zeta",
+                "alpha"
+            ]
+        );
+    }
+
+    #[test]
+    fn each_binding_starts_from_reset() {
+        let line = render_user(
+            &binding("app", &[H1], vec![perm("readonly", &[], &[])]),
+            &roles(),
+        );
+        assert!(line.starts_with("user app reset on "), "{line}");
+        assert!(
+            !line.contains("nopass") && !line.contains("+@all"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_role_without_keys_or_channels_grants_its_commands_on_no_key() {
+        let line = render_user(
+            &binding("app", &[H1], vec![perm("readonly", &[], &[])]),
+            &roles(),
+        );
+        assert!(line.ends_with(" (+@read -keys)"), "{line}");
+        assert!(!line.contains('~') && !line.contains('&'), "{line}");
+    }
+
+    #[test]
+    fn default_off_keeps_only_what_atomic_slot_migration_needs() {
+        let file = render_acl_file(&[], &roles(), &creds());
+        let default = file
+            .lines()
+            .find(|l| l.starts_with("user default "))
+            .unwrap();
+        assert_eq!(
+            default,
+            "user default off resetpass resetkeys resetchannels -@all +cluster|syncslots"
+        );
+    }
+
+    #[test]
+    fn the_operator_reaches_every_key_and_replication_none() {
+        let file = render_acl_file(&[], &roles(), &creds());
+        let op = file
+            .lines()
+            .find(|l| l.starts_with("user _valkey-operator "))
+            .unwrap();
+        assert!(op.contains(" ~* &* -@all "), "{op}");
+        let rep = file
+            .lines()
+            .find(|l| l.starts_with("user _valkey-replication "))
+            .unwrap();
+        assert!(!rep.contains('~') && !rep.contains('&'), "{rep}");
+        assert!(rep.contains(&format!("#{}", sha256_hex("rep"))));
+    }
+
+    #[test]
+    fn a_pattern_ending_with_a_parenthesis_does_not_end_its_selector() {
+        assert_eq!(selector_safe("app:*"), "app:*");
+        assert_eq!(selector_safe("f(x)"), "f(x[)]");
+        assert_eq!(selector_safe(r"f\)"), "f[)]");
+        assert_eq!(selector_safe(r"f\\)"), r"f\\[)]");
+        let b = binding(
+            "app",
+            &[H1],
+            vec![perm("readonly", &[("a)", KeyAccess::Read)], &["c)"])],
+        );
+        assert!(render_user(&b, &roles()).ends_with("(%R~a[)] &c[)] +@read -keys)"));
     }
 }
