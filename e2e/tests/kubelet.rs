@@ -521,6 +521,21 @@ async fn killed_container_is_restarted_and_deleted_pod_is_cleaned_up() {
             "SIGKILL shows as 137"
         );
         assert_ne!(p.pid("valkey").unwrap(), pid, "a new process runs");
+        // `kubectl logs --previous` shows the killed instance's output.
+        let prev = api
+            .logs(
+                "v",
+                &LogParams {
+                    previous: true,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(
+            prev.contains("Ready to accept connections"),
+            "previous log: {prev}"
+        );
 
         // Graceful deletion removes the Pod object and the pod's namespace.
         api.delete("v", &DeleteParams::default()).await.unwrap();
@@ -772,6 +787,80 @@ async fn run_to_completion_pods_succeed_or_fail_and_crash_loops_back_off() {
             }
         })
         .await;
+    })
+    .await;
+}
+
+/// Edits `$LC_DIR/images.yaml` atomically (temp file + rename), so vk-kubelet never reads a
+/// half-written map.
+fn edit_image_map(f: impl FnOnce(&mut serde_yaml::Mapping)) {
+    let path = lc_dir().join("images.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let images = doc
+        .get_mut("images")
+        .and_then(|v| v.as_mapping_mut())
+        .expect("images: mapping");
+    f(images);
+    let tmp = path.with_extension(format!("yaml.tmp{}", std::process::id()));
+    std::fs::write(&tmp, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+}
+
+#[tokio::test]
+async fn image_added_to_the_map_later_starts_the_waiting_pod() {
+    with_namespace("lateimage", |c, ns| async move {
+        let image = format!("registry.local/late-{ns}:1");
+        create_pod(
+            &c,
+            &ns,
+            json!({"metadata": {"name": "late"}, "spec": {"containers": [{
+            "name": "c", "image": image,
+            "args": ["--port", "7400", "--protected-mode", "no", "--save", ""],
+            "readinessProbe": {"tcpSocket": {"port": 7400}, "periodSeconds": 1}}]}}),
+        )
+        .await;
+        let api: Api<Pod> = Api::namespaced(c.clone(), &ns);
+        wait_until(Duration::from_secs(60), "ImagePullBackOff", || {
+            let api = api.clone();
+            async move {
+                let cs = api
+                    .get("late")
+                    .await
+                    .ok()?
+                    .status?
+                    .container_statuses?
+                    .remove(0);
+                (cs.state?.waiting?.reason.as_deref() == Some("ImagePullBackOff")).then_some(())
+            }
+        })
+        .await;
+        // Add the image (same directory as valkey 9.1.2, entrypoint valkey-server).
+        let key = serde_yaml::Value::String(image.clone());
+        edit_image_map(|m| {
+            let valkey = m
+                .get(serde_yaml::Value::String(VALKEY_IMAGE.into()))
+                .cloned()
+                .expect("valkey image in the map");
+            m.insert(key.clone(), valkey);
+        });
+        let res = std::panic::AssertUnwindSafe(async {
+            let t0 = Instant::now();
+            let pod = wait_ready(&c, &ns, "late").await;
+            eprintln!("pod started {:?} after the image was added", t0.elapsed());
+            assert_eq!(
+                ping(SocketAddr::new(pod_ip(&pod).into(), 7400)).unwrap(),
+                "+PONG\r\n"
+            );
+        })
+        .catch_unwind()
+        .await;
+        edit_image_map(|m| {
+            m.remove(&key);
+        });
+        if let Err(p) = res {
+            std::panic::resume_unwind(p);
+        }
     })
     .await;
 }
