@@ -2,6 +2,8 @@
 //! read `$LC_DIR/kubeconfig` (default `<repo>/.localcluster/kubeconfig`) and fail loudly
 //! when the cluster is not up. Each test works in its own namespace and deletes it.
 //! Needs root (fault hooks and in-namespace checks use setns/nsenter).
+//! Built with `--features valkey-e2e/e2e` (`make e2e`); plain `cargo test` has no cluster.
+#![cfg(feature = "e2e")]
 
 use std::future::Future;
 use std::io::{Read, Write};

@@ -2,6 +2,8 @@
 //! and resume a container, cut a pod from the apiserver, stop and restart a whole node.
 //! In its own test binary so the node stop cannot disturb the node-stability test.
 //! Needs root; fails loudly when the cluster is not up.
+//! Built with `--features valkey-e2e/e2e` (`make e2e`); plain `cargo test` has no cluster.
+#![cfg(feature = "e2e")]
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
