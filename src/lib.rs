@@ -6,3 +6,4 @@ pub mod resolve;
 pub mod controller;
 pub mod settings;
 pub mod telemetry;
+pub mod webhook;

@@ -22,6 +22,8 @@ enum Command {
         /// Address of the admin server.
         #[arg(long, env = "ADMIN_ADDR", default_value = "0.0.0.0:8080")]
         admin_addr: std::net::SocketAddr,
+        #[command(flatten)]
+        webhook: WebhookArgs,
     },
     /// Print the CustomResourceDefinitions of the valkey.gomomento.com API group as
     /// multi-document YAML (what `crds/` is generated from).
@@ -33,10 +35,43 @@ enum Command {
     },
 }
 
+/// The admission webhook server (HTTPS), started on every replica.
+#[derive(clap::Args)]
+struct WebhookArgs {
+    /// Address of the webhook server (HTTPS).
+    #[arg(long, env = "WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    webhook_addr: std::net::SocketAddr,
+    /// Serving certificate (PEM chain); reloaded when it changes on disk.
+    #[arg(
+        long,
+        env = "WEBHOOK_CERT_FILE",
+        default_value = "/tmp/k8s-webhook-server/serving-certs/tls.crt"
+    )]
+    webhook_cert: std::path::PathBuf,
+    /// Serving key (PEM); reloaded when it changes on disk.
+    #[arg(
+        long,
+        env = "WEBHOOK_KEY_FILE",
+        default_value = "/tmp/k8s-webhook-server/serving-certs/tls.key"
+    )]
+    webhook_key: std::path::PathBuf,
+    /// The only user allowed to create, update and delete ValkeyNodes. Default: the
+    /// `valkey-operator` service account of --namespace.
+    #[arg(long, env = "OPERATOR_USERNAME")]
+    operator_username: Option<String>,
+    /// Seconds between checks of the certificate files for changes.
+    #[arg(long, env = "WEBHOOK_CERT_RELOAD_SECONDS", default_value_t = 10)]
+    webhook_cert_reload_seconds: u64,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { namespace, admin_addr } => run(namespace, admin_addr),
+        Command::Run {
+            namespace,
+            admin_addr,
+            webhook,
+        } => run(namespace, admin_addr, webhook),
         Command::Crd { out_dir: None } => {
             print!("{}", valkey_operator::api::crd::all_yaml());
             ExitCode::SUCCESS
@@ -54,29 +89,63 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(namespace: String, admin_addr: std::net::SocketAddr) -> ExitCode {
+fn run(namespace: String, admin_addr: std::net::SocketAddr, webhook: WebhookArgs) -> ExitCode {
     valkey_operator::telemetry::init_logging();
+    // One rustls crypto provider for the whole process (kube's client and the webhook server).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     runtime.block_on(async move {
         let client = match kube::Client::try_default().await {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("error: cannot build a Kubernetes client (in-cluster config or KUBECONFIG): {e}");
+                eprintln!(
+                    "error: cannot build a Kubernetes client (in-cluster config or KUBECONFIG): {e}"
+                );
                 return ExitCode::FAILURE;
             }
         };
-        let settings = match valkey_operator::settings::Settings::load(client.clone(), &namespace).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("error: invalid operator settings: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+        let settings =
+            match valkey_operator::settings::Settings::load(client.clone(), &namespace).await {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: invalid operator settings: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
         tracing::info!(?settings, "starting valkey-operator");
         let metrics = std::sync::Arc::new(valkey_operator::telemetry::Metrics::new());
-        let admin = tokio::spawn(valkey_operator::telemetry::serve_admin(admin_addr, metrics.clone()));
+        let admin = tokio::spawn(valkey_operator::telemetry::serve_admin(
+            admin_addr,
+            metrics.clone(),
+        ));
+        let webhook_settings = valkey_operator::webhook::WebhookSettings {
+            addr: webhook.webhook_addr,
+            cert: webhook.webhook_cert,
+            key: webhook.webhook_key,
+            operator_username: webhook
+                .operator_username
+                .unwrap_or_else(|| format!("system:serviceaccount:{namespace}:valkey-operator")),
+            reload_interval: std::time::Duration::from_secs(
+                webhook.webhook_cert_reload_seconds.max(1),
+            ),
+        };
+        let webhook_state = std::sync::Arc::new(valkey_operator::webhook::WebhookState {
+            node_policy: valkey_operator::webhook::admission::node::NodePolicy::new(
+                webhook_settings.operator_username.clone(),
+            ),
+            menu: std::sync::Arc::new(valkey_operator::webhook::admission::ApiMenu {
+                client: client.clone(),
+                timeout: std::time::Duration::from_secs(3),
+            }),
+        });
+        let webhook_server = tokio::spawn(async move {
+            if let Err(e) = valkey_operator::webhook::serve(webhook_settings, webhook_state).await {
+                tracing::error!(error = %e, "webhook server stopped");
+            }
+        });
         let result = valkey_operator::controller::run::run(client, settings, metrics).await;
         admin.abort();
+        webhook_server.abort();
         match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

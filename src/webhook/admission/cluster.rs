@@ -1,0 +1,250 @@
+//! ValkeyCluster: what the schema and CEL cannot say.
+//!
+//! - References are resolved live, so a `configRef` (or anything further down its chain: base
+//!   configs, the image, the roles of the bindings) that does not exist yet is **accepted with a
+//!   warning**: the cluster stays Blocked until the platform team publishes it.
+//! - A username bound both by the cluster and by its config is denied when the cluster's `acl`
+//!   is being set or changed (it could never resolve); when the config introduced the clash
+//!   later, unrelated edits of the cluster are accepted with a warning.
+//! - `spec.tls` cannot be added, removed or changed after creation (CEL says so too; this is
+//!   defence in depth for API servers that skip CEL, for example with `--feature-gates`).
+//! - A menu that cannot be read never fails the request: accepted with a warning.
+
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+
+use super::{Menu, allow_with_warnings, deny, lookup_warning};
+use crate::api::ValkeyCluster;
+use crate::resolve::{ResolveError, merge_bindings, resolve_config, resolve_roles};
+
+/// The rule.
+pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &Menu) -> AdmissionResponse {
+    let Some(cluster) = req.object.as_ref() else {
+        return allow_with_warnings(req, vec![]);
+    };
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return allow_with_warnings(req, vec![]);
+    }
+    let old = req
+        .old_object
+        .as_ref()
+        .filter(|_| req.operation == Operation::Update);
+    if let Some(old) = old
+        && old.spec.tls != cluster.spec.tls
+    {
+        let describe = |tls: &Option<crate::api::TlsSpec>| match tls {
+            Some(t) => format!("TLS with Secret {:?}", t.secret_ref),
+            None => "no TLS".to_string(),
+        };
+        return deny(
+            req,
+            format!(
+                "spec.tls is immutable: this ValkeyCluster was created with {} and cannot change to {}; create a new ValkeyCluster to change TLS",
+                describe(&old.spec.tls),
+                describe(&cluster.spec.tls)
+            ),
+            vec![],
+        );
+    }
+
+    let catalog = match menu {
+        Ok(catalog) => catalog,
+        Err(error) => return allow_with_warnings(req, vec![lookup_warning(error)]),
+    };
+    let mut warnings = Vec::new();
+    let config_bindings = match resolve_config(catalog, &cluster.spec.config_ref) {
+        Ok(resolved) => resolved.acl,
+        Err(e) => {
+            warnings.push(format!(
+                "{e}; the cluster stays Blocked until this is fixed"
+            ));
+            // The config's own bindings still count for the roles and usernames below.
+            catalog
+                .configs
+                .get(&cluster.spec.config_ref)
+                .and_then(|c| c.acl.clone())
+                .unwrap_or_default()
+        }
+    };
+    match merge_bindings(&config_bindings, &cluster.spec.acl) {
+        Ok(merged) => {
+            if let Err(e) = resolve_roles(catalog, &merged) {
+                warnings.push(format!(
+                    "{e}; the cluster stays Blocked until this is fixed"
+                ));
+            }
+        }
+        Err(e @ ResolveError::DuplicateUsername { .. }) => {
+            let acl_changed = old.is_none_or(|o| o.spec.acl != cluster.spec.acl);
+            if acl_changed {
+                return deny(req, e.to_string(), warnings);
+            }
+            warnings.push(format!(
+                "{e}; the cluster stays Blocked until this is fixed"
+            ));
+        }
+        Err(e) => warnings.push(e.to_string()),
+    }
+    allow_with_warnings(req, warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::api::{
+        AclBinding, AclPermission, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec,
+    };
+    use crate::resolve::MapCatalog;
+    use crate::webhook::admission::fixtures::request;
+
+    fn menu() -> MapCatalog {
+        let mut m = MapCatalog::default();
+        m.images.insert(
+            "valkey-9-0".into(),
+            ValkeyImageSpec {
+                repository: "valkey/valkey".into(),
+                tag: "9.0.0".into(),
+                digest: None,
+                version: "9.0.0".into(),
+            },
+        );
+        m.configs.insert(
+            "standard".into(),
+            ValkeyConfigSpec {
+                base_ref: None,
+                image_ref: Some("valkey-9-0".into()),
+                resources: None,
+                valkey: BTreeMap::new(),
+                acl: Some(vec![AclBinding {
+                    username: "metrics".into(),
+                    password_hashes: vec!["a".repeat(64)],
+                    permissions: vec![AclPermission {
+                        role_ref: "metrics-readonly".into(),
+                        keys: vec![],
+                        channels: vec![],
+                    }],
+                }]),
+            },
+        );
+        m.roles.insert(
+            "metrics-readonly".into(),
+            ValkeyRoleSpec {
+                commands: vec![],
+                categories: vec![],
+            },
+        );
+        m.roles.insert(
+            "readwrite".into(),
+            ValkeyRoleSpec {
+                commands: vec![],
+                categories: vec![],
+            },
+        );
+        m
+    }
+
+    #[test]
+    fn a_cluster_with_resolvable_references_is_accepted_without_warnings() {
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |_| {});
+        let resp = validate(&req, &Ok(menu()));
+        assert!(resp.allowed, "{:?}", resp.result);
+        assert_eq!(resp.warnings, None);
+    }
+
+    #[test]
+    fn a_missing_config_is_accepted_with_a_warning() {
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+            v["request"]["object"]["spec"]["configRef"] = "not-yet-published".into()
+        });
+        let resp = validate(&req, &Ok(menu()));
+        assert!(resp.allowed);
+        let warnings = resp.warnings.unwrap();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("ValkeyConfig \"not-yet-published\", which does not exist"),
+            "{}",
+            warnings[0]
+        );
+    }
+
+    #[test]
+    fn a_missing_image_or_role_is_accepted_with_a_warning() {
+        let mut m = menu();
+        m.images.clear();
+        m.roles.remove("readwrite");
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |_| {});
+        let resp = validate(&req, &Ok(m));
+        assert!(resp.allowed);
+        let warnings = resp.warnings.unwrap().join("\n");
+        assert!(
+            warnings.contains("no ValkeyImage \"valkey-9-0\" exists"),
+            "{warnings}"
+        );
+        assert!(
+            warnings.contains("ValkeyRole \"readwrite\", which does not exist"),
+            "{warnings}"
+        );
+    }
+
+    #[test]
+    fn a_menu_lookup_failure_accepts_with_a_warning() {
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |_| {});
+        let resp = validate(&req, &Err("connection refused".into()));
+        assert!(resp.allowed);
+        assert!(resp.warnings.unwrap()[0].contains("references were not checked"));
+    }
+
+    #[test]
+    fn tls_cannot_be_added_removed_or_changed_after_creation() {
+        // The fixture's old object has no TLS; the new one adds it.
+        let req = request::<ValkeyCluster>("valkeycluster-update-tls.json", |_| {});
+        let resp = validate(&req, &Ok(menu()));
+        assert!(!resp.allowed);
+        assert!(
+            resp.result.message.contains("spec.tls is immutable"),
+            "{}",
+            resp.result.message
+        );
+        // Removing it.
+        let req = request::<ValkeyCluster>("valkeycluster-update-tls.json", |v| {
+            let req = &mut v["request"];
+            let new = req["object"].clone();
+            req["object"] = req["oldObject"].clone();
+            req["oldObject"] = new;
+        });
+        assert!(!validate(&req, &Ok(menu())).allowed);
+        // An update that keeps TLS as it was is fine, even with the menu unreadable.
+        let req = request::<ValkeyCluster>("valkeycluster-update-tls.json", |v| {
+            v["request"]["oldObject"]["spec"]["tls"] =
+                v["request"]["object"]["spec"]["tls"].clone();
+        });
+        assert!(validate(&req, &Err("down".into())).allowed);
+    }
+
+    #[test]
+    fn a_username_already_bound_by_the_config_is_denied_when_the_cluster_binds_it() {
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+            v["request"]["object"]["spec"]["acl"][0]["username"] = "metrics".into()
+        });
+        let resp = validate(&req, &Ok(menu()));
+        assert!(!resp.allowed);
+        assert!(
+            resp.result
+                .message
+                .contains("ACL user \"metrics\" is bound both"),
+            "{}",
+            resp.result.message
+        );
+    }
+
+    #[test]
+    fn deletes_are_always_allowed() {
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+            v["request"]["operation"] = "DELETE".into();
+            v["request"]["oldObject"] = v["request"]["object"].clone();
+            v["request"]["object"] = serde_json::Value::Null;
+        });
+        assert!(validate(&req, &Err("down".into())).allowed);
+    }
+}

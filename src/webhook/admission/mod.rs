@@ -1,0 +1,130 @@
+//! Validating admission, one file per kind. Each `validate` is pure: it takes the
+//! [`AdmissionRequest`] (and, for kinds whose rules read the menu, a snapshot of it) and returns
+//! the [`AdmissionResponse`]: allowed, allowed with warnings, or denied with a message saying
+//! what is wrong and what to do. Reading the menu from the API is the router's job
+//! ([`MenuSource`]).
+
+pub mod cluster;
+pub mod config;
+pub mod node;
+
+use futures::future::BoxFuture;
+use kube::api::{Api, ListParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::{Client, Resource, ResourceExt};
+
+use crate::api::{ValkeyConfig, ValkeyImage, ValkeyRole};
+use crate::resolve::MapCatalog;
+
+/// Allow with the given warnings (none: plain allow).
+pub fn allow_with_warnings<K: Resource>(
+    req: &AdmissionRequest<K>,
+    warnings: Vec<String>,
+) -> AdmissionResponse {
+    let mut response = AdmissionResponse::from(req);
+    if !warnings.is_empty() {
+        response.warnings = Some(warnings);
+    }
+    response
+}
+
+/// Deny with a message, keeping warnings computed so far.
+pub fn deny<K: Resource>(
+    req: &AdmissionRequest<K>,
+    message: String,
+    warnings: Vec<String>,
+) -> AdmissionResponse {
+    let mut response = allow_with_warnings(req, warnings).deny(message);
+    response.result.code = 403;
+    response.result.reason = "Forbidden".into();
+    response
+}
+
+/// The platform's menu (configs, images, roles) as the webhook reads it: a snapshot, or why it
+/// could not be read. A lookup failure never fails a request; it becomes a warning.
+pub type Menu = Result<MapCatalog, String>;
+
+/// Where the webhook reads the menu from.
+pub trait MenuSource: Send + Sync {
+    fn snapshot(&self) -> BoxFuture<'_, Menu>;
+}
+
+/// The menu from the API server: three cluster-scoped lists, bounded in time.
+pub struct ApiMenu {
+    pub client: Client,
+    pub timeout: std::time::Duration,
+}
+
+impl MenuSource for ApiMenu {
+    fn snapshot(&self) -> BoxFuture<'_, Menu> {
+        Box::pin(async move {
+            let lp = ListParams::default();
+            let configs = Api::<ValkeyConfig>::all(self.client.clone());
+            let images = Api::<ValkeyImage>::all(self.client.clone());
+            let roles = Api::<ValkeyRole>::all(self.client.clone());
+            let lists =
+                async { tokio::try_join!(configs.list(&lp), images.list(&lp), roles.list(&lp)) };
+            let (configs, images, roles) = tokio::time::timeout(self.timeout, lists)
+                .await
+                .map_err(|_| format!("the API server did not answer within {:?}", self.timeout))?
+                .map_err(|e| e.to_string())?;
+            Ok(MapCatalog {
+                configs: configs
+                    .into_iter()
+                    .map(|c| (c.name_any(), c.spec))
+                    .collect(),
+                images: images.into_iter().map(|i| (i.name_any(), i.spec)).collect(),
+                roles: roles.into_iter().map(|r| (r.name_any(), r.spec)).collect(),
+            })
+        })
+    }
+}
+
+/// A fixed menu: tests, and a server without API access.
+pub struct FixedMenu(pub Menu);
+
+impl MenuSource for FixedMenu {
+    fn snapshot(&self) -> BoxFuture<'_, Menu> {
+        let menu = self.0.clone();
+        Box::pin(async move { menu })
+    }
+}
+
+/// The warning added when the menu could not be read.
+pub fn lookup_warning(error: &str) -> String {
+    format!(
+        "references were not checked (the webhook could not read the ValkeyConfig/ValkeyImage/ValkeyRole menu: {error}); the operator resolves them when it reconciles"
+    )
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! AdmissionReview fixtures under `webhooks/fixtures/`.
+    use std::path::PathBuf;
+
+    use kube::core::admission::{AdmissionRequest, AdmissionReview};
+
+    pub fn path(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("webhooks/fixtures")
+            .join(name)
+    }
+
+    pub fn raw(name: &str) -> serde_json::Value {
+        let text =
+            std::fs::read_to_string(path(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+    }
+
+    /// The fixture with `edit` applied to its JSON, as a typed request.
+    pub fn request<K>(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> AdmissionRequest<K>
+    where
+        K: kube::Resource + serde::de::DeserializeOwned,
+    {
+        let mut value = raw(name);
+        edit(&mut value);
+        let review: AdmissionReview<K> =
+            serde_json::from_value(value).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
+        review.try_into().expect("fixture has a request")
+    }
+}

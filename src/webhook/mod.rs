@@ -1,0 +1,323 @@
+//! The webhook server: HTTPS (axum + rustls, ring provider) on every replica, next to the
+//! controllers. Validating admission for ValkeyNode, ValkeyCluster and ValkeyConfig under
+//! `/validate/<kind>`; see `webhooks/validating.yaml` for how the API server calls it and
+//! `docs/webhooks.md` for the rules.
+//!
+//! - [`tls`]: the serving certificate, read from files and reloaded when they change.
+//! - [`admission`]: one pure `validate` per kind.
+//! - [`memory`]: Valkey memory units and Kubernetes quantities.
+//! - [`router`]: the HTTP surface; a body that is not an AdmissionReview of the expected kind
+//!   gets a 4xx, never a crash.
+
+pub mod admission;
+pub mod memory;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use serde::de::DeserializeOwned;
+use tracing::{info, warn};
+
+use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyNode};
+use admission::MenuSource;
+use admission::node::NodePolicy;
+
+/// Largest review body accepted. The API server caps objects at 3 MiB; an UPDATE review carries
+/// the object twice plus request metadata.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Default location of the serving certificate (where controller-runtime based operators and
+/// cert-manager examples mount it).
+pub const DEFAULT_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+
+/// What the webhook server needs.
+#[derive(Clone, Debug)]
+pub struct WebhookSettings {
+    pub addr: SocketAddr,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The operator's username, the only one allowed to write ValkeyNodes.
+    pub operator_username: String,
+    /// How often the certificate files are checked for changes.
+    pub reload_interval: Duration,
+}
+
+/// Shared state of the handlers.
+pub struct WebhookState {
+    pub node_policy: NodePolicy,
+    pub menu: Arc<dyn MenuSource>,
+}
+
+/// The HTTP surface.
+pub fn router(state: Arc<WebhookState>) -> Router {
+    Router::new()
+        .route("/validate/valkeynode", post(validate_node))
+        .route("/validate/valkeycluster", post(validate_cluster))
+        .route("/validate/valkeyconfig", post(validate_config))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// A 4xx with a plain-text reason.
+fn bad_request(status: StatusCode, reason: String) -> Response {
+    (status, reason).into_response()
+}
+
+/// Parses a review of kind `K`, or explains in a 400 why the body is not one.
+#[allow(clippy::result_large_err)]
+fn parse_review<K>(body: &[u8]) -> Result<AdmissionRequest<K>, Response>
+where
+    K: kube::Resource + DeserializeOwned,
+{
+    let review: AdmissionReview<K> = serde_json::from_slice(body).map_err(|e| {
+        bad_request(
+            StatusCode::BAD_REQUEST,
+            format!("body is not an admission.k8s.io/v1 AdmissionReview of the expected kind: {e}"),
+        )
+    })?;
+    review.try_into().map_err(|_| {
+        bad_request(
+            StatusCode::BAD_REQUEST,
+            "AdmissionReview has no request".to_string(),
+        )
+    })
+}
+
+fn respond(kind: &'static str, started: Instant, response: AdmissionResponse) -> Response {
+    let allowed = response.allowed;
+    let warnings = response.warnings.as_ref().map_or(0, Vec::len);
+    tracing::debug!(
+        kind,
+        allowed,
+        warnings,
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "admission review"
+    );
+    if !allowed {
+        info!(kind, message = %response.result.message, "admission denied");
+    }
+    axum::Json(response.into_review()).into_response()
+}
+
+async fn validate_node(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    match parse_review::<ValkeyNode>(&body) {
+        Ok(req) => respond(
+            "ValkeyNode",
+            started,
+            admission::node::validate(&req, &state.node_policy),
+        ),
+        Err(r) => r,
+    }
+}
+
+async fn validate_cluster(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    match parse_review::<ValkeyCluster>(&body) {
+        Ok(req) => {
+            let menu = state.menu.snapshot().await;
+            respond(
+                "ValkeyCluster",
+                started,
+                admission::cluster::validate(&req, &menu),
+            )
+        }
+        Err(r) => r,
+    }
+}
+
+async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    match parse_review::<ValkeyConfig>(&body) {
+        Ok(req) => {
+            let menu = state.menu.snapshot().await;
+            respond(
+                "ValkeyConfig",
+                started,
+                admission::config::validate(&req, &menu),
+            )
+        }
+        Err(r) => r,
+    }
+}
+
+/// Serves until the process ends. Without certificate files it logs a warning and waits for
+/// them (a Secret volume may appear later) instead of failing the operator.
+pub async fn serve(settings: WebhookSettings, state: Arc<WebhookState>) -> anyhow::Result<()> {
+    let files = tls::CertFiles {
+        cert: settings.cert.clone(),
+        key: settings.key.clone(),
+    };
+    if !files.present() {
+        warn!(
+            cert = %files.cert.display(),
+            key = %files.key.display(),
+            "webhook serving certificate not found: the admission webhook is NOT served (ValkeyNode protection and cross-object checks are off) until both files exist; mount the valkey-operator-webhook-cert Secret or set --webhook-cert/--webhook-key"
+        );
+        while !files.present() {
+            tokio::time::sleep(settings.reload_interval).await;
+        }
+    }
+    let tls = loop {
+        match tls::ReloadingTls::load(files.clone()) {
+            Ok(tls) => break tls,
+            Err(e) => {
+                warn!(error = %e, "webhook serving certificate not usable; retrying");
+                tokio::time::sleep(settings.reload_interval).await;
+            }
+        }
+    };
+    let config = tls.config.clone();
+    let _reloader = tls.spawn_reloader(settings.reload_interval);
+    info!(addr = %settings.addr, operator = %settings.operator_username, "webhook server listening (HTTPS)");
+    axum_server::bind_rustls(settings.addr, config)
+        .serve(router(state).into_make_service())
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use admission::FixedMenu;
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    fn app() -> Router {
+        router(Arc::new(WebhookState {
+            node_policy: NodePolicy::new(
+                "system:serviceaccount:valkey-operator-system:valkey-operator",
+            ),
+            menu: Arc::new(FixedMenu(Ok(Default::default()))),
+        }))
+    }
+
+    async fn post(path: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
+        let req = Request::post(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let resp = app().oneshot(req).await.unwrap();
+        let status = resp.status();
+        (
+            status,
+            resp.into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        std::fs::read(admission::fixtures::path(name)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_review_gets_a_review_back_with_the_same_uid() {
+        let (status, body) = post("/validate/valkeynode", fixture("valkeynode-delete.json")).await;
+        assert_eq!(status, StatusCode::OK);
+        let review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(review["kind"], "AdmissionReview");
+        assert_eq!(
+            review["response"]["uid"],
+            "7c9d3c11-6f55-4b8e-9a43-2b1c4f0e8a01"
+        );
+        assert_eq!(review["response"]["allowed"], false);
+        assert_eq!(review["response"]["status"]["code"], 403);
+    }
+
+    #[tokio::test]
+    async fn warnings_reach_the_response() {
+        // The fixed menu is empty: the config "standard" is missing.
+        let (status, body) = post(
+            "/validate/valkeycluster",
+            fixture("valkeycluster-create.json"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(review["response"]["allowed"], true);
+        assert!(
+            review["response"]["warnings"][0]
+                .as_str()
+                .unwrap()
+                .contains("does not exist")
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_bodies_get_a_4xx() {
+        let full = fixture("valkeycluster-create.json");
+        let wrong_kind = fixture("valkeynode-create.json");
+        let mut no_request: serde_json::Value = serde_json::from_slice(&full).unwrap();
+        no_request.as_object_mut().unwrap().remove("request");
+        let mut wrong_type: serde_json::Value = serde_json::from_slice(&full).unwrap();
+        wrong_type["request"]["object"]["spec"]["shards"] = "three".into();
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("empty", vec![]),
+            ("garbage", b"\x00\xff not json".to_vec()),
+            ("truncated", full[..full.len() / 2].to_vec()),
+            ("json array", b"[1,2,3]".to_vec()),
+            ("no request", serde_json::to_vec(&no_request).unwrap()),
+            (
+                "wrongly typed field",
+                serde_json::to_vec(&wrong_type).unwrap(),
+            ),
+            ("another kind's object", wrong_kind),
+            (
+                "deeply nested",
+                format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes(),
+            ),
+        ];
+        for (what, body) in cases {
+            let (status, _) = post("/validate/valkeycluster", body).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{what}");
+        }
+        let (status, _) = post("/validate/valkeycluster", vec![b' '; MAX_BODY_BYTES + 1]).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "oversized");
+        let (status, _) = post("/validate/nothing", full).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, .. Default::default() })]
+        /// Random bytes, and random cuts and flips of a real review, never crash the router and
+        /// never get a 5xx.
+        #[test]
+        fn random_bodies_never_crash_and_get_a_4xx_or_a_review(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4096),
+            cut in 0usize..4096,
+            flip in 0usize..4096,
+            path in proptest::sample::select(vec!["/validate/valkeynode", "/validate/valkeycluster", "/validate/valkeyconfig"]),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            rt.block_on(async {
+                let (status, _) = post(path, bytes).await;
+                proptest::prop_assert!(status.is_client_error(), "random bytes: {status}");
+                let mut real = fixture("valkeyconfig-create.json");
+                let at = flip % real.len();
+                real[at] = real[at].wrapping_add(1);
+                real.truncate(cut.max(1) % real.len().max(1));
+                let (status, _) = post(path, real).await;
+                proptest::prop_assert!(status.is_client_error() || status == StatusCode::OK, "mangled review: {status}");
+                Ok(())
+            })?;
+        }
+    }
+}
