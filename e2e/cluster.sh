@@ -286,11 +286,31 @@ project_up() {
 # its RBAC, service-account token and in-cluster config are exercised for real.
 operator_up() {
   $KUBECTL apply --server-side --force-conflicts -f "$REPO/manifests/install/" >/dev/null
+  # Admission webhook serving certificate (no cert-manager here): signed by the cluster CA for
+  # the webhook Service's names, stored in the Secret the operator pod mounts (before the
+  # restart, so the new pod starts serving at once).
+  local whsvc=valkey-operator-webhook.valkey-operator-system.svc
+  gen_cert webhook "/CN=$whsvc" \
+    "DNS:valkey-operator-webhook,DNS:valkey-operator-webhook.valkey-operator-system,DNS:$whsvc,DNS:$whsvc.cluster.local"
+  $KUBECTL -n valkey-operator-system create secret tls valkey-operator-webhook-cert \
+    --cert="$PKI/webhook.crt" --key="$PKI/webhook.key" --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
   # A rebuilt binary is picked up by restarting the pod.
   $KUBECTL -n valkey-operator-system rollout restart deployment/valkey-operator >/dev/null
   $KUBECTL -n valkey-operator-system rollout status deployment/valkey-operator --timeout=120s >/dev/null \
     || die "the operator did not become ready: $KUBECTL -n valkey-operator-system logs deploy/valkey-operator"
   log "operator running"
+  # Register the webhooks only once the pod serves them with that certificate (the API server
+  # reaches the pod IP through the Service's endpoints: --enable-aggregator-routing).
+  webhook_serving() {
+    local ip
+    ip=$($KUBECTL -n valkey-operator-system get endpoints valkey-operator-webhook \
+      -o jsonpath='{.subsets[0].addresses[0].ip}' 2>/dev/null) && [ -n "$ip" ] \
+      && curl -sf --cacert "$PKI/ca.crt" --resolve "$whsvc:9443:$ip" "https://$whsvc:9443/healthz"
+  }
+  wait_for "the admission webhook to serve" 60 webhook_serving
+  sed "s|CA_BUNDLE_PLACEHOLDER|$(base64 -w0 < "$PKI/ca.crt")|" "$REPO/webhooks/validating.yaml" \
+    | $KUBECTL apply --server-side --force-conflicts -f - >/dev/null
+  log "admission webhooks registered"
 }
 
 # ---------------------------------------------------------------- commands
