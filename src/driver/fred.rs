@@ -548,6 +548,22 @@ impl ClusterDriver for FredDriver {
         Box::pin(self.ok(member, "ACL LOAD", vec![s("ACL"), s("LOAD")]))
     }
 
+    fn acl_users<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            const L: &str = "ACL USERS";
+            match self.command(member, L, vec![s("ACL"), s("USERS")]).await? {
+                Reply::Array(items) => Ok(items.iter().filter_map(Reply::as_text).collect()),
+                other => Err(DriverError {
+                    member: member.clone(),
+                    command: L.to_owned(),
+                    kind: DriverErrorKind::Parse(format!(
+                        "expected an array of names, got {other:?}"
+                    )),
+                }),
+            }
+        })
+    }
+
     fn config_set<'a>(
         &'a self,
         member: &'a MemberAddr,

@@ -378,6 +378,8 @@ pub trait ClusterDriver: Send + Sync {
     fn cancel_slot_migrations<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, bool>;
     /// `ACL LOAD`.
     fn acl_load<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ()>;
+    /// `ACL USERS`: the usernames the member has loaded.
+    fn acl_users<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, Vec<String>>;
     /// `CONFIG SET name value [name value ...]`.
     fn config_set<'a>(
         &'a self,

@@ -145,16 +145,31 @@ pub fn render_user(binding: &AclBinding, roles: &BTreeMap<String, ValkeyRoleSpec
     }
     for permission in &binding.permissions {
         let mut selector: Vec<String> = Vec::new();
-        for key in &permission.keys {
+        // `~*` and `&*` mean every key / every channel, and Valkey refuses any pattern after
+        // them in the same selector: when one is bound, it is the only one rendered.
+        let all_keys = permission
+            .keys
+            .iter()
+            .any(|k| k.pattern == "*" && k.access == KeyAccess::Readwrite);
+        let all_channels = permission.channels.iter().any(|c| c.pattern == "*");
+        let keys = permission
+            .keys
+            .iter()
+            .filter(|k| !all_keys || k.pattern == "*" && k.access == KeyAccess::Readwrite);
+        let channels = permission
+            .channels
+            .iter()
+            .filter(|c| !all_channels || c.pattern == "*");
+        for key in keys.take(if all_keys { 1 } else { usize::MAX }) {
             let prefix = match key.access {
                 KeyAccess::Read => "%R~",
                 KeyAccess::Write => "%W~",
                 KeyAccess::Readwrite => "~",
             };
-            selector.push(format!("{prefix}{}", selector_safe(&key.pattern)));
+            selector.push(selector_token(&format!("{prefix}{}", key.pattern)));
         }
-        for channel in &permission.channels {
-            selector.push(format!("&{}", selector_safe(&channel.pattern)));
+        for channel in channels.take(if all_channels { 1 } else { usize::MAX }) {
+            selector.push(selector_token(&format!("&{}", channel.pattern)));
         }
         // A missing role is a resolution error before rendering; render nothing for it here.
         if let Some(role) = roles.get(&permission.role_ref) {
@@ -167,22 +182,16 @@ pub fn render_user(binding: &AclBinding, roles: &BTreeMap<String, ValkeyRoleSpec
     line
 }
 
-/// A glob pattern as it can sit inside a selector. Valkey ends a selector at the first
-/// argument that ends with `)`, so a pattern ending with a literal `)` (escaped `\)` or
-/// not) is written with the equivalent character class `[)]`. Nothing else needs quoting:
-/// the ACL file splits arguments on spaces only, and patterns have none.
-pub fn selector_safe(pattern: &str) -> String {
-    let Some(head) = pattern.strip_suffix(')') else {
-        return pattern.to_string();
-    };
-    // An odd number of backslashes before the `)` escapes it: drop that one backslash.
-    let backslashes = head.len() - head.trim_end_matches('\\').len();
-    let head = if backslashes % 2 == 1 {
-        &head[..head.len() - 1]
-    } else {
-        head
-    };
-    format!("{head}[)]")
+/// One key or channel rule (`%R~app:*`) as it can sit inside a selector. Valkey reads a
+/// selector's content with quote processing (a bare `"` or `'` silently empties the whole
+/// selector) and ends a selector at the first argument that ends with `)`. A rule containing a
+/// quote or ending with `)` is therefore written double-quoted, with `\` and `"` escaped.
+/// Nothing else needs it: the file splits arguments on spaces, and patterns have none.
+pub fn selector_token(rule: &str) -> String {
+    if !rule.contains(['"', '\'']) && !rule.ends_with(')') {
+        return rule.to_string();
+    }
+    format!("\"{}\"", rule.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 /// A role's rules: categories first, then commands, each in list order.
@@ -524,16 +533,46 @@ mod tests {
     }
 
     #[test]
-    fn a_pattern_ending_with_a_parenthesis_does_not_end_its_selector() {
-        assert_eq!(selector_safe("app:*"), "app:*");
-        assert_eq!(selector_safe("f(x)"), "f(x[)]");
-        assert_eq!(selector_safe(r"f\)"), "f[)]");
-        assert_eq!(selector_safe(r"f\\)"), r"f\\[)]");
+    fn rules_with_quotes_or_a_closing_parenthesis_are_quoted_inside_selectors() {
+        assert_eq!(selector_token("~app:*"), "~app:*");
+        assert_eq!(selector_token(r"~a\b"), r"~a\b");
+        assert_eq!(selector_token("~f(x)"), r#""~f(x)""#);
+        assert_eq!(selector_token(r#"~a"b"#), r#""~a\"b""#);
+        assert_eq!(selector_token(r"&it's\"), r#""&it's\\""#);
         let b = binding(
             "app",
             &[H1],
-            vec![perm("readonly", &[("a)", KeyAccess::Read)], &["c)"])],
+            vec![perm("readonly", &[("a)", KeyAccess::Read)], &["c'"])],
         );
-        assert!(render_user(&b, &roles()).ends_with("(%R~a[)] &c[)] +@read -keys)"));
+        assert!(render_user(&b, &roles()).ends_with(r#" ("%R~a)" "&c'" +@read -keys)"#));
+    }
+
+    #[test]
+    fn all_keys_or_all_channels_is_rendered_alone() {
+        let b = binding(
+            "app",
+            &[H1],
+            vec![perm(
+                "readonly",
+                &[
+                    ("app:*", KeyAccess::Read),
+                    ("*", KeyAccess::Readwrite),
+                    ("*", KeyAccess::Readwrite),
+                ],
+                &["a:*", "*", "b:*"],
+            )],
+        );
+        assert!(render_user(&b, &roles()).ends_with(" (~* &* +@read -keys)"));
+        // `*` read-only does not cover writes: kept with the other patterns.
+        let b = binding(
+            "app",
+            &[H1],
+            vec![perm(
+                "readonly",
+                &[("*", KeyAccess::Read), ("w:*", KeyAccess::Write)],
+                &[],
+            )],
+        );
+        assert!(render_user(&b, &roles()).ends_with(" (%R~* %W~w:* +@read -keys)"));
     }
 }

@@ -2,6 +2,7 @@
 //! dereference → resolve → build → apply → observe Valkey → plan → act → status.
 //! Only `dereference`, `apply`, `observe` and `act` touch the world.
 
+pub mod acl;
 pub mod build;
 pub mod observe;
 pub mod status;
@@ -24,7 +25,7 @@ use crate::api::constants::{CLUSTER_BUS_PORT, LABEL_CLUSTER};
 use crate::api::{Lifecycle, ValkeyCluster, ValkeyNode};
 use crate::controller::{CLUSTER_MANAGER, Context, Error, names, object_key};
 use crate::plan::{self, Action, Member, Phase, Topology};
-use crate::resolve::acl::{OperatorCredentials, render_acl_file};
+use crate::resolve::acl::{OperatorCredentials, file_revision, render_acl_file};
 use crate::resolve::{ResolveError, merge_bindings, resolve_config, resolve_roles};
 
 /// The cluster controller's view of the world: shared context plus the member stores.
@@ -134,16 +135,55 @@ pub async fn reconcile(
         )
         .await?;
     }
+    // ACL: every running member loads the file just applied (live, no restart).
+    let revision = file_revision(&acl_file).unwrap_or_default();
+    let acl_progress = acl::apply(
+        driver.as_ref(),
+        &object_key(cluster.as_ref()),
+        &observed,
+        revision,
+    )
+    .await;
+    acl_events(ctx, &cluster, &acl_progress).await;
+
     status::update_node_statuses(ctx, &node_api, &observed).await?;
-    let new_status = status::from_plan(&cluster, &plan, &observed, &nodes);
+    let new_status = status::from_plan(&cluster, &plan, &observed, &nodes, &acl_progress);
     status::publish(ctx, &cluster, new_status).await?;
 
     let settled = plan.phase == Phase::Ready && plan.actions.is_empty();
-    Ok(Requeue::requeue(Duration::from_secs(if settled {
-        30
-    } else {
+    let secs = if acl_progress.failed() {
+        10
+    } else if !settled || !acl_progress.applied() {
+        // Forming, or a member's Secret volume has not caught up yet: look again soon.
         2
-    })))
+    } else {
+        30
+    };
+    Ok(Requeue::requeue(Duration::from_secs(secs)))
+}
+
+/// An Event when a new ACL revision is loaded on every member, or when a member refuses it
+/// (once per distinct message, not every reconcile).
+async fn acl_events(ctx: &Context, cluster: &ValkeyCluster, progress: &acl::AclProgress) {
+    let previous = status::previous_acl_condition(cluster);
+    let (ok, reason, message) = progress.condition();
+    if previous
+        .as_ref()
+        .is_some_and(|c| c.reason == reason && c.message == message)
+    {
+        return;
+    }
+    if ok {
+        let reloaded = progress.reloaded();
+        let note = if reloaded > 0 {
+            format!("{message} (ACL LOAD on {reloaded}, no restart)")
+        } else {
+            message
+        };
+        status::event(ctx, cluster, "AclApplied", &note).await;
+    } else if progress.failed() && previous.as_ref().is_none_or(|c| c.reason != reason) {
+        status::warning(ctx, cluster, "AclLoadFailed", &message).await;
+    }
 }
 
 /// ValkeyNodes of one cluster from the store, by name.

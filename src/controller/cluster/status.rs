@@ -10,6 +10,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use super::acl::AclProgress;
 use super::observe::Observed;
 use crate::api::{
     ClusterNodeStatus, ClusterState, Lifecycle, ValkeyCluster, ValkeyClusterStatus, ValkeyNode,
@@ -70,7 +71,8 @@ pub fn blocked(
         state: Some(ClusterState::Blocked),
         message: Some(message.clone()),
         observed_generation: generation,
-        conditions: vec![
+        // The members keep the ACL revision they loaded: carry that condition over.
+        conditions: [
             condition(
                 "ConfigResolved",
                 false,
@@ -80,7 +82,10 @@ pub fn blocked(
                 &previous,
             ),
             condition("Ready", false, "Blocked", &message, generation, &previous),
-        ],
+        ]
+        .into_iter()
+        .chain(previous.iter().find(|c| c.type_ == ACL_APPLIED).cloned())
+        .collect(),
         nodes: cluster
             .status
             .as_ref()
@@ -102,12 +107,23 @@ pub fn blocked(
     }
 }
 
-/// Status from the plan and this round's observations.
+/// Condition type recording the ACL revision the members have loaded.
+pub const ACL_APPLIED: &str = "AclApplied";
+
+/// The `AclApplied` condition this cluster had before this reconcile.
+pub fn previous_acl_condition(cluster: &ValkeyCluster) -> Option<Condition> {
+    previous_conditions(cluster)
+        .into_iter()
+        .find(|c| c.type_ == ACL_APPLIED)
+}
+
+/// Status from the plan, this round's observations and the ACL step.
 pub fn from_plan(
     cluster: &ValkeyCluster,
     plan: &Plan,
     observed: &[Observed],
     _nodes: &[Arc<ValkeyNode>],
+    acl: &AclProgress,
 ) -> ValkeyClusterStatus {
     let generation = cluster.metadata.generation;
     let previous = previous_conditions(cluster);
@@ -124,6 +140,10 @@ pub fn from_plan(
         conditions: vec![
             condition("ConfigResolved", true, "Resolved", "configRef, base chain, image and roles resolved", generation, &previous),
             condition("Ready", ready, if ready { "Active" } else { "NotReady" }, &plan.message, generation, &previous),
+            {
+                let (ok, reason, message) = acl.condition();
+                condition(ACL_APPLIED, ok, reason, &message, generation, &previous)
+            },
         ],
         nodes: observed
             .iter()
@@ -158,11 +178,11 @@ pub async fn publish(
         && previous
             .conditions
             .iter()
-            .map(|c| (&c.type_, &c.status, &c.reason))
+            .map(|c| (&c.type_, &c.status, &c.reason, &c.message))
             .eq(status
                 .conditions
                 .iter()
-                .map(|c| (&c.type_, &c.status, &c.reason)));
+                .map(|c| (&c.type_, &c.status, &c.reason, &c.message)));
     if same {
         return Ok(());
     }
@@ -202,6 +222,10 @@ pub async fn publish(
 
 pub async fn event(ctx: &Context, cluster: &ValkeyCluster, reason: &str, note: &str) {
     publish_event(ctx, cluster, EventType::Normal, reason, note).await;
+}
+
+pub async fn warning(ctx: &Context, cluster: &ValkeyCluster, reason: &str, note: &str) {
+    publish_event(ctx, cluster, EventType::Warning, reason, note).await;
 }
 
 async fn publish_event(

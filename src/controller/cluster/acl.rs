@@ -1,0 +1,243 @@
+//! ACL step: every running member loads the current ACL file live, without a restart.
+//!
+//! The file lives in the `<cluster>-acl` Secret, mounted into every pod; the kubelet swaps
+//! the volume's content a few seconds after the Secret changes. The rendered file carries a
+//! revision marker user (`_rev-<hex>`, see [`crate::resolve::acl`]), so for each member the
+//! operator asks `ACL USERS`: the marker tells which file the member has loaded. A member
+//! still on another revision gets `ACL LOAD`, then is asked again; if it still reports the old
+//! marker, its volume has not been refreshed yet and the next reconcile (soon) tries again.
+//! Members that start later read the file at startup and need nothing.
+
+use futures::future::join_all;
+use tracing::{debug, info, warn};
+
+use super::observe::Observed;
+use crate::driver::ClusterDriver;
+use crate::resolve::acl::loaded_revision;
+
+/// What one member has loaded after this round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberAcl {
+    /// It reports the wanted revision (`reloaded`: thanks to an `ACL LOAD` this round).
+    Loaded { reloaded: bool },
+    /// It reports another revision (or none) even after `ACL LOAD`: its Secret volume still
+    /// holds the previous file.
+    Stale { seen: Option<String> },
+    /// Its pod is not ready: nothing to ask (it reads the file when it starts).
+    NotRunning,
+    /// `ACL USERS` or `ACL LOAD` failed (for `ACL LOAD`: Valkey refused the file).
+    Failed { error: String },
+}
+
+/// The ACL revision every member should run, and how far the cluster is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AclProgress {
+    pub revision: String,
+    /// (member name, outcome), in member order.
+    pub members: Vec<(String, MemberAcl)>,
+}
+
+impl AclProgress {
+    pub fn loaded(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|(_, m)| matches!(m, MemberAcl::Loaded { .. }))
+            .count()
+    }
+
+    pub fn reloaded(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|(_, m)| matches!(m, MemberAcl::Loaded { reloaded: true }))
+            .count()
+    }
+
+    /// Every member (at least one) runs the wanted revision.
+    pub fn applied(&self) -> bool {
+        !self.members.is_empty() && self.loaded() == self.members.len()
+    }
+
+    pub fn failed(&self) -> bool {
+        self.members
+            .iter()
+            .any(|(_, m)| matches!(m, MemberAcl::Failed { .. }))
+    }
+
+    /// Condition `AclApplied`: (status, reason, message).
+    pub fn condition(&self) -> (bool, &'static str, String) {
+        let (rev, total, loaded) = (&self.revision, self.members.len(), self.loaded());
+        if total == 0 {
+            return (
+                false,
+                "NoMembers",
+                format!("ACL revision {rev} rendered; no member exists yet"),
+            );
+        }
+        if self.applied() {
+            return (
+                true,
+                "Loaded",
+                format!("ACL revision {rev} loaded on all {total} members"),
+            );
+        }
+        let progress = format!("{loaded} of {total} members loaded ACL revision {rev}");
+        if let Some((name, MemberAcl::Failed { error })) = self
+            .members
+            .iter()
+            .find(|(_, m)| matches!(m, MemberAcl::Failed { .. }))
+        {
+            return (false, "LoadFailed", format!("{progress}; {name}: {error}"));
+        }
+        let names = |want: fn(&MemberAcl) -> bool| {
+            self.members
+                .iter()
+                .filter(|(_, m)| want(m))
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut waiting = Vec::new();
+        let stale = names(|m| matches!(m, MemberAcl::Stale { .. }));
+        if !stale.is_empty() {
+            waiting.push(format!(
+                "waiting for the Secret volume to refresh on {stale}"
+            ));
+        }
+        let down = names(|m| matches!(m, MemberAcl::NotRunning));
+        if !down.is_empty() {
+            waiting.push(format!("not running yet: {down}"));
+        }
+        (
+            false,
+            "Loading",
+            format!("{progress}; {}", waiting.join("; ")),
+        )
+    }
+}
+
+/// Makes every running member load `revision` (at most one `ACL LOAD` each), concurrently.
+pub async fn apply(
+    driver: &dyn ClusterDriver,
+    cluster: &str,
+    observed: &[Observed],
+    revision: &str,
+) -> AclProgress {
+    let members = join_all(observed.iter().map(|o| async move {
+        let name = o.member.name.clone();
+        let Some(addr) = &o.member.addr else {
+            return (name, MemberAcl::NotRunning);
+        };
+        let seen = match driver.acl_users(addr).await {
+            Ok(users) => loaded_revision(users.iter().map(String::as_str)).map(str::to_string),
+            Err(e) => return (name, MemberAcl::Failed { error: e.to_string() }),
+        };
+        if seen.as_deref() == Some(revision) {
+            return (name, MemberAcl::Loaded { reloaded: false });
+        }
+        if let Err(e) = driver.acl_load(addr).await {
+            warn!(cluster, member = %name, revision, "ACL LOAD failed: {e}");
+            return (name, MemberAcl::Failed { error: e.to_string() });
+        }
+        let outcome = match driver.acl_users(addr).await {
+            Ok(users) => match loaded_revision(users.iter().map(String::as_str)) {
+                Some(r) if r == revision => {
+                    info!(cluster, member = %name, revision, previous = ?seen, "ACL revision loaded");
+                    MemberAcl::Loaded { reloaded: true }
+                }
+                other => {
+                    debug!(cluster, member = %name, revision, seen = ?other, "Secret volume not refreshed yet");
+                    MemberAcl::Stale { seen: other.map(str::to_string) }
+                }
+            },
+            Err(e) => MemberAcl::Failed { error: e.to_string() },
+        };
+        (name, outcome)
+    }))
+    .await;
+    AclProgress {
+        revision: revision.to_string(),
+        members,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(members: &[(&str, MemberAcl)]) -> AclProgress {
+        AclProgress {
+            revision: "0123456789ab".into(),
+            members: members
+                .iter()
+                .map(|(n, m)| (n.to_string(), m.clone()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn applied_when_every_member_reports_the_revision() {
+        let p = progress(&[
+            ("c-0-0", MemberAcl::Loaded { reloaded: true }),
+            ("c-0-1", MemberAcl::Loaded { reloaded: false }),
+        ]);
+        assert!(p.applied());
+        assert_eq!(p.reloaded(), 1);
+        assert_eq!(
+            p.condition(),
+            (
+                true,
+                "Loaded",
+                "ACL revision 0123456789ab loaded on all 2 members".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn a_member_on_the_old_file_keeps_the_condition_false_and_is_named() {
+        let p = progress(&[
+            ("c-0-0", MemberAcl::Loaded { reloaded: true }),
+            (
+                "c-0-1",
+                MemberAcl::Stale {
+                    seen: Some("aaaaaaaaaaaa".into()),
+                },
+            ),
+            ("c-0-2", MemberAcl::NotRunning),
+        ]);
+        let (ok, reason, message) = p.condition();
+        assert!(!ok);
+        assert_eq!(reason, "Loading");
+        assert_eq!(
+            message,
+            "1 of 3 members loaded ACL revision 0123456789ab; waiting for the Secret volume to refresh on c-0-1; not running yet: c-0-2"
+        );
+    }
+
+    #[test]
+    fn a_refused_file_says_which_member_and_why() {
+        let p = progress(&[
+            (
+                "c-0-0",
+                MemberAcl::Failed {
+                    error: "ERR Error in ACL line 5".into(),
+                },
+            ),
+            ("c-0-1", MemberAcl::Loaded { reloaded: false }),
+        ]);
+        assert!(p.failed());
+        let (ok, reason, message) = p.condition();
+        assert!(!ok);
+        assert_eq!(reason, "LoadFailed");
+        assert_eq!(
+            message,
+            "1 of 2 members loaded ACL revision 0123456789ab; c-0-0: ERR Error in ACL line 5"
+        );
+    }
+
+    #[test]
+    fn no_member_is_not_applied() {
+        let p = progress(&[]);
+        assert!(!p.applied());
+        assert_eq!(p.condition().1, "NoMembers");
+    }
+}
