@@ -1,6 +1,7 @@
 //! Fault hooks (`valkey_e2e::faults`) against the running local cluster (`make up`): pause
 //! and resume a container, cut a pod from the apiserver, stop and restart a whole node.
-//! In its own test binary so the node stop cannot disturb the node-stability test.
+//! In its own test binary so the node stop cannot disturb the node-stability test; the
+//! other tests here pin their pods to node-a, the stop test uses node-c.
 //! Needs root; fails loudly when the cluster is not up.
 //! Built with `--features valkey-e2e/e2e` (`make e2e`); plain `cargo test` has no cluster.
 #![cfg(feature = "e2e")]
@@ -150,11 +151,16 @@ fn proc_state(pid: i32) -> char {
 
 #[tokio::test]
 async fn pause_and_resume_a_container() {
-    with_valkey_pod("pause", None, |_c, ns, pod| async move {
+    with_valkey_pod("pause", Some("node-a"), |_c, ns, pod| async move {
         let p = PodRef::find(&ns, "v").unwrap();
         assert_eq!(ping(addr(&pod)).unwrap(), "+PONG\r\n");
         p.pause("valkey").unwrap();
-        assert_eq!(proc_state(p.pid("valkey").unwrap()), 'T');
+        let pid = p.pid("valkey").unwrap();
+        wait_until(Duration::from_secs(5), "process stopped", || {
+            let st = proc_state(pid);
+            async move { (st == 'T').then_some(()) }
+        })
+        .await;
         assert!(ping(addr(&pod)).is_err(), "a paused server answered");
         p.resume("valkey").unwrap();
         assert_eq!(ping(addr(&pod)).unwrap(), "+PONG\r\n");
@@ -164,12 +170,12 @@ async fn pause_and_resume_a_container() {
 
 #[tokio::test]
 async fn cut_a_pod_from_the_apiserver_and_heal_it() {
-    with_valkey_pod("apicut", None, |c, ns, _pod| async move {
+    with_valkey_pod("apicut", Some("node-a"), |c, ns, _pod| async move {
         let p = PodRef::find(&ns, "v").unwrap();
         let api = SocketAddr::new(APISERVER_IP.into(), 6443);
         let t = Duration::from_secs(2);
         // An empty request: connecting is what counts (the apiserver waits for a TLS hello).
-        let reach = |p: &PodRef| match p.tcp_request(api, b"", Duration::from_millis(300)) {
+        let reach = |p: &PodRef| match p.tcp_request(api, b"", Duration::from_secs(1)) {
             Ok(_) => true,
             Err(e) => format!("{e:#}").contains("read from"), // connected, nothing to read
         };
@@ -198,7 +204,15 @@ async fn cut_a_pod_from_the_apiserver_and_heal_it() {
             "probes must not depend on the apiserver link"
         );
         faults::heal_apiserver(&p).unwrap();
-        assert!(reach(&p), "pod reaches the apiserver after healing");
+        wait_until(
+            Duration::from_secs(10),
+            "pod reaches the apiserver after healing",
+            || {
+                let ok = reach(&p);
+                async move { ok.then_some(()) }
+            },
+        )
+        .await;
     })
     .await;
 }

@@ -77,6 +77,8 @@ struct PodCtx {
     pod: RwLock<Pod>,
     rt: Mutex<PodRt>,
     dirty: Notify,
+    /// Labels/annotations changed: downward API volumes re-render at once.
+    meta_changed: Notify,
     stop: CancellationToken,
     grace_secs: AtomicI64,
     gate: watch::Receiver<bool>,
@@ -268,6 +270,7 @@ pub async fn run_pod(shared: Arc<Shared>, pod: Pod, mut rx: watch::Receiver<PodM
         pod: RwLock::new(pod.clone()),
         rt: Mutex::new(rt),
         dirty: Notify::new(),
+        meta_changed: Notify::new(),
         stop: CancellationToken::new(),
         grace_secs: AtomicI64::new(30),
         gate,
@@ -311,6 +314,12 @@ pub async fn run_pod(shared: Arc<Shared>, pod: Pod, mut rx: watch::Receiver<PodM
                 match msg {
                     PodMsg::Gone => end = Some(End::Gone),
                     PodMsg::Update(p) => {
+                        let old = ctx.pod();
+                        if old.metadata.labels != p.metadata.labels
+                            || old.metadata.annotations != p.metadata.annotations
+                        {
+                            ctx.meta_changed.notify_one();
+                        }
                         ctx.volumes.set_pod((*p).clone());
                         let deleting = p.metadata.deletion_timestamp.is_some();
                         let grace = p.metadata.deletion_grace_period_seconds.unwrap_or(0);
@@ -482,6 +491,7 @@ async fn refresh_loop(ctx: Arc<PodCtx>) {
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = tick.tick() => ctx.volumes.refresh(None).await,
+            _ = ctx.meta_changed.notified() => ctx.volumes.refresh(None).await,
         }
     }
 }
