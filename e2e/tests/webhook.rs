@@ -1,0 +1,435 @@
+//! The admission webhook on the local cluster (issue 6): `kubectl` talks to the operator's
+//! webhook for real (registered by `e2e/cluster.sh` with a certificate from the cluster CA).
+//! ValkeyNodes are written by the operator only, whatever RBAC a human holds, and the operator
+//! still manages them; a ValkeyCluster naming a config that does not exist yet is accepted and
+//! kubectl prints the webhook's warning; a ValkeyConfig closing an inheritance cycle or
+//! setting maxmemory above its container memory is denied.
+#![cfg(feature = "e2e")]
+
+use std::io::Write as _;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use valkey_e2e::harness::{
+    TestNamespace, client, delete_cluster_scoped, kubectl, kubectl_run, random_suffix, wait_for,
+};
+use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyNode};
+
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+const NODE_WEBHOOK: &str =
+    "admission webhook \"valkeynodes.valkey.gomomento.com\" denied the request";
+const CONFIG_WEBHOOK: &str =
+    "admission webhook \"valkeyconfigs.valkey.gomomento.com\" denied the request";
+
+/// What kubectl said.
+struct Outcome {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs kubectl with `args`, feeding `input` on stdin.
+fn kubectl_input(args: &[&str], input: &str) -> anyhow::Result<Outcome> {
+    let mut child = kubectl()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running kubectl")?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(input.as_bytes())?;
+    let out = child.wait_with_output()?;
+    Ok(Outcome {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+fn kubectl_outcome(args: &[&str]) -> anyhow::Result<Outcome> {
+    let out = kubectl().args(args).output().context("running kubectl")?;
+    Ok(Outcome {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// Waits until the webhook answers (another suite may be restarting the operator pod; while
+/// it is not Ready the Service has no endpoints and the Ignore-policy webhooks are skipped).
+async fn webhook_serving() -> anyhow::Result<()> {
+    let probe = config_json(
+        "e2e-webhook-probe",
+        json!({"baseRef": "e2e-webhook-probe-missing-base"}),
+    );
+    wait_for(
+        "the admission webhook to answer",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || {
+            let probe = probe.clone();
+            async move {
+                let out = kubectl_input(&["apply", "--dry-run=server", "-f", "-"], &probe)?;
+                if out.ok
+                    && out
+                        .stderr
+                        .contains("Warning: ValkeyConfig \"e2e-webhook-probe\"")
+                {
+                    Ok(Some(()))
+                } else {
+                    bail!("no warning from the webhook yet: {}", out.stderr)
+                }
+            }
+        },
+    )
+    .await
+}
+
+fn apply_menu() -> anyhow::Result<()> {
+    for f in ["00-images.yaml", "01-roles.yaml", "02-configs.yaml"] {
+        kubectl_run(&[
+            "apply",
+            "--server-side",
+            "-f",
+            &format!("{REPO}/manifests/samples/{f}"),
+        ])?;
+    }
+    Ok(())
+}
+
+async fn wait_active(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<()> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("ValkeyCluster {ns}/{name} to be Active"),
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || {
+            let api = api.clone();
+            async move {
+                let c = api.get(name).await?;
+                let status = c.status.unwrap_or_default();
+                if status.state == Some(ClusterState::Active) {
+                    Ok(Some(()))
+                } else {
+                    bail!(
+                        "state {:?}: {}",
+                        status.state,
+                        status.message.unwrap_or_default()
+                    )
+                }
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn valkeynodes_are_written_by_the_operator_only_and_it_still_manages_them()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    webhook_serving().await?;
+    apply_menu()?;
+    let ns = TestNamespace::create(&client, "e2e-webhook").await?;
+    let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    clusters
+        .patch(
+            "guarded",
+            &PatchParams::apply("e2e"),
+            &Patch::Apply(&json!({
+                "apiVersion": "valkey.gomomento.com/v1alpha1",
+                "kind": "ValkeyCluster",
+                "metadata": {"name": "guarded", "namespace": ns.name},
+                "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 1},
+            })),
+        )
+        .await?;
+    // The operator creates, updates (finalizers, status) and owns its nodes through the webhook.
+    wait_active(&client, &ns.name, "guarded").await?;
+
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns.name);
+    let node = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("a ValkeyNode")?;
+    let name = node.metadata.name.clone().context("node name")?;
+
+    // Cluster-admin (system:masters) may not touch them: metadata edit and delete are denied by
+    // the webhook, with its message.
+    let out = kubectl_outcome(&["-n", &ns.name, "label", "valkeynode", &name, "e2e=touched"])?;
+    assert!(
+        !out.ok,
+        "label as cluster-admin must be denied: {}",
+        out.stdout
+    );
+    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "ValkeyNodes are managed by valkey-operator only: \"kubernetes-admin\" may not update ValkeyNode {}/{name}",
+            ns.name
+        )),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl_outcome(&[
+        "-n",
+        &ns.name,
+        "delete",
+        "valkeynode",
+        &name,
+        "--wait=false",
+    ])?;
+    assert!(!out.ok, "delete as cluster-admin must be denied");
+    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("may not delete ValkeyNode"),
+        "{}",
+        out.stderr
+    );
+
+    // A spec edit is denied too (the CRD's CEL rule answers first; the webhook backs it up).
+    let out = kubectl_outcome(&[
+        "-n",
+        &ns.name,
+        "patch",
+        "valkeynode",
+        &name,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"image":"valkey/valkey:9.1.2"}}"#,
+    ])?;
+    assert!(!out.ok, "spec edit as cluster-admin must be denied");
+    assert!(out.stderr.contains("immutable"), "{}", out.stderr);
+
+    // A product-team user, even with RBAC that (wrongly) lets them create ValkeyNodes, is
+    // denied by the webhook.
+    let user = format!("dev-{}@product.example", random_suffix(4));
+    kubectl_input(
+        &["apply", "-f", "-"],
+        &serde_json::to_string(&json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "too-broad", "namespace": ns.name},
+            "rules": [{"apiGroups": ["valkey.gomomento.com"], "resources": ["valkeynodes"], "verbs": ["get", "list", "create", "update", "patch", "delete"]}],
+        }))?,
+    )
+    .and_then(|o| if o.ok { Ok(()) } else { bail!("{}", o.stderr) })?;
+    kubectl_run(&[
+        "-n",
+        &ns.name,
+        "create",
+        "rolebinding",
+        "too-broad",
+        "--role=too-broad",
+        &format!("--user={user}"),
+    ])?;
+    let forged = json!({
+        "apiVersion": "valkey.gomomento.com/v1alpha1",
+        "kind": "ValkeyNode",
+        "metadata": {"name": "forged", "namespace": ns.name},
+        "spec": node.spec,
+    });
+    let out = kubectl_input(
+        &["create", "-f", "-", "--as", &user],
+        &serde_json::to_string(&forged)?,
+    )?;
+    assert!(!out.ok, "create as a product-team user must be denied");
+    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "\"{user}\" may not create ValkeyNode {}/forged",
+            ns.name
+        )),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl_outcome(&[
+        "-n",
+        &ns.name,
+        "delete",
+        "valkeynode",
+        &name,
+        "--as",
+        &user,
+        "--wait=false",
+    ])?;
+    assert!(
+        !out.ok && out.stderr.contains(NODE_WEBHOOK),
+        "{}",
+        out.stderr
+    );
+
+    // Nothing changed, and the operator keeps managing: scaling out adds nodes and goes Active.
+    let still = nodes.get(&name).await?;
+    assert_eq!(still.spec, node.spec);
+    assert!(!still.labels().contains_key("e2e"));
+    clusters
+        .patch(
+            "guarded",
+            &PatchParams::apply("e2e"),
+            &Patch::Apply(&json!({
+                "apiVersion": "valkey.gomomento.com/v1alpha1",
+                "kind": "ValkeyCluster",
+                "metadata": {"name": "guarded", "namespace": ns.name},
+                "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 2},
+            })),
+        )
+        .await?;
+    wait_for(
+        "a third member",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes.list(&ListParams::default()).await?.items.len();
+                Ok((n >= 3).then_some(()))
+            }
+        },
+    )
+    .await?;
+    wait_active(&client, &ns.name, "guarded").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cluster_naming_a_missing_config_is_accepted_and_kubectl_prints_the_warning()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    webhook_serving().await?;
+    let ns = TestNamespace::create(&client, "e2e-webhook-warn").await?;
+    let missing = format!("e2e-not-yet-{}", random_suffix(5));
+    let cluster = json!({
+        "apiVersion": "valkey.gomomento.com/v1alpha1",
+        "kind": "ValkeyCluster",
+        "metadata": {"name": "early", "namespace": ns.name},
+        "spec": {"configRef": missing, "shards": 1, "replicasPerShard": 0},
+    });
+    let out = kubectl_input(&["apply", "-f", "-"], &serde_json::to_string(&cluster)?)?;
+    assert!(out.ok, "accepted: {}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "Warning: spec.configRef names ValkeyConfig \"{missing}\", which does not exist"
+        )),
+        "kubectl prints the webhook's warning: {}",
+        out.stderr
+    );
+    assert!(out.stdout.contains("created"), "{}", out.stdout);
+    // An existing config: no warning.
+    apply_menu()?;
+    let ok = json!({
+        "apiVersion": "valkey.gomomento.com/v1alpha1",
+        "kind": "ValkeyCluster",
+        "metadata": {"name": "fine", "namespace": ns.name},
+        "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 0},
+    });
+    let out = kubectl_input(
+        &["apply", "--dry-run=server", "-f", "-"],
+        &serde_json::to_string(&ok)?,
+    )?;
+    assert!(out.ok, "{}", out.stderr);
+    assert!(!out.stderr.contains("Warning"), "{}", out.stderr);
+    Ok(())
+}
+
+fn config_json(name: &str, spec: serde_json::Value) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "valkey.gomomento.com/v1alpha1",
+        "kind": "ValkeyConfig",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("json")
+}
+
+#[tokio::test]
+async fn a_config_closing_an_inheritance_cycle_or_overcommitting_memory_is_denied()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    webhook_serving().await?;
+    apply_menu()?;
+    let s = random_suffix(5);
+    let (a, b) = (format!("e2e-cyc-{s}-a"), format!("e2e-cyc-{s}-b"));
+    let result = async {
+        // a -> b: b does not exist yet, accepted with a warning.
+        let out = kubectl_input(
+            &["apply", "-f", "-"],
+            &config_json(&a, json!({"baseRef": b})),
+        )?;
+        assert!(out.ok, "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!(
+                "Warning: ValkeyConfig \"{a}\" inherits from \"{b}\""
+            )),
+            "{}",
+            out.stderr
+        );
+        // b -> a closes the cycle: denied, with the chain in the message.
+        let out = kubectl_input(
+            &["apply", "-f", "-"],
+            &config_json(&b, json!({"baseRef": a, "imageRef": "valkey-9-0"})),
+        )?;
+        assert!(!out.ok, "closing the cycle must be denied");
+        assert!(out.stderr.contains(CONFIG_WEBHOOK), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("cycle ({b} -> {a} -> {b})")),
+            "{}",
+            out.stderr
+        );
+        // b as a root is fine.
+        let out = kubectl_input(
+            &["apply", "-f", "-"],
+            &config_json(&b, json!({"imageRef": "valkey-9-0"})),
+        )?;
+        assert!(out.ok, "{}", out.stderr);
+
+        // maxmemory above the container memory (inherited 2Gi from standard): denied.
+        let out = kubectl_input(
+            &["apply", "--dry-run=server", "-f", "-"],
+            &config_json(
+                &a,
+                json!({"baseRef": "standard", "valkey": {"maxmemory": "3gb"}}),
+            ),
+        )?;
+        assert!(!out.ok, "maxmemory above memory must be denied");
+        assert!(out.stderr.contains(CONFIG_WEBHOOK), "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("valkey.maxmemory 3gb (3Gi) is above the container memory 2Gi"),
+            "{}",
+            out.stderr
+        );
+        // Without headroom: accepted with a warning.
+        let out = kubectl_input(
+            &["apply", "--dry-run=server", "-f", "-"],
+            &config_json(
+                &a,
+                json!({"baseRef": "standard", "valkey": {"maxmemory": "1900mb"}}),
+            ),
+        )?;
+        assert!(out.ok, "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("Warning: valkey.maxmemory 1900mb (inherited")
+                || out.stderr.contains("Warning: valkey.maxmemory 1900mb is"),
+            "{}",
+            out.stderr
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &a).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &b).await?;
+    result
+}
