@@ -243,6 +243,9 @@ pub fn signal_node_pods(state: &StateDir, node: &str, sig: Signal) {
                 && let Some(pid) = read_trimmed(&e.path())
                     .ok()
                     .and_then(|s| s.parse::<i32>().ok())
+                // Only our container's group, never whatever reused a stale pid.
+                && read_trimmed(&dir.join("netns"))
+                    .is_ok_and(|ns| super::runtime::process_in_netns(pid, &ns))
             {
                 let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
             }

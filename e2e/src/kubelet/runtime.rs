@@ -689,12 +689,15 @@ async fn fetch_refs(ctx: &PodCtx, c: &Container) -> anyhow::Result<Refs> {
 enum Proc {
     Child(tokio::process::Child, i32),
     Adopted(i32),
+    /// Recorded as running by a previous kubelet run, gone now (died while we were down).
+    Vanished,
 }
 
 impl Proc {
     fn pid(&self) -> i32 {
         match self {
             Proc::Child(_, p) | Proc::Adopted(p) => *p,
+            Proc::Vanished => 0,
         }
     }
 
@@ -712,6 +715,7 @@ impl Proc {
                 }
                 Err(_) => (255, None),
             },
+            Proc::Vanished => (137, None),
             Proc::Adopted(pid) => {
                 // Not our child: poll until it is gone. Its exit code is unknowable.
                 let pid = *pid;
@@ -736,7 +740,10 @@ impl Proc {
 }
 
 fn signal_group(pid: i32, sig: Signal) {
-    let _ = nix::sys::signal::killpg(Pid::from_raw(pid), sig);
+    // Never 0/1: killpg(0) is our own group, -1 would reach init.
+    if pid > 1 {
+        let _ = nix::sys::signal::killpg(Pid::from_raw(pid), sig);
+    }
 }
 
 /// preStop (exec), SIGTERM, wait up to `grace`, SIGKILL.
@@ -817,7 +824,11 @@ fn adopt(ctx: &PodCtx, name: &str) -> Option<(Proc, Timestamp)> {
     let pf = ctx.pid_file(name);
     let pid: i32 = read_trimmed(&pf).ok()?.parse().ok()?;
     if !process_in_netns(pid, &netns_name(&ctx.uid)) {
-        return None;
+        // It ran when the kubelet went away and is gone now: report it as exited (the
+        // restart policy decides what next), as the real kubelet reports a container it
+        // cannot find.
+        tracing::info!(pod = %ctx.name, container = name, pid, "recorded container process is gone");
+        return Some((Proc::Vanished, Timestamp::now()));
     }
     let since = std::fs::metadata(&pf)
         .and_then(|m| m.modified())
@@ -969,7 +980,7 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
                 Some(&c.name),
             );
         }
-        let has_probes = kind == Kind::Main || sidecar;
+        let has_probes = (kind == Kind::Main || sidecar) && !matches!(proc, Proc::Vanished);
         ctx.update_container(kind, idx, |s| {
             s.state = CState::Running { started_at };
             s.instance += 1;
@@ -1020,6 +1031,11 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
         let ran = finished_at.duration_since(started_at).unsigned_abs();
         let (reason, message) = if exit_code == 0 {
             ("Completed".to_string(), None)
+        } else if matches!(proc, Proc::Vanished) {
+            (
+                "ContainerStatusUnknown".to_string(),
+                Some("The container could not be located when the kubelet restarted".to_string()),
+            )
         } else if matches!(proc, Proc::Adopted(_)) {
             (
                 "Unknown".to_string(),
