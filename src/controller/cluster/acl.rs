@@ -12,7 +12,7 @@ use futures::future::join_all;
 use tracing::{debug, info, warn};
 
 use super::observe::Observed;
-use crate::driver::ClusterDriver;
+use crate::driver::{ClusterDriver, MemberAddr};
 use crate::resolve::acl::loaded_revision;
 
 /// What one member has loaded after this round.
@@ -122,9 +122,23 @@ pub async fn apply(
     observed: &[Observed],
     revision: &str,
 ) -> AclProgress {
-    let members = join_all(observed.iter().map(|o| async move {
-        let name = o.member.name.clone();
-        let Some(addr) = &o.member.addr else {
+    let members: Vec<(String, Option<MemberAddr>)> = observed
+        .iter()
+        .map(|o| (o.member.name.clone(), o.member.addr.clone()))
+        .collect();
+    apply_members(driver, cluster, &members, revision).await
+}
+
+/// [`apply`] over (member name, client address if its pod is ready).
+pub async fn apply_members(
+    driver: &dyn ClusterDriver,
+    cluster: &str,
+    members: &[(String, Option<MemberAddr>)],
+    revision: &str,
+) -> AclProgress {
+    let members = join_all(members.iter().map(|(name, addr)| async move {
+        let name = name.clone();
+        let Some(addr) = addr else {
             return (name, MemberAcl::NotRunning);
         };
         let seen = match driver.acl_users(addr).await {
