@@ -3,7 +3,8 @@
 //! ValkeyNodes are written by the operator only, whatever RBAC a human holds, and the operator
 //! still manages them; a ValkeyCluster naming a config that does not exist yet is accepted and
 //! kubectl prints the webhook's warning; a ValkeyConfig closing an inheritance cycle or
-//! setting maxmemory above its container memory is denied.
+//! setting maxmemory above its container memory is denied; a ValkeyRole naming a command
+//! Valkey does not have is denied with a suggestion.
 #![cfg(feature = "e2e")]
 
 use std::io::Write as _;
@@ -432,4 +433,42 @@ async fn a_config_closing_an_inheritance_cycle_or_overcommitting_memory_is_denie
     delete_cluster_scoped::<ValkeyConfig>(&client, &a).await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &b).await?;
     result
+}
+
+#[tokio::test]
+async fn a_role_naming_an_unknown_command_is_denied_with_a_suggestion() -> anyhow::Result<()> {
+    let _client = client().await?;
+    webhook_serving().await?;
+    let role = |command: &str| {
+        serde_json::to_string(&json!({
+            "apiVersion": "valkey.gomomento.com/v1alpha1",
+            "kind": "ValkeyRole",
+            "metadata": {"name": format!("e2e-role-{}", random_suffix(5))},
+            "spec": {
+                "categories": [{"name": "read", "access": "allow"}],
+                "commands": [{"name": command, "access": "allow"}],
+            },
+        }))
+        .expect("json")
+    };
+    let out = kubectl_input(&["apply", "--dry-run=server", "-f", "-"], &role("hgetal"))?;
+    assert!(!out.ok, "unknown command must be denied");
+    assert!(
+        out.stderr
+            .contains("admission webhook \"valkeyroles.valkey.gomomento.com\" denied the request"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("\"hgetal\" is not a Valkey command; did you mean \"hgetall\"?"),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl_input(
+        &["apply", "--dry-run=server", "-f", "-"],
+        &role("config|get"),
+    )?;
+    assert!(out.ok, "{}", out.stderr);
+    Ok(())
 }

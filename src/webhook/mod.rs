@@ -1,5 +1,5 @@
 //! The webhook server: HTTPS (axum + rustls, ring provider) on every replica, next to the
-//! controllers. Validating admission for ValkeyNode, ValkeyCluster and ValkeyConfig under
+//! controllers. Validating admission for ValkeyNode, ValkeyCluster, ValkeyConfig and ValkeyRole under
 //! `/validate/<kind>`; see `webhooks/validating.yaml` for how the API server calls it and
 //! `docs/webhooks.md` for the rules.
 //!
@@ -28,7 +28,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
-use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyNode};
+use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyNode, ValkeyRole};
 use admission::MenuSource;
 use admission::node::NodePolicy;
 
@@ -64,6 +64,7 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .route("/validate/valkeynode", post(validate_node))
         .route("/validate/valkeycluster", post(validate_cluster))
         .route("/validate/valkeyconfig", post(validate_config))
+        .route("/validate/valkeyrole", post(validate_role))
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -148,6 +149,14 @@ async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) ->
                 admission::config::validate(&req, &menu),
             )
         }
+        Err(r) => r,
+    }
+}
+
+async fn validate_role(body: Bytes) -> Response {
+    let started = Instant::now();
+    match parse_review::<ValkeyRole>(&body) {
+        Ok(req) => respond("ValkeyRole", started, admission::role::validate(&req)),
         Err(r) => r,
     }
 }
@@ -304,7 +313,7 @@ mod tests {
             bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4096),
             cut in 0usize..4096,
             flip in 0usize..4096,
-            path in proptest::sample::select(vec!["/validate/valkeynode", "/validate/valkeycluster", "/validate/valkeyconfig"]),
+            path in proptest::sample::select(vec!["/validate/valkeynode", "/validate/valkeycluster", "/validate/valkeyconfig", "/validate/valkeyrole"]),
         ) {
             let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
             rt.block_on(async {

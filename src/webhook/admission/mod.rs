@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod config;
 pub mod node;
+pub mod role;
 
 use futures::future::BoxFuture;
 use kube::api::{Api, ListParams};
