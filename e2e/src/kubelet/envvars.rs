@@ -232,7 +232,15 @@ pub fn build_env(
         }
     }
     env.set("HOME", "/root".into());
-    env.set("HOSTNAME", pod.metadata.name.clone().unwrap_or_default());
+    // The pod's hostname: spec.hostname when set, else its name (as in a real pod's UTS).
+    let hostname = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .filter(|h| !h.is_empty())
+        .or_else(|| pod.metadata.name.clone())
+        .unwrap_or_default();
+    env.set("HOSTNAME", hostname);
     // In-cluster config (client-go/kube-rs read these two).
     env.set("KUBERNETES_SERVICE_HOST", API_HOST.into());
     env.set("KUBERNETES_SERVICE_PORT", API_PORT.into());
