@@ -304,6 +304,54 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND);
     }
 
+    /// Without certificate files the server does not serve and does not fail; once the files
+    /// appear it serves them.
+    #[tokio::test]
+    async fn missing_certificate_files_mean_no_server_until_they_appear() {
+        let dir = std::env::temp_dir().join(format!("vko-webhook-serve-{}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let settings = WebhookSettings {
+            addr,
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+            operator_username: "op".into(),
+            reload_interval: Duration::from_millis(50),
+        };
+        let state = Arc::new(WebhookState {
+            node_policy: NodePolicy::new("op"),
+            menu: Arc::new(FixedMenu(Ok(Default::default()))),
+        });
+        let server = tokio::spawn(serve(settings.clone(), state));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!server.is_finished(), "no certificate is not a crash");
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "nothing listens without a certificate"
+        );
+
+        let ca = tls::tests::TestCa::new();
+        let (cert, key, der) = ca.leaf("late");
+        std::fs::write(&settings.key, key).unwrap();
+        std::fs::write(&settings.cert, cert).unwrap();
+        let mut served = None;
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                served = Some(tls::tests::served_certificate(addr, &ca).await);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(served, Some(der));
+        server.abort();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, .. Default::default() })]
         /// Random bytes, and random cuts and flips of a real review, never crash the router and
