@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use fred::prelude::*;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value as Json, json};
@@ -483,6 +483,22 @@ async fn rotation_case(f: &Fixture) -> anyhow::Result<()> {
         assert!(
             !authenticates(addr, "reader", "reader-pw").await?,
             "{addr}: removed user"
+        );
+    }
+
+    // Each revision was announced by an Event.
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let notes: Vec<String> = events
+        .list(&ListParams::default().fields("reason=AclApplied"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|e| e.message)
+        .collect();
+    for rev in [&rev1, &rev2] {
+        assert!(
+            notes.iter().any(|n| n.contains(rev.as_str())),
+            "AclApplied event for {rev}: {notes:?}"
         );
     }
 

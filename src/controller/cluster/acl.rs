@@ -9,9 +9,13 @@
 //! Members that start later read the file at startup and need nothing.
 
 use futures::future::join_all;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType};
 use tracing::{debug, info, warn};
 
 use super::observe::Observed;
+use crate::api::ValkeyCluster;
+use crate::controller::Context;
 use crate::driver::{ClusterDriver, MemberAddr};
 use crate::resolve::acl::loaded_revision;
 
@@ -171,6 +175,33 @@ pub async fn apply_members(
     AclProgress {
         revision: revision.to_string(),
         members,
+    }
+}
+
+/// Publishes an ACL Event. The revision is part of the Event's action: kube's recorder merges
+/// Events with the same type, action and reason into one series that keeps the first note, and
+/// each revision deserves its own Event.
+pub async fn publish_event(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    warning: bool,
+    reason: &str,
+    revision: &str,
+    note: &str,
+) {
+    let event = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: format!("LoadAcl:{revision}"),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+        warn!("cannot publish event: {e}");
     }
 }
 

@@ -180,9 +180,17 @@ async fn acl_events(ctx: &Context, cluster: &ValkeyCluster, progress: &acl::AclP
         } else {
             message
         };
-        status::event(ctx, cluster, "AclApplied", &note).await;
+        acl::publish_event(ctx, cluster, false, "AclApplied", &progress.revision, &note).await;
     } else if progress.failed() && previous.as_ref().is_none_or(|c| c.reason != reason) {
-        status::warning(ctx, cluster, "AclLoadFailed", &message).await;
+        acl::publish_event(
+            ctx,
+            cluster,
+            true,
+            "AclLoadFailed",
+            &progress.revision,
+            &message,
+        )
+        .await;
     }
 }
 
