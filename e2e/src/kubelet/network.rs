@@ -129,12 +129,57 @@ pub async fn setup_pod_network(uid: &str, addr: Ipv4Addr) -> anyhow::Result<()> 
 pub async fn teardown_pod_network(uid: &str) {
     let ns = netns_name(uid);
     let host = host_veth_name(uid);
+    // Anything still inside (a container's orphaned children) dies with the pod, as it
+    // would with the pod's pid namespace; otherwise it would keep the namespace alive.
+    for (pid, _) in netns_processes(&ns) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
     if netns_exists(&ns)
         && let Err(e) = ip(&["netns", "del", &ns]).await
     {
         tracing::warn!(%ns, error = %e, "deleting netns");
     }
     let _ = ip(&["link", "del", &host]).await;
+}
+
+/// Live (non-zombie) processes in the named network namespace, with their process group.
+pub fn netns_processes(ns: &str) -> Vec<(i32, i32)> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(want) = std::fs::metadata(std::path::Path::new("/run/netns").join(ns)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(md) = std::fs::metadata(format!("/proc/{pid}/ns/net")) else {
+            continue;
+        };
+        if md.ino() != want.ino() || md.dev() != want.dev() {
+            continue;
+        }
+        // /proc/<pid>/stat: "pid (comm) state ppid pgrp ..."
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let rest: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if rest.first() == Some(&"Z") {
+            continue;
+        }
+        let pgrp = rest.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+        out.push((pid, pgrp));
+    }
+    out
 }
 
 /// Adds the probe source address to the bridge if it is missing.

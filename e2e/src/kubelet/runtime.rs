@@ -828,6 +828,14 @@ fn adopt(ctx: &PodCtx, name: &str) -> Option<(Proc, Timestamp)> {
         // restart policy decides what next), as the real kubelet reports a container it
         // cannot find.
         tracing::info!(pod = %ctx.name, container = name, pid, "recorded container process is gone");
+        // Its children may live on in its process group: they go with it.
+        let procs = network::netns_processes(&netns_name(&ctx.uid));
+        tracing::debug!(pod = %ctx.name, ?procs, "processes left in the pod's netns");
+        for (p, pgrp) in procs {
+            if pgrp == pid && p > 1 {
+                let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
+            }
+        }
         return Some((Proc::Vanished, Timestamp::now()));
     }
     let since = std::fs::metadata(&pf)
