@@ -13,15 +13,24 @@
 
 use std::path::{Path, PathBuf};
 
-/// The cluster state dir: `$LC_DIR`, else `<repo>/.localcluster`.
+/// The cluster state dir: `$LC_DIR`, else `<repo>/.localcluster` where `<repo>` is the
+/// checkout the current directory is in (found by `e2e/versions.env`; `cargo test` runs in
+/// the package dir). Resolved at run time: several checkouts may share one target dir.
 pub fn lc_dir() -> PathBuf {
-    match std::env::var_os("LC_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("e2e crate has a parent dir")
-            .join(".localcluster"),
+    if let Some(d) = std::env::var_os("LC_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
     }
+    if let Ok(cwd) = std::env::current_dir() {
+        for dir in cwd.ancestors() {
+            if dir.join("e2e").join("versions.env").is_file() {
+                return dir.join(".localcluster");
+            }
+        }
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e crate has a parent dir")
+        .join(".localcluster")
 }
 
 /// Network namespace name of a pod: `vkp-<first 12 chars of the uid>`.
