@@ -9,6 +9,7 @@
 //! Members that start later read the file at startup and need nothing.
 
 use futures::future::join_all;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 use tracing::{debug, info, warn};
@@ -65,6 +66,33 @@ impl AclProgress {
         self.members
             .iter()
             .any(|(_, m)| matches!(m, MemberAcl::Failed { .. }))
+    }
+
+    /// The Event this round deserves, given the `AclApplied` condition before it, as
+    /// (warning, reason, note): `AclApplied` once per revision, when its last member loads it;
+    /// `AclLoadFailed` when members start refusing a revision. A member that is briefly not
+    /// running around a revision already announced gives none.
+    pub fn event(&self, previous: Option<&Condition>) -> Option<(bool, &'static str, String)> {
+        let (ok, reason, message) = self.condition();
+        if previous.is_some_and(|c| c.reason == reason && c.message == message) {
+            return None;
+        }
+        let previous_names_revision = previous.is_some_and(|c| c.message.contains(&self.revision));
+        if ok {
+            let reloaded = self.reloaded();
+            if reloaded == 0 && previous_names_revision {
+                return None;
+            }
+            let note = if reloaded > 0 {
+                format!("{message} (ACL LOAD on {reloaded}, no restart)")
+            } else {
+                message
+            };
+            return Some((false, "AclApplied", note));
+        }
+        let already_reported =
+            previous.is_some_and(|c| c.reason == reason) && previous_names_revision;
+        (self.failed() && !already_reported).then_some((true, "AclLoadFailed", message))
     }
 
     /// Condition `AclApplied`: (status, reason, message).
@@ -208,6 +236,7 @@ pub async fn publish_event(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn progress(members: &[(&str, MemberAcl)]) -> AclProgress {
         AclProgress {
@@ -284,5 +313,82 @@ mod tests {
         let p = progress(&[]);
         assert!(!p.applied());
         assert_eq!(p.condition().1, "NoMembers");
+    }
+
+    fn previous(status: bool, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: "AclApplied".into(),
+            status: if status { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: None,
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+        }
+    }
+
+    #[test]
+    fn one_applied_event_per_revision() {
+        let loaded = progress(&[("c-0-0", MemberAcl::Loaded { reloaded: true })]);
+        let old = previous(
+            true,
+            "Loaded",
+            "ACL revision aaaaaaaaaaaa loaded on all 1 members",
+        );
+        let (warning, reason, note) = loaded.event(Some(&old)).unwrap();
+        assert!(!warning);
+        assert_eq!(reason, "AclApplied");
+        assert_eq!(
+            note,
+            "ACL revision 0123456789ab loaded on all 1 members (ACL LOAD on 1, no restart)"
+        );
+        // The same state again (next reconcile, operator restart): nothing.
+        let now = previous(true, "Loaded", &loaded.condition().2);
+        assert_eq!(loaded.event(Some(&now)), None);
+    }
+
+    #[test]
+    fn a_member_back_from_a_restart_on_the_same_revision_is_not_a_new_event() {
+        let back = progress(&[
+            ("c-0-0", MemberAcl::Loaded { reloaded: false }),
+            ("c-0-1", MemberAcl::Loaded { reloaded: false }),
+        ]);
+        let flapped = previous(
+            false,
+            "Loading",
+            "1 of 2 members loaded ACL revision 0123456789ab; not running yet: c-0-1",
+        );
+        assert_eq!(back.event(Some(&flapped)), None);
+        // A member that was waiting for its volume and now loads it completes the revision.
+        let completed = progress(&[
+            ("c-0-0", MemberAcl::Loaded { reloaded: false }),
+            ("c-0-1", MemberAcl::Loaded { reloaded: true }),
+        ]);
+        assert_eq!(completed.event(Some(&flapped)).unwrap().1, "AclApplied");
+        // A new cluster: its first revision is announced.
+        assert_eq!(back.event(None).unwrap().1, "AclApplied");
+    }
+
+    #[test]
+    fn a_refused_revision_warns_once() {
+        let failed = progress(&[(
+            "c-0-0",
+            MemberAcl::Failed {
+                error: "ERR bad".into(),
+            },
+        )]);
+        let before = previous(
+            true,
+            "Loaded",
+            "ACL revision aaaaaaaaaaaa loaded on all 1 members",
+        );
+        let (warning, reason, _) = failed.event(Some(&before)).unwrap();
+        assert!(warning);
+        assert_eq!(reason, "AclLoadFailed");
+        let reported = previous(
+            false,
+            "LoadFailed",
+            "0 of 1 members loaded ACL revision 0123456789ab; c-0-0: ERR other",
+        );
+        assert_eq!(failed.event(Some(&reported)), None);
     }
 }

@@ -162,35 +162,12 @@ pub async fn reconcile(
     Ok(Requeue::requeue(Duration::from_secs(secs)))
 }
 
-/// An Event when a new ACL revision is loaded on every member, or when a member refuses it
-/// (once per distinct message, not every reconcile).
+/// An Event when a new ACL revision is loaded on every member, or when members refuse it
+/// (decided by [`acl::AclProgress::event`]).
 async fn acl_events(ctx: &Context, cluster: &ValkeyCluster, progress: &acl::AclProgress) {
     let previous = status::previous_acl_condition(cluster);
-    let (ok, reason, message) = progress.condition();
-    if previous
-        .as_ref()
-        .is_some_and(|c| c.reason == reason && c.message == message)
-    {
-        return;
-    }
-    if ok {
-        let reloaded = progress.reloaded();
-        let note = if reloaded > 0 {
-            format!("{message} (ACL LOAD on {reloaded}, no restart)")
-        } else {
-            message
-        };
-        acl::publish_event(ctx, cluster, false, "AclApplied", &progress.revision, &note).await;
-    } else if progress.failed() && previous.as_ref().is_none_or(|c| c.reason != reason) {
-        acl::publish_event(
-            ctx,
-            cluster,
-            true,
-            "AclLoadFailed",
-            &progress.revision,
-            &message,
-        )
-        .await;
+    if let Some((warning, reason, note)) = progress.event(previous.as_ref()) {
+        acl::publish_event(ctx, cluster, warning, reason, &progress.revision, &note).await;
     }
 }
 
