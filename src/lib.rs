@@ -1,9 +1,9 @@
 //! valkey-operator: module tree only (see docs/architecture.md).
 pub mod api;
+pub mod controller;
 pub mod driver;
 pub mod plan;
 pub mod resolve;
-pub mod controller;
 pub mod settings;
 pub mod telemetry;
 pub mod webhook;

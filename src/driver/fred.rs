@@ -65,29 +65,28 @@ impl FredDriver {
             kind,
         };
         let timeout = self.config.command_timeout;
-        let outcome = tokio::time::timeout(timeout, async {
-            let client = self.client(member).await.map_err(|e| (true, e))?;
-            let mut args = args.into_iter();
-            let name = args.next().and_then(|v| v.as_string()).unwrap_or_default();
-            let cmd = CustomCommand::new(name, ClusterHash::Random, false);
-            client
-                .custom::<Value, Value>(cmd, args.collect())
-                .await
-                .map_err(|e| (false, e))
-        })
-        .await;
+        let client = match tokio::time::timeout(timeout, self.client(member)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(err(classify(&e, true, timeout))),
+            Err(_) => return Err(err(DriverErrorKind::Timeout(timeout))),
+        };
+        let mut args = args.into_iter();
+        let name = args.next().and_then(|v| v.as_string()).unwrap_or_default();
+        let cmd = CustomCommand::new(name, ClusterHash::Random, false);
+        let outcome =
+            tokio::time::timeout(timeout, client.custom::<Value, Value>(cmd, args.collect())).await;
         match outcome {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err((connecting, e))) => {
-                let kind = classify(&e, connecting, timeout);
+            Ok(Err(e)) => {
+                let kind = classify(&e, false, timeout);
                 if !matches!(kind, DriverErrorKind::Server(_)) {
-                    self.evict(member).await;
+                    self.evict(member, &client).await;
                 }
                 Err(err(kind))
             }
             Err(_) => {
                 // A late reply would be paired with the wrong request: drop the connection.
-                self.evict(member).await;
+                self.evict(member, &client).await;
                 Err(err(DriverErrorKind::Timeout(timeout)))
             }
         }
@@ -102,7 +101,7 @@ impl FredDriver {
             if c.is_connected() {
                 return Ok(c);
             }
-            self.evict(member).await;
+            self.evict(member, &c).await;
         }
         if self.config.tls.is_some() {
             return Err(fred::error::Error::new(
@@ -158,16 +157,17 @@ impl FredDriver {
             .cloned()
     }
 
-    async fn evict(&self, member: &MemberAddr) {
-        let removed = self
-            .clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(member);
-        if let Some(client) = removed {
-            // QUIT on a dead link can hang: bound it.
-            let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+    /// Drops `failed` from the cache if it is still the cached client. Only the client that
+    /// failed is closed: concurrent callers may already use a fresh one, which must survive.
+    async fn evict(&self, member: &MemberAddr, failed: &fred::clients::Client) {
+        {
+            let mut cache = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.get(member).is_some_and(|c| c.id() == failed.id()) {
+                cache.remove(member);
+            }
         }
+        // QUIT on a dead link can hang: bound it.
+        let _ = tokio::time::timeout(Duration::from_secs(1), failed.quit()).await;
     }
 
     async fn text(
@@ -586,7 +586,11 @@ impl ClusterDriver for FredDriver {
     }
 
     fn disconnect<'a>(&'a self, member: &'a MemberAddr) -> BoxFuture<'a, ()> {
-        Box::pin(self.evict(member))
+        Box::pin(async move {
+            if let Some(client) = self.cached(member) {
+                self.evict(member, &client).await;
+            }
+        })
     }
 }
 

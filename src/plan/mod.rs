@@ -37,10 +37,46 @@ pub struct Member {
     pub name: String,
     pub shard: usize,
     pub lifecycle: Lifecycle,
+    /// Its spec is the desired one (same spec hash); a stale member is replaced, never changed.
+    pub current: bool,
+    /// Last Valkey node id recorded for it (ValkeyNode status), for members that no longer
+    /// answer.
+    pub node_id: Option<NodeId>,
     /// Client address once its pod runs and is ready.
     pub addr: Option<MemberAddr>,
     /// What its Valkey reported this round (None: not reachable).
     pub view: Option<MemberView>,
+    /// Why its pod does not run, when Kubernetes says (ImagePullBackOff, Unschedulable, ...).
+    pub pod_problem: Option<String>,
+}
+
+impl Member {
+    /// A member in the given shard, Joining, current, not yet observed.
+    pub fn new(name: impl Into<String>, shard: usize) -> Member {
+        Member {
+            name: name.into(),
+            shard,
+            lifecycle: Lifecycle::Joining,
+            current: true,
+            node_id: None,
+            addr: None,
+            view: None,
+            pod_problem: None,
+        }
+    }
+
+    fn id(&self) -> Option<NodeId> {
+        self.view
+            .as_ref()
+            .map(|v| v.id.clone())
+            .or_else(|| self.node_id.clone())
+    }
+
+    fn in_sync_replica(&self) -> bool {
+        self.view
+            .as_ref()
+            .is_some_and(|v| v.primary_id.is_some() && v.replica_in_sync)
+    }
 }
 
 /// The desired shape and the current members.
@@ -71,18 +107,39 @@ pub enum Action {
         member: MemberAddr,
         primary: NodeId,
     },
+    /// Coordinated `CLUSTER FAILOVER` run on an in-sync replica: it becomes its shard's
+    /// primary without losing an acknowledged write.
+    Failover {
+        member: MemberAddr,
+        shard: usize,
+    },
     MarkActive {
         names: Vec<String>,
     },
+    /// The member is being retired: it owns no slots and its shard keeps an in-sync copy.
+    MarkLeaving {
+        names: Vec<String>,
+    },
+    /// `CLUSTER FORGET node` on `via`.
+    Forget {
+        via: MemberAddr,
+        node: NodeId,
+    },
+    /// Delete a retired member's ValkeyNode (and so its pod).
+    DeleteNode {
+        name: String,
+    },
 }
 
-/// Where formation stands; drives status.
+/// Where the cluster stands; drives status.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Members are being created or formed into the cluster.
+    /// Members are being created or formed into the cluster for the first time.
     Forming,
     /// Everything in place and healthy.
     Ready,
+    /// A formed cluster is changing: members replaced (rollout), added or retired.
+    Updating,
     /// The cluster was formed but members are missing, unreachable or out of sync.
     Degraded,
 }
@@ -91,8 +148,18 @@ pub enum Phase {
 pub struct Plan {
     pub phase: Phase,
     pub actions: Vec<Action>,
-    /// What the cluster is waiting for, in words for status.
+    /// What the cluster is doing or waiting for, in words for status.
     pub message: String,
+}
+
+impl Plan {
+    fn new(phase: Phase, actions: Vec<Action>, message: impl Into<String>) -> Plan {
+        Plan {
+            phase,
+            actions,
+            message: message.into(),
+        }
+    }
 }
 
 /// Deterministic member name: `<cluster>-<shard>-<index>`; the index is the lowest one not in
@@ -114,33 +181,66 @@ fn shard_primary<'a>(members: &[&'a Member]) -> Option<&'a Member> {
         .min_by(|a, b| a.name.cmp(&b.name))
 }
 
+fn names(members: &[&Member]) -> String {
+    members
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The next step. Stages run in order; the first with something to do or wait for wins.
 pub fn plan(topology: &Topology) -> Plan {
-    let mut by_shard: BTreeMap<usize, Vec<&Member>> = BTreeMap::new();
-    for m in topology
+    let members: Vec<&Member> = topology
         .members
         .iter()
         .filter(|m| m.lifecycle != Lifecycle::Leaving)
-    {
+        .collect();
+    let leaving: Vec<&Member> = topology
+        .members
+        .iter()
+        .filter(|m| m.lifecycle == Lifecycle::Leaving)
+        .collect();
+    let mut by_shard: BTreeMap<usize, Vec<&Member>> = BTreeMap::new();
+    for m in &members {
         by_shard.entry(m.shard).or_default().push(m);
     }
     let ever_formed = topology
         .members
         .iter()
         .any(|m| m.lifecycle == Lifecycle::Active);
-    let waiting_phase = if ever_formed {
-        Phase::Degraded
+    // Work on a formed cluster is an update; before that it is formation.
+    let changing = if ever_formed {
+        Phase::Updating
     } else {
         Phase::Forming
     };
     let per_shard = 1 + topology.replicas_per_shard;
+    let shard_members = |shard: usize| by_shard.get(&shard).cloned().unwrap_or_default();
+    // Rolling replacement goes one shard at a time: the lowest shard with a stale member.
+    let rollout_shard = (0..topology.shards).find(|s| shard_members(*s).iter().any(|m| !m.current));
+    let rollout_note = |shard: usize| {
+        let done = (0..topology.shards)
+            .filter(|s| shard_members(*s).iter().all(|m| m.current))
+            .count();
+        format!(
+            "rolling out shard {shard} ({done} of {} shards done)",
+            topology.shards
+        )
+    };
 
-    // 1. Every shard has its members.
+    // 1. Every shard has its members (replacements for the rollout shard included).
+    let used: BTreeSet<String> = topology.members.iter().map(|m| m.name.clone()).collect();
     let mut creates = Vec::new();
     for shard in 0..topology.shards {
-        let members = by_shard.get(&shard).map(Vec::as_slice).unwrap_or(&[]);
-        let used: BTreeSet<String> = topology.members.iter().map(|m| m.name.clone()).collect();
+        let list = shard_members(shard);
+        let have = if Some(shard) == rollout_shard {
+            list.iter().filter(|m| m.current).count()
+        } else {
+            list.len()
+        };
         let mut index = 0;
-        for _ in members.len()..per_shard {
+        for _ in have..per_shard {
             while used.contains(&member_name(&topology.cluster, shard, index))
                 || creates.iter().any(|a| matches!(a, Action::CreateNode { name, .. } if *name == member_name(&topology.cluster, shard, index)))
             {
@@ -153,35 +253,70 @@ pub fn plan(topology: &Topology) -> Plan {
         }
     }
     if !creates.is_empty() {
-        let message = format!("creating {} member(s)", creates.len());
-        return Plan {
-            phase: waiting_phase,
-            actions: creates,
-            message,
-        };
-    }
-
-    let members: Vec<&Member> = by_shard.values().flatten().copied().collect();
-    let total = members.len();
-
-    // 2. Every member runs and answers.
-    let unreachable: Vec<&str> = members
-        .iter()
-        .filter(|m| m.view.is_none())
-        .map(|m| m.name.as_str())
-        .collect();
-    if !unreachable.is_empty() {
-        return Plan {
-            phase: waiting_phase,
-            actions: vec![],
-            message: format!(
-                "waiting for {} of {total} member(s) to run and answer: {}",
-                unreachable.len(),
-                unreachable.join(", ")
+        let message = match rollout_shard {
+            Some(shard) if ever_formed => format!(
+                "{}: creating {} replacement member(s)",
+                rollout_note(shard),
+                creates.len()
             ),
+            _ => format!("creating {} member(s)", creates.len()),
         };
+        return Plan::new(changing, creates, message);
     }
-    let view = |m: &Member| m.view.clone().expect("checked above");
+
+    // 2. Every member runs and answers. A new member still starting is progress; an established
+    //    one gone silent is degradation.
+    let unreachable: Vec<&Member> = members
+        .iter()
+        .copied()
+        .filter(|m| m.view.is_none())
+        .collect();
+    // A replacement created for a spec that has since changed again, and that never answered
+    // (its image could not be pulled, it could not be scheduled), holds nothing: retire it
+    // so the rollout can go on with the current spec.
+    let abandoned: Vec<&Member> = unreachable
+        .iter()
+        .copied()
+        .filter(|m| !m.current && m.lifecycle == Lifecycle::Joining && m.node_id.is_none())
+        .collect();
+    if !abandoned.is_empty() {
+        return Plan::new(
+            changing,
+            vec![Action::MarkLeaving {
+                names: abandoned.iter().map(|m| m.name.clone()).collect(),
+            }],
+            format!(
+                "retiring {}: created for a spec that changed again and never started",
+                names(&abandoned)
+            ),
+        );
+    }
+    if !unreachable.is_empty() {
+        let problems: Vec<String> = unreachable
+            .iter()
+            .filter_map(|m| m.pod_problem.as_ref().map(|p| format!("{}: {p}", m.name)))
+            .collect();
+        let mut message = format!(
+            "waiting for {} of {} member(s) to run and answer: {}",
+            unreachable.len(),
+            members.len(),
+            names(&unreachable)
+        );
+        if !problems.is_empty() {
+            message.push_str(&format!(
+                " ({}); existing members keep serving",
+                problems.join("; ")
+            ));
+        }
+        let phase = if unreachable.iter().any(|m| m.lifecycle == Lifecycle::Active) {
+            Phase::Degraded
+        } else {
+            changing
+        };
+        return Plan::new(phase, vec![], message);
+    }
+    let view = |m: &Member| m.view.clone().expect("every member answered");
+    let addr = |m: &Member| m.addr.clone().expect("members that answer have an address");
 
     // 3. Everybody knows everybody. Meet through a seed: one that holds slots if any (it is
     //    part of the established cluster), else the first by name.
@@ -192,145 +327,317 @@ pub fn plan(topology: &Topology) -> Plan {
         .copied()
         .expect("at least one member");
     let seed_view = view(seed);
-    let seed_addr = seed
-        .addr
-        .clone()
-        .expect("reachable members have an address");
     let meets: Vec<Action> = members
         .iter()
         .filter(|m| m.name != seed.name && !seed_view.known.contains(&view(m).id))
         .map(|m| Action::Meet {
-            via: seed_addr.clone(),
-            target: m.addr.clone().expect("reachable"),
+            via: addr(seed),
+            target: addr(m),
         })
         .collect();
     if !meets.is_empty() {
-        return Plan {
-            phase: waiting_phase,
-            actions: meets,
-            message: format!("introducing {total} members to each other"),
-        };
+        return Plan::new(
+            changing,
+            meets,
+            format!("introducing {} member(s) to the cluster", members.len()),
+        );
     }
     let all_ids: BTreeSet<NodeId> = members.iter().map(|m| view(m).id).collect();
-    let strangers: Vec<&str> = members
+    let strangers: Vec<&Member> = members
         .iter()
+        .copied()
         .filter(|m| !all_ids.iter().all(|id| view(m).known.contains(id)))
-        .map(|m| m.name.as_str())
         .collect();
     if !strangers.is_empty() {
-        return Plan {
-            phase: waiting_phase,
-            actions: vec![],
-            message: format!(
+        return Plan::new(
+            changing,
+            vec![],
+            format!(
                 "waiting for members to learn about each other: {}",
-                strangers.join(", ")
+                names(&strangers)
             ),
-        };
+        );
     }
 
     // 4. Every slot has an owner: each shard's range goes to its primary (the member owning
     //    slots, or for a new cluster the first primary of the shard by name).
-    let owned: Vec<SlotRange> = members.iter().flat_map(|m| view(m).slots).collect();
-    let ranges = even_ranges(topology.shards);
+    let owned: Vec<SlotRange> = topology
+        .members
+        .iter()
+        .filter_map(|m| m.view.as_ref())
+        .flat_map(|v| v.slots.clone())
+        .collect();
     let mut assigns = Vec::new();
-    for (shard, range) in ranges.iter().enumerate() {
-        let shard_members = by_shard.get(&shard).cloned().unwrap_or_default();
+    for (shard, range) in even_ranges(topology.shards).iter().enumerate() {
         let unowned = subtract(range, &owned);
         if unowned.is_empty() {
             continue;
         }
-        let owner = shard_primary(&shard_members).or_else(|| {
-            shard_members
-                .iter()
+        let list = shard_members(shard);
+        let owner = shard_primary(&list).or_else(|| {
+            list.iter()
                 .copied()
                 .filter(|m| view(m).is_primary && view(m).primary_id.is_none())
                 .min_by(|a, b| a.name.cmp(&b.name))
         });
         if let Some(owner) = owner {
             assigns.push(Action::AssignSlots {
-                member: owner.addr.clone().expect("reachable"),
+                member: addr(owner),
                 ranges: unowned,
             });
         }
     }
     if !assigns.is_empty() {
-        return Plan {
-            phase: waiting_phase,
-            actions: assigns,
-            message: "assigning hash slots".into(),
-        };
+        return Plan::new(changing, assigns, "assigning hash slots");
     }
 
     // 5. Every other member of a shard replicates its primary.
     let mut replicates = Vec::new();
-    let mut missing_primary = Vec::new();
-    for (shard, shard_members) in &by_shard {
-        let Some(primary) = shard_primary(shard_members) else {
-            missing_primary.push(shard.to_string());
+    let mut no_primary = Vec::new();
+    for (shard, list) in &by_shard {
+        let Some(primary) = shard_primary(list) else {
+            no_primary.push(shard.to_string());
             continue;
         };
         let primary_id = view(primary).id;
-        for m in shard_members.iter().filter(|m| m.name != primary.name) {
+        for m in list.iter().filter(|m| m.name != primary.name) {
             if view(m).primary_id.as_ref() != Some(&primary_id) {
                 replicates.push(Action::Replicate {
-                    member: m.addr.clone().expect("reachable"),
+                    member: addr(m),
                     primary: primary_id.clone(),
                 });
             }
         }
     }
     if !replicates.is_empty() {
-        return Plan {
-            phase: waiting_phase,
-            actions: replicates,
-            message: "attaching replicas to their primaries".into(),
-        };
+        return Plan::new(
+            changing,
+            replicates,
+            "attaching replicas to their primaries",
+        );
     }
-    if !missing_primary.is_empty() {
-        return Plan {
-            phase: Phase::Degraded,
-            actions: vec![],
-            message: format!(
+    // Changing the shard count of a formed cluster needs slot migration, which is not
+    // implemented yet: say so rather than pretend.
+    let beyond = by_shard.keys().any(|s| *s >= topology.shards);
+    let new_shards = no_primary.iter().any(|s| {
+        s.parse().is_ok_and(|s: usize| {
+            shard_members(s)
+                .iter()
+                .all(|m| m.lifecycle == Lifecycle::Joining)
+        })
+    });
+    if ever_formed && (beyond || new_shards) {
+        return Plan::new(
+            Phase::Degraded,
+            vec![],
+            "changing spec.shards of a formed cluster (slot migration) is not supported yet; set spec.shards back to its previous value",
+        );
+    }
+    if !no_primary.is_empty() {
+        return Plan::new(
+            Phase::Degraded,
+            vec![],
+            format!(
                 "shard(s) {} have no primary owning slots",
-                missing_primary.join(", ")
+                no_primary.join(", ")
             ),
-        };
+        );
     }
 
-    // 6. Healthy everywhere: cluster_state ok, all slots covered, replicas in sync.
-    let not_ok: Vec<&str> = members
+    // 6. Replicas in sync before anything is retired or failed over.
+    let syncing: Vec<&Member> = members
         .iter()
+        .copied()
+        .filter(|m| view(m).primary_id.is_some() && !view(m).replica_in_sync)
+        .collect();
+    if !syncing.is_empty() {
+        let message = match rollout_shard {
+            Some(shard) if ever_formed => format!(
+                "{}: waiting for replicas to sync: {}",
+                rollout_note(shard),
+                names(&syncing)
+            ),
+            _ => format!("waiting for replicas to sync: {}", names(&syncing)),
+        };
+        return Plan::new(changing, vec![], message);
+    }
+
+    // 7. Retire what is Leaving: forget it on every member that still knows it, then delete.
+    //    A leaving member that still owns slots is failed over first.
+    if !leaving.is_empty() {
+        let mut actions = Vec::new();
+        for l in &leaving {
+            if l.view.as_ref().is_some_and(|v| !v.slots.is_empty()) {
+                let replacement = shard_members(l.shard)
+                    .into_iter()
+                    .filter(|m| m.in_sync_replica())
+                    .min_by(|a, b| a.name.cmp(&b.name));
+                match replacement {
+                    Some(r) => actions.push(Action::Failover {
+                        member: addr(r),
+                        shard: l.shard,
+                    }),
+                    None => {
+                        return Plan::new(
+                            Phase::Degraded,
+                            vec![],
+                            format!(
+                                "{} is leaving but is the only copy of shard {}; waiting for an in-sync replica",
+                                l.name, l.shard
+                            ),
+                        );
+                    }
+                }
+                continue;
+            }
+            let forgets: Vec<Action> = match l.id() {
+                Some(id) => members
+                    .iter()
+                    .filter(|m| view(m).known.contains(&id))
+                    .map(|m| Action::Forget {
+                        via: addr(m),
+                        node: id.clone(),
+                    })
+                    .collect(),
+                None => vec![],
+            };
+            if forgets.is_empty() {
+                actions.push(Action::DeleteNode {
+                    name: l.name.clone(),
+                });
+            } else {
+                actions.extend(forgets);
+            }
+        }
+        let message = match rollout_shard {
+            Some(shard) => format!("{}: retiring {}", rollout_note(shard), names(&leaving)),
+            None => format!("retiring {}", names(&leaving)),
+        };
+        return Plan::new(Phase::Updating, actions, message);
+    }
+
+    // 8. Rolling replacement of the rollout shard: fail over from a stale primary to an in-sync
+    //    current replica, then retire the stale members.
+    if let Some(shard) = rollout_shard {
+        let list = shard_members(shard);
+        let primary = shard_primary(&list).expect("every shard has a primary here");
+        if !primary.current {
+            let Some(target) = list
+                .iter()
+                .filter(|m| m.current && m.in_sync_replica())
+                .min_by(|a, b| a.name.cmp(&b.name))
+            else {
+                return Plan::new(
+                    Phase::Updating,
+                    vec![],
+                    format!(
+                        "{}: waiting for an in-sync replacement",
+                        rollout_note(shard)
+                    ),
+                );
+            };
+            return Plan::new(
+                Phase::Updating,
+                vec![Action::Failover {
+                    member: addr(target),
+                    shard,
+                }],
+                format!(
+                    "{}: failing over from {} to {}",
+                    rollout_note(shard),
+                    primary.name,
+                    target.name
+                ),
+            );
+        }
+        let stale: Vec<&Member> = list.iter().copied().filter(|m| !m.current).collect();
+        return Plan::new(
+            Phase::Updating,
+            vec![Action::MarkLeaving {
+                names: stale.iter().map(|m| m.name.clone()).collect(),
+            }],
+            format!("{}: retiring {}", rollout_note(shard), names(&stale)),
+        );
+    }
+
+    // 9. Fewer replicas wanted: retire the excess replicas (never a primary).
+    let mut excess = Vec::new();
+    for list in by_shard.values() {
+        if list.len() > per_shard {
+            let mut replicas: Vec<&Member> = list
+                .iter()
+                .copied()
+                .filter(|m| view(m).primary_id.is_some())
+                .collect();
+            replicas.sort_by(|a, b| b.name.cmp(&a.name));
+            excess.extend(
+                replicas
+                    .into_iter()
+                    .take(list.len() - per_shard)
+                    .map(|m| m.name.clone()),
+            );
+        }
+    }
+    if !excess.is_empty() {
+        return Plan::new(
+            Phase::Updating,
+            vec![Action::MarkLeaving {
+                names: excess.clone(),
+            }],
+            format!("retiring replica(s) {}", excess.join(", ")),
+        );
+    }
+
+    // 10. Forget node entries no member claims (members replaced or lost earlier).
+    let claimed: BTreeSet<NodeId> = topology.members.iter().filter_map(Member::id).collect();
+    let stale_entries: Vec<Action> = members
+        .iter()
+        .flat_map(|m| {
+            view(m)
+                .known
+                .into_iter()
+                .filter(|id| !claimed.contains(id))
+                .map(move |id| Action::Forget {
+                    via: addr(m),
+                    node: id,
+                })
+        })
+        .collect();
+    if !stale_entries.is_empty() {
+        return Plan::new(
+            changing,
+            stale_entries,
+            "forgetting node entries of members that are gone",
+        );
+    }
+
+    // 11. Healthy everywhere: cluster_state ok, all slots covered.
+    let not_ok: Vec<&Member> = members
+        .iter()
+        .copied()
         .filter(|m| !view(m).cluster_ok)
-        .map(|m| m.name.as_str())
         .collect();
     let covered: usize = owned
         .iter()
         .map(|r| usize::from(*r.end()) - usize::from(*r.start()) + 1)
         .sum();
-    let syncing: Vec<&str> = members
-        .iter()
-        .filter(|m| view(m).primary_id.is_some() && !view(m).replica_in_sync)
-        .map(|m| m.name.as_str())
-        .collect();
-    if !not_ok.is_empty() || covered != usize::from(SLOT_COUNT) || !syncing.is_empty() {
+    if !not_ok.is_empty() || covered != usize::from(SLOT_COUNT) {
         let mut parts = Vec::new();
         if !not_ok.is_empty() {
-            parts.push(format!("cluster_state not ok on {}", not_ok.join(", ")));
+            parts.push(format!("cluster_state not ok on {}", names(&not_ok)));
         }
         if covered != usize::from(SLOT_COUNT) {
             parts.push(format!("{covered} of {SLOT_COUNT} slots covered"));
         }
-        if !syncing.is_empty() {
-            parts.push(format!("replicas syncing: {}", syncing.join(", ")));
-        }
-        return Plan {
-            phase: waiting_phase,
-            actions: vec![],
-            message: format!("waiting: {}", parts.join("; ")),
+        let phase = if ever_formed {
+            Phase::Degraded
+        } else {
+            Phase::Forming
         };
+        return Plan::new(phase, vec![], format!("waiting: {}", parts.join("; ")));
     }
 
-    // 7. Formed: members still Joining become Active.
+    // 12. Formed: members still Joining become Active.
     let joining: Vec<String> = members
         .iter()
         .filter(|m| m.lifecycle == Lifecycle::Joining)
@@ -341,17 +648,13 @@ pub fn plan(topology: &Topology) -> Plan {
         topology.shards, topology.replicas_per_shard
     );
     if !joining.is_empty() {
-        return Plan {
-            phase: Phase::Ready,
-            actions: vec![Action::MarkActive { names: joining }],
+        return Plan::new(
+            Phase::Ready,
+            vec![Action::MarkActive { names: joining }],
             message,
-        };
+        );
     }
-    Plan {
-        phase: Phase::Ready,
-        actions: vec![],
-        message,
-    }
+    Plan::new(Phase::Ready, vec![], message)
 }
 
 /// The parts of `range` not covered by any of `owned`.

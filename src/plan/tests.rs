@@ -9,6 +9,9 @@ use super::*;
 #[derive(Clone, Debug, Default)]
 struct Sim {
     nodes: BTreeMap<String, SimNode>,
+    /// The desired spec generation: nodes created under another one are stale.
+    generation: u32,
+    created: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -20,6 +23,9 @@ struct SimNode {
     primary: Option<NodeId>,
     lifecycle: Lifecycle,
     shard: usize,
+    generation: u32,
+    /// Ids this node refuses to re-learn (CLUSTER FORGET's ban list).
+    banned: BTreeSet<NodeId>,
 }
 
 impl Sim {
@@ -41,6 +47,8 @@ impl Sim {
                     name: name.clone(),
                     shard: n.shard,
                     lifecycle: n.lifecycle,
+                    current: n.generation == self.generation,
+                    node_id: Some(n.id.clone()),
                     addr: Some(n.addr.clone()),
                     view: Some(MemberView {
                         id: n.id.clone(),
@@ -49,9 +57,10 @@ impl Sim {
                         slots: n.slots.clone(),
                         known: n.known.clone(),
                         cluster_ok: owned == SLOT_COUNT as usize
-                            && n.known.len() == self.nodes.len(),
+                            && self.nodes.values().all(|o| n.known.contains(&o.id)),
                         replica_in_sync: n.primary.is_some(),
                     }),
+                    pod_problem: None,
                 })
                 .collect(),
         }
@@ -68,18 +77,21 @@ impl Sim {
         match action {
             Action::CreateNode { name, shard } => {
                 assert!(!self.nodes.contains_key(name), "node {name} created twice");
-                let i = self.nodes.len() as u16 + 1;
-                let id = NodeId(format!("{name}-id"));
+                self.created += 1;
+                let i = self.created;
+                let id = NodeId(format!("{name}-id-{i}"));
                 self.nodes.insert(
                     name.clone(),
                     SimNode {
                         id: id.clone(),
-                        addr: MemberAddr::new(format!("198.18.1.{i}"), 6379),
+                        addr: MemberAddr::new(format!("198.18.{}.{}", i / 250, i % 250 + 1), 6379),
                         known: BTreeSet::from([id]),
                         slots: vec![],
                         primary: None,
                         lifecycle: Lifecycle::Joining,
                         shard: *shard,
+                        generation: self.generation,
+                        banned: BTreeSet::new(),
                     },
                 );
             }
@@ -107,20 +119,85 @@ impl Sim {
                     self.nodes.get_mut(name).unwrap().lifecycle = Lifecycle::Active;
                 }
             }
+            Action::MarkLeaving { names } => {
+                for name in names {
+                    let n = self.nodes.get_mut(name).unwrap();
+                    assert!(
+                        n.slots.is_empty(),
+                        "{name} marked leaving while owning slots"
+                    );
+                    n.lifecycle = Lifecycle::Leaving;
+                }
+            }
+            Action::Failover { member, .. } => {
+                let node = self.by_addr(member).clone();
+                let old_id = node.primary.clone().expect("failover runs on a replica");
+                let old = self
+                    .nodes
+                    .values_mut()
+                    .find(|n| n.id == old_id)
+                    .expect("primary exists");
+                let slots = std::mem::take(&mut old.slots);
+                old.primary = Some(node.id.clone());
+                for n in self.nodes.values_mut() {
+                    if n.primary.as_ref() == Some(&old_id) {
+                        n.primary = Some(node.id.clone());
+                    }
+                }
+                let new = self.by_addr(member);
+                new.primary = None;
+                new.slots = slots;
+            }
+            Action::Forget { via, node } => {
+                let n = self.by_addr(via);
+                assert_ne!(&n.id, node, "a member never forgets itself");
+                n.known.remove(node);
+                n.banned.insert(node.clone());
+            }
+            Action::DeleteNode { name } => {
+                let n = self.nodes.remove(name).expect("deleted node exists");
+                assert!(
+                    n.slots.is_empty(),
+                    "{name} deleted while owning slots: data lost"
+                );
+                assert_eq!(
+                    n.lifecycle,
+                    Lifecycle::Leaving,
+                    "only leaving members are deleted"
+                );
+            }
         }
         self.assert_no_slot_owned_twice();
     }
 
-    /// Gossip: everyone learns everything anyone it knows knows (one round).
+    /// Gossip: everyone learns what the members it knows know (one round), except ids it
+    /// has banned by forgetting them.
     fn gossip(&mut self) {
         let snapshot = self.nodes.clone();
         for node in self.nodes.values_mut() {
             let mut learned = node.known.clone();
             for other in snapshot.values().filter(|o| node.known.contains(&o.id)) {
-                learned.extend(other.known.iter().cloned());
+                learned.extend(
+                    other
+                        .known
+                        .iter()
+                        .filter(|id| !node.banned.contains(*id))
+                        .cloned(),
+                );
             }
             node.known = learned;
         }
+    }
+
+    /// Every slot is owned by exactly one existing node.
+    fn assert_all_slots_owned(&self) {
+        let covered: usize = self
+            .nodes
+            .values()
+            .flat_map(|n| n.slots.iter())
+            .map(|r| (*r.end() - *r.start()) as usize + 1)
+            .sum();
+        assert_eq!(covered, SLOT_COUNT as usize, "all slots stay owned");
     }
 
     fn assert_no_slot_owned_twice(&self) {
@@ -158,8 +235,53 @@ fn form(sim: &mut Sim, shards: usize, replicas: usize, partial: impl Fn(usize) -
     );
 }
 
+/// Like `form`, checking after every round that no slot is ever unowned.
+fn converge(
+    sim: &mut Sim,
+    shards: usize,
+    replicas: usize,
+    partial: impl Fn(usize) -> usize,
+) -> usize {
+    for round in 0..400 {
+        let plan = plan(&sim.topology(shards, replicas));
+        if plan.phase == Phase::Ready && plan.actions.is_empty() {
+            return round;
+        }
+        assert_ne!(
+            plan.phase,
+            Phase::Degraded,
+            "an orderly change never degrades: {}",
+            plan.message
+        );
+        let n = partial(round)
+            .min(plan.actions.len())
+            .max(1.min(plan.actions.len()));
+        for action in plan.actions.iter().take(n) {
+            sim.apply(action);
+            sim.assert_all_slots_owned();
+        }
+        sim.gossip();
+    }
+    panic!(
+        "did not converge: {:?}",
+        plan(&sim.topology(shards, replicas))
+    );
+}
+
 fn assert_formed(sim: &Sim, shards: usize, replicas: usize) {
     assert_eq!(sim.nodes.len(), shards * (1 + replicas));
+    assert!(
+        sim.nodes.values().all(|n| n.generation == sim.generation),
+        "every member runs the desired spec"
+    );
+    let ids: BTreeSet<&NodeId> = sim.nodes.values().map(|n| &n.id).collect();
+    for n in sim.nodes.values() {
+        assert!(
+            n.known.iter().all(|id| ids.contains(id)),
+            "{} still knows a retired member",
+            n.id.0
+        );
+    }
     let covered: usize = sim
         .nodes
         .values()
@@ -251,6 +373,43 @@ fn roles_come_from_valkey_not_names() {
 }
 
 #[test]
+fn a_stalled_replacement_for_an_outdated_spec_is_retired_once_the_spec_changes_again() {
+    let mut sim = Sim::default();
+    form(&mut sim, 1, 0, |_| usize::MAX);
+    let mut t = sim.topology(1, 0);
+    // The replacement for an image that cannot be pulled never ran; the image was fixed since.
+    let mut stuck = Member::new("c-0-1", 0);
+    stuck.current = false;
+    stuck.pod_problem = Some("ImagePullBackOff: image not found".into());
+    t.members[0].current = false;
+    t.members.push(stuck);
+    t.members.push(Member::new("c-0-2", 0));
+    let p = plan(&t);
+    assert_eq!(
+        p.actions,
+        vec![Action::MarkLeaving {
+            names: vec!["c-0-1".into()]
+        }]
+    );
+    assert_eq!(p.phase, Phase::Updating);
+}
+
+#[test]
+fn a_stalled_rollout_says_why_and_keeps_the_old_members() {
+    let mut sim = Sim::default();
+    form(&mut sim, 1, 0, |_| usize::MAX);
+    let mut t = sim.topology(1, 0);
+    t.members[0].current = false;
+    let mut stuck = Member::new("c-0-1", 0);
+    stuck.pod_problem = Some("ImagePullBackOff: image not found".into());
+    t.members.push(stuck);
+    let p = plan(&t);
+    assert!(p.actions.is_empty());
+    assert_eq!(p.phase, Phase::Updating);
+    assert!(p.message.contains("ImagePullBackOff"), "{}", p.message);
+}
+
+#[test]
 fn subtract_leaves_the_gaps() {
     assert_eq!(
         subtract(&(0..=99), &[10..=19, 50..=200]),
@@ -266,6 +425,21 @@ proptest! {
     /// converges with every slot covered exactly once, one primary per shard and every replica
     /// attached to it; no node is created twice and no slot is ever owned twice.
     #[test]
+    fn rollouts_and_replica_changes_converge_without_losing_a_slot(
+        shards in 1usize..5,
+        replicas in 0usize..3,
+        new_replicas in 0usize..3,
+        cuts in proptest::collection::vec(1usize..4, 1..50),
+    ) {
+        let mut sim = Sim::default();
+        form(&mut sim, shards, replicas, |_| usize::MAX);
+        // Repoint the image (every member stale) and change the replica count at once.
+        sim.generation += 1;
+        converge(&mut sim, shards, new_replicas, |round| cuts[round % cuts.len()]);
+        assert_formed(&sim, shards, new_replicas);
+    }
+
+    #[test]
     fn formation_converges_from_any_crash_point(
         shards in 1usize..7,
         replicas in 0usize..3,
@@ -275,4 +449,23 @@ proptest! {
         form(&mut sim, shards, replicas, |round| cuts[round % cuts.len()]);
         assert_formed(&sim, shards, replicas);
     }
+}
+
+#[test]
+fn a_stale_member_gets_a_replacement() {
+    let mut sim = Sim::default();
+    form(&mut sim, 1, 0, |_| usize::MAX);
+    let mut t = sim.topology(1, 0);
+    t.members[0].current = false;
+    let p = plan(&t);
+    assert_eq!(
+        p.actions,
+        vec![Action::CreateNode {
+            name: "c-0-1".into(),
+            shard: 0
+        }],
+        "{}",
+        p.message
+    );
+    assert_eq!(p.phase, Phase::Updating);
 }

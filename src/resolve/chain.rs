@@ -103,11 +103,17 @@ fn arrow(chain: &[String]) -> String {
 impl fmt::Display for ResolveError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ResolveError::ConfigNotFound { name, referrer: Referrer::Cluster } => write!(
+            ResolveError::ConfigNotFound {
+                name,
+                referrer: Referrer::Cluster,
+            } => write!(
                 f,
                 "spec.configRef names ValkeyConfig \"{name}\", which does not exist; ask the platform team to publish it, or choose an existing config (kubectl get valkeyconfigs)"
             ),
-            ResolveError::ConfigNotFound { name, referrer: Referrer::Config(child) } => write!(
+            ResolveError::ConfigNotFound {
+                name,
+                referrer: Referrer::Config(child),
+            } => write!(
                 f,
                 "ValkeyConfig \"{child}\" inherits from \"{name}\" (spec.baseRef), which does not exist; create ValkeyConfig \"{name}\" or change spec.baseRef of \"{child}\""
             ),
@@ -145,7 +151,10 @@ impl fmt::Display for ResolveError {
 impl std::error::Error for ResolveError {}
 
 /// Walks the chain from `config_ref` to its root and merges it.
-pub fn resolve_config(catalog: &impl Catalog, config_ref: &str) -> Result<ResolvedConfig, ResolveError> {
+pub fn resolve_config(
+    catalog: &impl Catalog,
+    config_ref: &str,
+) -> Result<ResolvedConfig, ResolveError> {
     let mut chain: Vec<String> = Vec::new();
     let mut specs: Vec<ValkeyConfigSpec> = Vec::new();
     let mut next = Some((config_ref.to_string(), Referrer::Cluster));
@@ -158,11 +167,16 @@ pub fn resolve_config(catalog: &impl Catalog, config_ref: &str) -> Result<Resolv
             chain.push(name);
             return Err(ResolveError::TooDeep { chain });
         }
-        let spec = catalog.config(&name).ok_or_else(|| ResolveError::ConfigNotFound {
-            name: name.clone(),
-            referrer,
-        })?;
-        next = spec.base_ref.clone().map(|base| (base, Referrer::Config(name.clone())));
+        let spec = catalog
+            .config(&name)
+            .ok_or_else(|| ResolveError::ConfigNotFound {
+                name: name.clone(),
+                referrer,
+            })?;
+        next = spec
+            .base_ref
+            .clone()
+            .map(|base| (base, Referrer::Config(name.clone())));
         chain.push(name);
         specs.push(spec);
     }
@@ -171,11 +185,15 @@ pub fn resolve_config(catalog: &impl Catalog, config_ref: &str) -> Result<Resolv
         .iter()
         .zip(&specs)
         .find_map(|(name, spec)| spec.image_ref.clone().map(|image| (name.clone(), image)))
-        .ok_or_else(|| ResolveError::NoImageRef { chain: chain.clone() })?;
-    let image = catalog.image(&image_ref).ok_or_else(|| ResolveError::ImageNotFound {
-        image: image_ref.clone(),
-        config: image_config,
-    })?;
+        .ok_or_else(|| ResolveError::NoImageRef {
+            chain: chain.clone(),
+        })?;
+    let image = catalog
+        .image(&image_ref)
+        .ok_or_else(|| ResolveError::ImageNotFound {
+            image: image_ref.clone(),
+            config: image_config,
+        })?;
 
     // Root first, so each child overwrites what its base set.
     let mut valkey = BTreeMap::new();
@@ -213,7 +231,9 @@ pub fn merge_bindings(
     let mut merged: Vec<AclBinding> = config_bindings.to_vec();
     for binding in cluster_bindings {
         if merged.iter().any(|b| b.username == binding.username) {
-            return Err(ResolveError::DuplicateUsername { username: binding.username.clone() });
+            return Err(ResolveError::DuplicateUsername {
+                username: binding.username.clone(),
+            });
         }
         merged.push(binding.clone());
     }
@@ -231,10 +251,13 @@ pub fn resolve_roles(
             if roles.contains_key(&permission.role_ref) {
                 continue;
             }
-            let role = catalog.role(&permission.role_ref).ok_or_else(|| ResolveError::RoleNotFound {
-                role: permission.role_ref.clone(),
-                username: binding.username.clone(),
-            })?;
+            let role =
+                catalog
+                    .role(&permission.role_ref)
+                    .ok_or_else(|| ResolveError::RoleNotFound {
+                        role: permission.role_ref.clone(),
+                        username: binding.username.clone(),
+                    })?;
             roles.insert(permission.role_ref.clone(), role);
         }
     }
@@ -265,7 +288,9 @@ pub fn menu_refs(
         if !refs.insert(MenuRef::Config(name.clone())) || refs.len() > MAX_CONFIG_CHAIN_DEPTH + 1 {
             break;
         }
-        let Some(spec) = catalog.config(&name) else { break };
+        let Some(spec) = catalog.config(&name) else {
+            break;
+        };
         if !image_found && let Some(image) = &spec.image_ref {
             refs.insert(MenuRef::Image(image.clone()));
             image_found = true;
@@ -311,7 +336,11 @@ mod tests {
         AclBinding {
             username: user.into(),
             password_hashes: vec!["a".repeat(64)],
-            permissions: vec![AclPermission { role_ref: role.into(), keys: vec![], channels: vec![] }],
+            permissions: vec![AclPermission {
+                role_ref: role.into(),
+                keys: vec![],
+                channels: vec![],
+            }],
         }
     }
 
@@ -320,12 +349,20 @@ mod tests {
         let mut c = MapCatalog::default();
         c.images.insert("valkey-9-0".into(), image("9.0.0"));
         let mut standard = config(None, Some("valkey-9-0"));
-        standard.resources = Some(Resources { cpu: Some("1".into()), memory: Some("2Gi".into()) });
+        standard.resources = Some(Resources {
+            cpu: Some("1".into()),
+            memory: Some("2Gi".into()),
+        });
         standard.valkey.insert("maxmemory".into(), "1500mb".into());
-        standard.valkey.insert("maxmemory-policy".into(), "allkeys-lru".into());
+        standard
+            .valkey
+            .insert("maxmemory-policy".into(), "allkeys-lru".into());
         c.configs.insert("standard".into(), standard);
         let mut large = config(Some("standard"), None);
-        large.resources = Some(Resources { cpu: Some("4".into()), memory: Some("16Gi".into()) });
+        large.resources = Some(Resources {
+            cpu: Some("4".into()),
+            memory: Some("16Gi".into()),
+        });
         large.valkey.insert("maxmemory".into(), "12gb".into());
         c.configs.insert("large".into(), large);
         c
@@ -378,13 +415,17 @@ mod tests {
     fn resources_merge_per_field_and_default_when_unset() {
         let mut c = seed_catalog();
         let mut only_memory = config(Some("standard"), None);
-        only_memory.resources = Some(Resources { cpu: None, memory: Some("8Gi".into()) });
+        only_memory.resources = Some(Resources {
+            cpu: None,
+            memory: Some("8Gi".into()),
+        });
         c.configs.insert("memory-only".into(), only_memory);
         let r = resolve_config(&c, "memory-only").unwrap();
         assert_eq!(r.resources.cpu.as_deref(), Some("1"));
         assert_eq!(r.resources.memory.as_deref(), Some("8Gi"));
 
-        c.configs.insert("bare".into(), config(None, Some("valkey-9-0")));
+        c.configs
+            .insert("bare".into(), config(None, Some("valkey-9-0")));
         let r = resolve_config(&c, "bare").unwrap();
         assert_eq!(r.resources.cpu.as_deref(), Some(DEFAULT_CPU));
         assert_eq!(r.resources.memory.as_deref(), Some(DEFAULT_MEMORY));
@@ -394,7 +435,8 @@ mod tests {
     fn image_ref_is_the_first_found_from_the_child_up() {
         let mut c = seed_catalog();
         c.images.insert("valkey-9-1".into(), image("9.1.2"));
-        c.configs.insert("newer".into(), config(Some("large"), Some("valkey-9-1")));
+        c.configs
+            .insert("newer".into(), config(Some("large"), Some("valkey-9-1")));
         let r = resolve_config(&c, "newer").unwrap();
         assert_eq!(r.image_ref, "valkey-9-1");
         assert_eq!(r.chain, vec!["newer", "large", "standard"]);
@@ -403,10 +445,17 @@ mod tests {
     #[test]
     fn acl_on_a_child_replaces_the_base_bindings() {
         let mut c = seed_catalog();
-        c.configs.get_mut("standard").unwrap().acl = Some(vec![binding("app", "rw"), binding("metrics", "ro")]);
+        c.configs.get_mut("standard").unwrap().acl =
+            Some(vec![binding("app", "rw"), binding("metrics", "ro")]);
         c.configs.get_mut("large").unwrap().acl = Some(vec![binding("batch", "rw")]);
         let r = resolve_config(&c, "large").unwrap();
-        assert_eq!(r.acl.iter().map(|b| b.username.as_str()).collect::<Vec<_>>(), vec!["batch"]);
+        assert_eq!(
+            r.acl
+                .iter()
+                .map(|b| b.username.as_str())
+                .collect::<Vec<_>>(),
+            vec!["batch"]
+        );
         // Unset on the child: inherited.
         c.configs.get_mut("large").unwrap().acl = None;
         assert_eq!(resolve_config(&c, "large").unwrap().acl.len(), 2);
@@ -418,8 +467,17 @@ mod tests {
     #[test]
     fn missing_config_blocks_naming_the_cluster_reference() {
         let err = resolve_config(&seed_catalog(), "huge").unwrap_err();
-        assert_eq!(err, ResolveError::ConfigNotFound { name: "huge".into(), referrer: Referrer::Cluster });
-        assert!(err.to_string().contains("spec.configRef names ValkeyConfig \"huge\""));
+        assert_eq!(
+            err,
+            ResolveError::ConfigNotFound {
+                name: "huge".into(),
+                referrer: Referrer::Cluster
+            }
+        );
+        assert!(
+            err.to_string()
+                .contains("spec.configRef names ValkeyConfig \"huge\"")
+        );
     }
 
     #[test]
@@ -439,7 +497,12 @@ mod tests {
         c.configs.insert("a".into(), config(Some("b"), Some("img")));
         c.configs.insert("b".into(), config(Some("a"), None));
         let err = resolve_config(&c, "a").unwrap_err();
-        assert_eq!(err, ResolveError::Cycle { chain: vec!["a".into(), "b".into(), "a".into()] });
+        assert_eq!(
+            err,
+            ResolveError::Cycle {
+                chain: vec!["a".into(), "b".into(), "a".into()]
+            }
+        );
         assert!(err.to_string().contains("a -> b -> a"));
     }
 
@@ -451,7 +514,8 @@ mod tests {
         for i in 0..10 {
             let base = (i < 9).then(|| format!("c{}", i + 1));
             let img = (i == 9).then_some("img");
-            c.configs.insert(format!("c{i}"), config(base.as_deref(), img));
+            c.configs
+                .insert(format!("c{i}"), config(base.as_deref(), img));
         }
         assert_eq!(resolve_config(&c, "c0").unwrap().chain.len(), 10);
         // One more level on top: eleven.
@@ -467,7 +531,12 @@ mod tests {
         c.configs.insert("a".into(), config(Some("b"), None));
         c.configs.insert("b".into(), config(None, None));
         let err = resolve_config(&c, "a").unwrap_err();
-        assert_eq!(err, ResolveError::NoImageRef { chain: vec!["a".into(), "b".into()] });
+        assert_eq!(
+            err,
+            ResolveError::NoImageRef {
+                chain: vec!["a".into(), "b".into()]
+            }
+        );
     }
 
     #[test]
@@ -475,20 +544,37 @@ mod tests {
         let mut c = seed_catalog();
         c.images.clear();
         let err = resolve_config(&c, "large").unwrap_err();
-        assert_eq!(err, ResolveError::ImageNotFound { image: "valkey-9-0".into(), config: "standard".into() });
+        assert_eq!(
+            err,
+            ResolveError::ImageNotFound {
+                image: "valkey-9-0".into(),
+                config: "standard".into()
+            }
+        );
         assert!(err.to_string().contains("not on the allowlist"));
     }
 
     #[test]
     fn cluster_bindings_add_to_config_bindings() {
         let merged = merge_bindings(&[binding("app", "rw")], &[binding("batch", "rw")]).unwrap();
-        assert_eq!(merged.iter().map(|b| b.username.as_str()).collect::<Vec<_>>(), vec!["app", "batch"]);
+        assert_eq!(
+            merged
+                .iter()
+                .map(|b| b.username.as_str())
+                .collect::<Vec<_>>(),
+            vec!["app", "batch"]
+        );
     }
 
     #[test]
     fn usernames_must_be_unique_across_config_and_cluster() {
         let err = merge_bindings(&[binding("app", "rw")], &[binding("app", "ro")]).unwrap_err();
-        assert_eq!(err, ResolveError::DuplicateUsername { username: "app".into() });
+        assert_eq!(
+            err,
+            ResolveError::DuplicateUsername {
+                username: "app".into()
+            }
+        );
     }
 
     #[test]
@@ -497,12 +583,21 @@ mod tests {
         c.roles.insert(
             "rw".into(),
             ValkeyRoleSpec {
-                categories: vec![CategoryRule { name: "read".into(), access: RuleAccess::Allow }],
+                categories: vec![CategoryRule {
+                    name: "read".into(),
+                    access: RuleAccess::Allow,
+                }],
                 commands: vec![],
             },
         );
         assert_eq!(resolve_roles(&c, &[binding("app", "rw")]).unwrap().len(), 1);
         let err = resolve_roles(&c, &[binding("app", "rw"), binding("metrics", "ro")]).unwrap_err();
-        assert_eq!(err, ResolveError::RoleNotFound { role: "ro".into(), username: "metrics".into() });
+        assert_eq!(
+            err,
+            ResolveError::RoleNotFound {
+                role: "ro".into(),
+                username: "metrics".into()
+            }
+        );
     }
 }

@@ -42,7 +42,9 @@ pub struct MemberConf<'a> {
 /// valkey.conf text. The member's IP is not known before its pod runs, so the pod passes
 /// `--cluster-announce-ip` on the command line (see the pod builder); everything else is here.
 pub fn render_valkey_conf(member: &MemberConf<'_>) -> String {
-    let mut out = String::from("# Rendered by valkey-operator. Do not edit: changes come from the ValkeyConfig chain.\n");
+    let mut out = String::from(
+        "# Rendered by valkey-operator. Do not edit: changes come from the ValkeyConfig chain.\n",
+    );
     out.push_str("# Settings from the ValkeyConfig chain:\n");
     for (key, value) in member.settings {
         if is_forced_setting(key) {
@@ -50,7 +52,11 @@ pub fn render_valkey_conf(member: &MemberConf<'_>) -> String {
         }
         // The schema refuses line breaks; never let one through to start a new directive.
         let value = value.replace(['\n', '\r'], " ");
-        let value = if value.trim().is_empty() { "\"\"".to_string() } else { value };
+        let value = if value.trim().is_empty() {
+            "\"\"".to_string()
+        } else {
+            value
+        };
         let _ = writeln!(out, "{key} {value}");
     }
     out.push_str("# Forced by the operator:\n");
@@ -108,14 +114,14 @@ mod tests {
     use super::*;
 
     fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn conf(s: &BTreeMap<String, String>, tls: bool) -> String {
-        render_valkey_conf(&MemberConf {
-            settings: s,
-            tls,
-        })
+        render_valkey_conf(&MemberConf { settings: s, tls })
     }
 
     fn directive<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
@@ -126,7 +132,10 @@ mod tests {
 
     #[test]
     fn chain_settings_are_rendered() {
-        let text = conf(&settings(&[("maxmemory", "1500mb"), ("maxmemory-policy", "allkeys-lru")]), false);
+        let text = conf(
+            &settings(&[("maxmemory", "1500mb"), ("maxmemory-policy", "allkeys-lru")]),
+            false,
+        );
         assert_eq!(directive(&text, "maxmemory"), vec!["1500mb"]);
         assert_eq!(directive(&text, "maxmemory-policy"), vec!["allkeys-lru"]);
     }
@@ -138,15 +147,34 @@ mod tests {
         assert_eq!(directive(&text, "port"), vec!["6379"]);
         assert_eq!(directive(&text, "cluster-port"), vec!["16379"]);
         assert_eq!(directive(&text, "dir"), vec!["/data"]);
-        assert_eq!(directive(&text, "cluster-config-file"), vec!["/data/nodes.conf"]);
-        assert_eq!(directive(&text, "aclfile"), vec!["/etc/valkey-acl/users.acl"]);
-        assert_eq!(directive(&text, "include"), vec!["/etc/valkey-acl/replication.conf"]);
-        assert_eq!(directive(&text, "cluster-preferred-endpoint-type"), vec!["ip"]);
+        assert_eq!(
+            directive(&text, "cluster-config-file"),
+            vec!["/data/nodes.conf"]
+        );
+        assert_eq!(
+            directive(&text, "aclfile"),
+            vec!["/etc/valkey-acl/users.acl"]
+        );
+        assert_eq!(
+            directive(&text, "include"),
+            vec!["/etc/valkey-acl/replication.conf"]
+        );
+        assert_eq!(
+            directive(&text, "cluster-preferred-endpoint-type"),
+            vec!["ip"]
+        );
     }
 
     #[test]
     fn a_forced_key_that_slipped_in_loses_to_the_forced_value() {
-        let text = conf(&settings(&[("port", "7000"), ("cluster-enabled", "no"), ("tls-port", "1")]), false);
+        let text = conf(
+            &settings(&[
+                ("port", "7000"),
+                ("cluster-enabled", "no"),
+                ("tls-port", "1"),
+            ]),
+            false,
+        );
         assert_eq!(directive(&text, "port"), vec!["6379"]);
         assert_eq!(directive(&text, "cluster-enabled"), vec!["yes"]);
         assert!(directive(&text, "tls-port").is_empty());
@@ -159,14 +187,23 @@ mod tests {
         assert_eq!(directive(&text, "tls-port"), vec!["6379"]);
         assert_eq!(directive(&text, "tls-cluster"), vec!["yes"]);
         assert_eq!(directive(&text, "tls-replication"), vec!["yes"]);
-        assert_eq!(directive(&text, "tls-cert-file"), vec!["/etc/valkey-tls/tls.crt"]);
+        assert_eq!(
+            directive(&text, "tls-cert-file"),
+            vec!["/etc/valkey-tls/tls.crt"]
+        );
     }
 
     #[test]
     fn values_cannot_inject_directives() {
-        let text = conf(&settings(&[("maxmemory-policy", "noeviction\nport 1")]), false);
+        let text = conf(
+            &settings(&[("maxmemory-policy", "noeviction\nport 1")]),
+            false,
+        );
         assert_eq!(directive(&text, "port"), vec!["6379"]);
-        assert_eq!(directive(&text, "maxmemory-policy"), vec!["noeviction port 1"]);
+        assert_eq!(
+            directive(&text, "maxmemory-policy"),
+            vec!["noeviction port 1"]
+        );
     }
 
     #[test]
@@ -177,6 +214,9 @@ mod tests {
 
     #[test]
     fn replication_auth_names_user_and_password() {
-        assert_eq!(render_replication_auth("_r", "pw"), "masteruser _r\nmasterauth pw\n");
+        assert_eq!(
+            render_replication_auth("_r", "pw"),
+            "masteruser _r\nmasterauth pw\n"
+        );
     }
 }

@@ -4,4 +4,7 @@ pub mod acl;
 pub mod chain;
 pub mod conf;
 
-pub use chain::{Catalog, MapCatalog, MenuRef, menu_refs, ResolveError, ResolvedConfig, merge_bindings, resolve_config, resolve_roles};
+pub use chain::{
+    Catalog, MapCatalog, MenuRef, ResolveError, ResolvedConfig, menu_refs, merge_bindings,
+    resolve_config, resolve_roles,
+};

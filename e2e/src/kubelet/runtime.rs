@@ -324,6 +324,9 @@ pub async fn run_pod(shared: Arc<Shared>, pod: Pod, mut rx: watch::Receiver<PodM
                         let deleting = p.metadata.deletion_timestamp.is_some();
                         let grace = p.metadata.deletion_grace_period_seconds.unwrap_or(0);
                         *ctx.pod.write().expect("pod lock") = *p;
+                        // Someone else may have changed our status (the node lifecycle
+                        // controller marks pods not Ready while a node is NotReady): re-assert.
+                        ctx.dirty.notify_one();
                         if deleting {
                             end = Some(End::Deleted(grace));
                         }
@@ -436,6 +439,35 @@ pub fn process_in_netns(pid: i32, netns: &str) -> bool {
     }
 }
 
+/// Do the pod's conditions in the API (type and status) match what we would report?
+fn conditions_agree(pod: &Pod, ours: &serde_json::Value) -> bool {
+    let pairs = |conditions: Option<&Vec<serde_json::Value>>| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = conditions
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["type"].as_str().unwrap_or_default().to_string(),
+                    c["status"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let api = pod
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or_default();
+    let api_pairs = pairs(api["conditions"].as_array());
+    // Only the conditions we report are ours to compare (others, e.g. DisruptionTarget, are kept).
+    let ours_pairs = pairs(ours["conditions"].as_array());
+    ours_pairs
+        .iter()
+        .all(|o| api_pairs.iter().any(|a| a.0 == o.0 && a.1 == o.1))
+}
+
 async fn status_loop(ctx: Arc<PodCtx>) {
     let api: Api<Pod> = Api::namespaced(ctx.shared.client.clone(), &ctx.ns);
     let mut last: Option<serde_json::Value> = None;
@@ -453,7 +485,7 @@ async fn status_loop(ctx: Arc<PodCtx>) {
         let Ok(value) = serde_json::to_value(&status) else {
             continue;
         };
-        if last.as_ref() == Some(&value) {
+        if last.as_ref() == Some(&value) && conditions_agree(&pod, &value) {
             continue;
         }
         // The uid pins the patch to this incarnation of the pod (a recreated pod with the

@@ -110,7 +110,13 @@ pub async fn reconcile(
             &credentials.operator_password,
         )
         .await;
-    let observed = observe::members(driver.as_ref(), &nodes, &cctx.pods).await;
+    let observed = observe::members(
+        driver.as_ref(),
+        &nodes,
+        &cctx.pods,
+        &build::spec_hash(&desired_spec),
+    )
+    .await;
     let topology = Topology {
         cluster: name.clone(),
         shards: cluster.spec.shards.max(0) as usize,
@@ -237,6 +243,54 @@ async fn act(
             if let Err(e) = driver.replicate(member, primary).await {
                 // Most often: the member has not learned the primary's id yet. Re-planned.
                 warn!(cluster = %key, member = %member, "replicate failed, will retry: {e}");
+            }
+        }
+        Action::Failover { member, shard } => {
+            ctx.metrics.action("failover");
+            ctx.metrics.failovers.inc();
+            info!(cluster = %key, member = %member, shard, "CLUSTER FAILOVER (coordinated)");
+            driver
+                .failover(member, crate::driver::FailoverMode::Default)
+                .await?;
+            status::event(
+                ctx,
+                cluster,
+                "Failover",
+                &format!("Shard {shard}: coordinated failover to the in-sync replica at {member}"),
+            )
+            .await;
+        }
+        Action::MarkLeaving { names } => {
+            for name in names {
+                info!(cluster = %key, node = %name, "retiring member");
+                status::set_node_lifecycle(node_api, name, Lifecycle::Leaving).await?;
+                status::event(
+                    ctx,
+                    cluster,
+                    "RetiringMember",
+                    &format!("Retiring member {name}"),
+                )
+                .await;
+            }
+        }
+        Action::Forget { via, node } => {
+            ctx.metrics.action("forget");
+            info!(cluster = %key, via = %via, node = %node.as_str(), "CLUSTER FORGET");
+            if let Err(e) = driver.forget(via, node).await {
+                // Already forgotten, or gossip not settled: re-planned next round.
+                warn!(cluster = %key, via = %via, "forget failed, will retry: {e}");
+            }
+        }
+        Action::DeleteNode { name } => {
+            ctx.metrics.action("delete_node");
+            info!(cluster = %key, node = %name, "deleting retired member");
+            match node_api
+                .delete(name, &kube::api::DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Action::MarkActive { names } => {

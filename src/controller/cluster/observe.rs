@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::debug;
 
-use crate::api::constants::CLIENT_PORT;
+use crate::api::constants::{CLIENT_PORT, LABEL_SPEC_HASH};
 use crate::api::{Lifecycle, NodeRole, ValkeyNode};
 use crate::driver::parse::Role;
 use crate::driver::{ClusterDriver, MemberAddr, MemberObservation};
@@ -68,10 +68,47 @@ pub fn view(obs: &MemberObservation) -> MemberView {
     }
 }
 
+/// Why a pod does not run, as Kubernetes reports it: a waiting container's reason and message
+/// (ErrImagePull, ImagePullBackOff, CrashLoopBackOff) or the scheduler's (Unschedulable).
+pub fn pod_problem(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let waiting = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .find(|w| {
+            w.reason
+                .as_deref()
+                .is_some_and(|r| r != "ContainerCreating")
+        });
+    if let Some(w) = waiting {
+        return Some(format!(
+            "{}: {}",
+            w.reason.clone().unwrap_or_default(),
+            w.message.clone().unwrap_or_default()
+        ));
+    }
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default()
+            )
+        })
+}
+
+/// Observes every member; `desired_hash` is the spec hash members should carry.
 pub async fn members(
     driver: &dyn ClusterDriver,
     nodes: &[Arc<ValkeyNode>],
     pods: &Store<Pod>,
+    desired_hash: &str,
 ) -> Vec<Observed> {
     join_all(nodes.iter().map(|node| async move {
         let name = node.name_any();
@@ -111,8 +148,16 @@ pub async fn members(
                     .as_ref()
                     .and_then(|s| s.lifecycle)
                     .unwrap_or(Lifecycle::Joining),
+                current: node.labels().get(LABEL_SPEC_HASH).map(String::as_str)
+                    == Some(desired_hash),
+                node_id: node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.node_id.clone())
+                    .map(crate::driver::parse::NodeId),
                 addr,
                 view,
+                pod_problem: pod.as_deref().and_then(pod_problem),
             },
             pod: pod.map(|p| p.name_any()),
             role,

@@ -129,6 +129,7 @@ pub fn from_plan(
     let previous = previous_conditions(cluster);
     let state = match plan.phase {
         Phase::Forming => ClusterState::Creating,
+        Phase::Updating => ClusterState::Updating,
         Phase::Ready => ClusterState::Active,
         Phase::Degraded => ClusterState::Degraded,
     };
