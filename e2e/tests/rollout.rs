@@ -417,11 +417,25 @@ async fn replicas_scale_1_2_0_1_without_losing_a_write() -> anyhow::Result<()> {
             2 * (1 + replicas as usize),
             "members with replicasPerShard {replicas}"
         );
-        assert_eq!(
-            member_pods(&client, &ns.name, "reps").await?.len(),
-            members,
-            "one pod per member"
-        );
+        // Retired members' pods terminate gracefully after their ValkeyNode is deleted.
+        wait_for(
+            "one pod per member",
+            Duration::from_secs(90),
+            Duration::from_secs(1),
+            || {
+                let client = client.clone();
+                let ns = ns.name.clone();
+                async move {
+                    let pods = member_pods(&client, &ns, "reps").await?.len();
+                    if pods == members {
+                        Ok(Some(()))
+                    } else {
+                        bail!("{pods} pods for {members} members")
+                    }
+                }
+            },
+        )
+        .await?;
     }
     writer.finish(&client, &ns.name, "reps").await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
