@@ -45,9 +45,17 @@ require_root() {
 }
 
 # ---------------------------------------------------------------- processes
+# Alive and not a zombie: a killed daemon whose parent does not reap it stays a zombie, and
+# `kill -0` would still succeed on it.
+alive() { # pid
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "${state#Z}" = "$state" ]
+}
+
 is_running() { # name
   local f=$PIDS/$1.pid
-  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+  [ -f "$f" ] && alive "$(cat "$f")"
 }
 
 start_daemon() { # name cmd...
@@ -65,9 +73,9 @@ stop_daemon() { # name [grace-seconds]
   local name=$1 grace=${2:-10} f=$PIDS/$1.pid pid
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
+  if alive "$pid"; then
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq $((grace * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq $((grace * 10))); do alive "$pid" || break; sleep 0.1; done
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     log "stopped $name"
   fi

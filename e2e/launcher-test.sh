@@ -20,7 +20,17 @@ check() { # name command...
 }
 pids_of() { for f in "$LC_DIR"/pids/*.pid; do [ -e "$f" ] && cat "$f"; done | sort | tr '\n' ' '; }
 nodes_ready() { [ "$($KUBECTL get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 3 ]; }
+leftovers() {
+  pgrep -af "$CACHE/(k8s|etcd)-v"; pgrep -ax vk-kubelet; pgrep -af "valkey-server /etc/valkey"
+  ip netns list | grep '^vkp-'; ip -o link show | grep -E ': (vkh|vkbr0)'
+}
 nothing_left() {
+  # Processes killed by `down` may take a moment to be gone.
+  for _ in $(seq 20); do nothing_left_now && return 0; sleep 0.5; done
+  echo "left behind:"; leftovers
+  return 1
+}
+nothing_left_now() {
   ! pgrep -f "$CACHE/(k8s|etcd)-v" >/dev/null \
     && ! pgrep -x vk-kubelet >/dev/null \
     && ! pgrep -f "valkey-server /etc/valkey" >/dev/null \
@@ -38,12 +48,22 @@ check "second up builds nothing" bash -c "! grep -qE 'building Kubernetes|buildi
 check "second up restarts no control-plane process" test "$before" = "$(pids_of)"
 
 # 2. A killed run: every process SIGKILLed, network namespaces and links left behind.
-for f in "$LC_DIR"/pids/*.pid; do pid=$(cat "$f"); kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; done
-sleep 1
+killed=()
+for f in "$LC_DIR"/pids/*.pid; do pid=$(cat "$f"); killed+=("$pid"); kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; done
+# "Processes gone": wait until the kernel has finished tearing them down.
+for _ in $(seq 100); do
+  gone=1
+  for pid in "${killed[@]}"; do
+    state=$(ps -o stat= -p "$pid" 2>/dev/null) && [ "${state#Z}" = "$state" ] && gone=0
+  done
+  [ "$gone" = 1 ] && break
+  sleep 0.1
+done
 left=$(ip netns list | grep -c '^vkp-' || true)
 echo "after kill: $left pod network namespaces left behind"
 start=$SECONDS
-bash "$REPO/e2e/cluster.sh" up >/tmp/launcher-test-up.log 2>&1; rc=$?
+bash "$REPO/e2e/cluster.sh" up >"$LC_DIR/logs/launcher-test-up-after-kill.log" 2>&1; rc=$?
+[ "$rc" = 0 ] || tail -20 "$LC_DIR/logs/launcher-test-up-after-kill.log"
 echo "up after a killed run: ${rc} in $((SECONDS - start))s"
 check "up after a killed run succeeds" test "$rc" = 0
 check "up after a killed run has 3 Ready nodes" nodes_ready
@@ -54,7 +74,8 @@ check "down leaves no process, namespace, link or bridge" nothing_left
 
 # 4. up after down.
 start=$SECONDS
-bash "$REPO/e2e/cluster.sh" up >/tmp/launcher-test-up.log 2>&1; rc=$?
+bash "$REPO/e2e/cluster.sh" up >"$LC_DIR/logs/launcher-test-up-after-down.log" 2>&1; rc=$?
+[ "$rc" = 0 ] || tail -20 "$LC_DIR/logs/launcher-test-up-after-down.log"
 echo "up after down: ${rc} in $((SECONDS - start))s"
 check "up after down succeeds" test "$rc" = 0
 check "up after down has 3 Ready nodes" nodes_ready
