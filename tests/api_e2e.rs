@@ -160,6 +160,32 @@ impl Drop for Cleanup {
     }
 }
 
+/// The operator's service account: the only identity the admission webhook lets write
+/// ValkeyNodes (even cluster-admin is refused).
+const OPERATOR: (&str, &[&str]) = (
+    "system:serviceaccount:valkey-operator-system:valkey-operator",
+    &[
+        "system:serviceaccounts",
+        "system:serviceaccounts:valkey-operator-system",
+        "system:authenticated",
+    ],
+);
+
+/// `apply` as the operator: how ValkeyNodes get created.
+fn apply_as_operator(object: &Value) -> Out {
+    kubectl_as(
+        Some(OPERATOR),
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=valkey-api-e2e",
+            "-f",
+            "-",
+        ],
+        Some(&object.to_string()),
+    )
+}
+
 fn apply(object: &Value) -> Out {
     kubectl(
         &[
@@ -260,7 +286,8 @@ fn valkey_nodes_are_listed_in_the_valkey_category() {
     let ns = Namespace::new("vk-api-node");
     let name = unique("n");
     let object = node(&name, &ns.0);
-    assert!(apply(&object).ok);
+    let out = apply_as_operator(&object);
+    assert!(out.ok, "the operator creates a ValkeyNode: {}", out.stderr);
     let listed = must(&["get", "valkey", "-n", &ns.0], None);
     assert!(
         listed.contains(&format!("valkeynode.valkey.gomomento.com/{name}")),
@@ -382,7 +409,8 @@ fn tls_is_immutable_and_valkey_node_spec_is_immutable_on_the_server() {
     );
     assert!(out.ok, "scaling a TLS cluster must work: {}", out.stderr);
 
-    assert!(apply(&node("n-0", &ns.0)).ok);
+    let out = apply_as_operator(&node("n-0", &ns.0));
+    assert!(out.ok, "the operator creates a ValkeyNode: {}", out.stderr);
     let out = kubectl(
         &[
             "-n",
@@ -492,7 +520,8 @@ fn product_team_manages_valkey_clusters_in_its_own_namespace_only() {
         "product team created a ValkeyNode: {}",
         out.stderr
     );
-    must(&["create", "-f", "-"], Some(&object));
+    let out = kubectl_as(Some(OPERATOR), &["create", "-f", "-"], Some(&object));
+    assert!(out.ok, "the operator creates a ValkeyNode: {}", out.stderr);
     for args in [
         vec![
             "-n",

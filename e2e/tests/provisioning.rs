@@ -379,7 +379,7 @@ async fn broken_references_block_and_unblock_without_editing_the_cluster() -> an
             expect: "does not exist",
             fix: vec![config(
                 &n("missing"),
-                json!({"baseRef": "standard", "resources": small}),
+                json!({"baseRef": "standard", "resources": small, "valkey": {"maxmemory": "100mb"}}),
             )],
         },
         BrokenCase {

@@ -23,6 +23,9 @@ pub struct MemberView {
     pub primary_id: Option<NodeId>,
     /// Slots this member owns according to itself.
     pub slots: Vec<SlotRange>,
+    /// Slots owned by any node, this member's own included, as this member sees the cluster:
+    /// a failed primary that is not one of our members still owns its slots.
+    pub cluster_owned: Vec<SlotRange>,
     /// Node ids this member knows (CLUSTER NODES, handshakes excluded).
     pub known: BTreeSet<NodeId>,
     /// Slot owners as this member sees the whole cluster: slot range → owner id.
@@ -361,11 +364,15 @@ pub fn plan(topology: &Topology) -> Plan {
 
     // 4. Every slot has an owner: each shard's range goes to its primary (the member owning
     //    slots, or for a new cluster the first primary of the shard by name).
+    // Owned means owned by anyone any member knows of: the slots of a failed primary that is
+    // no longer one of our members (its pod lost its data and came back as a new node) are NOT
+    // free. Assigning them to the empty node would make the old primary's replica follow it
+    // and wipe the shard's data; the shard waits for its replica to take over instead.
     let owned: Vec<SlotRange> = topology
         .members
         .iter()
         .filter_map(|m| m.view.as_ref())
-        .flat_map(|v| v.slots.clone())
+        .flat_map(|v| v.slots.iter().chain(&v.cluster_owned).cloned())
         .collect();
     let mut assigns = Vec::new();
     for (shard, range) in even_ranges(topology.shards).iter().enumerate() {
@@ -617,10 +624,7 @@ pub fn plan(topology: &Topology) -> Plan {
         .copied()
         .filter(|m| !view(m).cluster_ok)
         .collect();
-    let covered: usize = owned
-        .iter()
-        .map(|r| usize::from(*r.end()) - usize::from(*r.start()) + 1)
-        .sum();
+    let covered = distinct_slots(&owned);
     if !not_ok.is_empty() || covered != usize::from(SLOT_COUNT) {
         let mut parts = Vec::new();
         if !not_ok.is_empty() {
@@ -655,6 +659,17 @@ pub fn plan(topology: &Topology) -> Plan {
         );
     }
     Plan::new(Phase::Ready, vec![], message)
+}
+
+/// Number of distinct slots in possibly overlapping ranges.
+pub fn distinct_slots(ranges: &[SlotRange]) -> usize {
+    let mut seen = vec![false; usize::from(SLOT_COUNT)];
+    for r in ranges {
+        for slot in r.clone() {
+            seen[usize::from(slot)] = true;
+        }
+    }
+    seen.iter().filter(|s| **s).count()
 }
 
 /// The parts of `range` not covered by any of `owned`.

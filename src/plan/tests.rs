@@ -55,6 +55,7 @@ impl Sim {
                         is_primary: n.primary.is_none(),
                         primary_id: n.primary.clone(),
                         slots: n.slots.clone(),
+                        cluster_owned: self.nodes.values().flat_map(|o| o.slots.clone()).collect(),
                         known: n.known.clone(),
                         cluster_ok: owned == SLOT_COUNT as usize
                             && self.nodes.values().all(|o| n.known.contains(&o.id)),
@@ -468,4 +469,38 @@ fn a_stale_member_gets_a_replacement() {
         p.message
     );
     assert_eq!(p.phase, Phase::Updating);
+}
+
+#[test]
+fn slots_of_a_failed_primary_are_never_given_to_its_empty_replacement() {
+    // Shard 0's primary lost its data and came back as a new, empty node: the old id (no
+    // longer a member) still owns the slots in everyone's view, and the replica still follows
+    // it. Assigning the slots to the empty node, or attaching the replica to it, would wipe
+    // the shard: the plan must wait for the replica to take over.
+    let mut sim = Sim::default();
+    form(&mut sim, 1, 1, |_| usize::MAX);
+    let mut t = sim.topology(1, 1);
+    let old_primary = t.members[0].view.clone().unwrap();
+    let slots = old_primary.slots.clone();
+    let reborn = t.members[0].view.as_mut().unwrap();
+    reborn.id = NodeId("reborn".into());
+    reborn.slots.clear();
+    reborn.cluster_owned = slots.clone();
+    reborn.known.insert(NodeId("reborn".into()));
+    reborn.cluster_ok = false;
+    t.members[0].node_id = Some(NodeId("reborn".into()));
+    for m in &mut t.members {
+        let v = m.view.as_mut().unwrap();
+        v.known.insert(NodeId("reborn".into()));
+        v.cluster_ok = false;
+    }
+    let p = plan(&t);
+    assert!(
+        p.actions
+            .iter()
+            .all(|a| !matches!(a, Action::AssignSlots { .. } | Action::Replicate { .. })),
+        "{:?}",
+        p.actions
+    );
+    assert_eq!(p.phase, Phase::Degraded, "{}", p.message);
 }

@@ -72,8 +72,8 @@ fn labels(d: &NodeDef) -> BTreeMap<String, String> {
 
 fn resources() -> BTreeMap<String, Quantity> {
     [
-        ("cpu", "8"),
-        ("memory", "16Gi"),
+        ("cpu", "64"),
+        ("memory", "256Gi"),
         ("pods", "110"),
         ("ephemeral-storage", "100Gi"),
     ]

@@ -53,6 +53,11 @@ pub fn view(obs: &MemberObservation) -> MemberView {
             .and_then(|m| m.primary_id.clone())
             .filter(|_| is_replica),
         slots: myself.map(|m| m.slots.clone()).unwrap_or_default(),
+        cluster_owned: obs
+            .nodes
+            .iter()
+            .flat_map(|n| n.slots.iter().cloned())
+            .collect(),
         known: obs
             .nodes
             .iter()
