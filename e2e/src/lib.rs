@@ -11,3 +11,4 @@ pub mod faults;
 pub mod harness;
 pub mod kubelet;
 pub mod state;
+pub mod valkey;

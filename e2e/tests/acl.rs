@@ -13,17 +13,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use fred::prelude::*;
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
+use valkey_e2e::valkey::{member_pods, operator_driver};
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyRole};
-use valkey_operator::driver::{
-    ClusterDriver, Credentials, DriverConfig, FailoverMode, FredDriver, MemberAddr, Role,
-};
+use valkey_operator::driver::{ClusterDriver, FailoverMode, FredDriver, MemberAddr, Role};
 use valkey_operator::resolve::acl::file_revision;
 
 const API: &str = "valkey.gomomento.com/v1alpha1";
@@ -205,14 +204,6 @@ async fn wait_acl_applied(
     Ok((revision, start.elapsed()))
 }
 
-async fn member_pods(client: &Client, ns: &str, cluster: &str) -> anyhow::Result<Vec<Pod>> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    Ok(pods
-        .list(&ListParams::default().labels(&format!("valkey.gomomento.com/cluster={cluster}")))
-        .await?
-        .items)
-}
-
 /// Pod name → (uid, container restarts).
 async fn pod_identities(
     client: &Client,
@@ -247,16 +238,6 @@ async fn member_addrs(client: &Client, ns: &str, cluster: &str) -> anyhow::Resul
             Ok(MemberAddr::new(ip, 6379))
         })
         .collect()
-}
-
-async fn operator_driver(client: &Client, ns: &str, cluster: &str) -> anyhow::Result<FredDriver> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let secret = secrets.get(&format!("{cluster}-operator")).await?;
-    let password = String::from_utf8(secret.data.context("data")?["operator-password"].0.clone())?;
-    Ok(FredDriver::new(DriverConfig::new(Credentials {
-        username: "_valkey-operator".into(),
-        password,
-    })))
 }
 
 /// A cluster-aware client authenticated as `user`.

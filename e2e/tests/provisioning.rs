@@ -18,8 +18,9 @@ use sha2::{Digest, Sha256};
 
 use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
+use valkey_e2e::valkey::{member_pods, operator_driver, wait_state};
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
-use valkey_operator::driver::{ClusterDriver, Credentials, DriverConfig, FredDriver, MemberAddr};
+use valkey_operator::driver::{ClusterDriver, MemberAddr};
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const APP_PASSWORD: &str = "e2e-app-password";
@@ -55,38 +56,6 @@ async fn apply_yaml(client: &Client, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 use serde::Deserialize as _;
-
-async fn wait_state(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    want: ClusterState,
-    timeout: Duration,
-) -> anyhow::Result<ValkeyCluster> {
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    wait_for(
-        &format!("ValkeyCluster {ns}/{name} to be {want:?}"),
-        timeout,
-        Duration::from_millis(500),
-        || {
-            let api = api.clone();
-            async move {
-                let c = api.get(name).await?;
-                let status = c.status.clone().unwrap_or_default();
-                if status.state == Some(want) {
-                    Ok(Some(c))
-                } else {
-                    bail!(
-                        "state {:?}: {}",
-                        status.state,
-                        status.message.unwrap_or_default()
-                    )
-                }
-            }
-        },
-    )
-    .await
-}
 
 fn cluster_manifest(
     ns: &str,
@@ -128,25 +97,6 @@ async fn create_cluster(
     )
     .await?;
     Ok(())
-}
-
-/// Driver authenticated as the operator (password from the Secret it generated).
-async fn operator_driver(client: &Client, ns: &str, cluster: &str) -> anyhow::Result<FredDriver> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let secret = secrets.get(&format!("{cluster}-operator")).await?;
-    let password = String::from_utf8(secret.data.unwrap()["operator-password"].0.clone())?;
-    Ok(FredDriver::new(DriverConfig::new(Credentials {
-        username: "_valkey-operator".into(),
-        password,
-    })))
-}
-
-async fn member_pods(client: &Client, ns: &str, cluster: &str) -> anyhow::Result<Vec<Pod>> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    Ok(pods
-        .list(&ListParams::default().labels(&format!("valkey.gomomento.com/cluster={cluster}")))
-        .await?
-        .items)
 }
 
 /// Every member reports cluster_state:ok and all 16384 slots; `shards` primaries, each with

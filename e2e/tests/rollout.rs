@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use fred::prelude::*;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
+use valkey_e2e::valkey::{member_pods, wait_state};
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage};
 
 const PASSWORD: &str = "e2e-rollout-password";
@@ -78,41 +78,6 @@ fn cluster(ns: &str, name: &str, config: &str, shards: i32, replicas: i32) -> se
                  "acl": [{"username": "app", "passwordHashes": [hex::encode(Sha256::digest(PASSWORD))],
                           "permissions": [{"roleRef": "cache-readwrite", "keys": [{"pattern": "*", "access": "readwrite"}]}]}]},
     })
-}
-
-async fn wait_state(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    want: ClusterState,
-    timeout: Duration,
-) -> anyhow::Result<ValkeyCluster> {
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    wait_for(
-        &format!("{ns}/{name} to be {want:?}"),
-        timeout,
-        Duration::from_millis(500),
-        || {
-            let api = api.clone();
-            async move {
-                let c = api.get(name).await?;
-                let s = c.status.clone().unwrap_or_default();
-                if s.state == Some(want) && s.observed_generation == c.metadata.generation {
-                    Ok(Some(c))
-                } else {
-                    bail!("state {:?}: {}", s.state, s.message.unwrap_or_default())
-                }
-            }
-        },
-    )
-    .await
-}
-
-async fn member_pods(client: &Client, ns: &str, name: &str) -> anyhow::Result<Vec<Pod>> {
-    Ok(Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("valkey.gomomento.com/cluster={name}")))
-        .await?
-        .items)
 }
 
 /// Writes `key:<n>` continuously through a cluster client, retrying each write until it is

@@ -1,0 +1,71 @@
+//! Helpers the operator suites share: waiting for a ValkeyCluster state, listing its member
+//! pods, and a driver authenticated as the operator.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::ListParams;
+use kube::{Api, Client};
+use valkey_operator::api::constants::{LABEL_CLUSTER, OPERATOR_ACL_USERNAME};
+use valkey_operator::api::{ClusterState, ValkeyCluster};
+use valkey_operator::driver::{Credentials, DriverConfig, FredDriver};
+
+use crate::harness::wait_for;
+
+/// Waits until the ValkeyCluster reports `want` for its current generation.
+pub async fn wait_state(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    want: ClusterState,
+    timeout: Duration,
+) -> anyhow::Result<ValkeyCluster> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("ValkeyCluster {ns}/{name} to be {want:?}"),
+        timeout,
+        Duration::from_millis(500),
+        || {
+            let api = api.clone();
+            async move {
+                let c = api.get(name).await?;
+                let s = c.status.clone().unwrap_or_default();
+                if s.state == Some(want) && s.observed_generation == c.metadata.generation {
+                    Ok(Some(c))
+                } else {
+                    bail!("state {:?}: {}", s.state, s.message.unwrap_or_default())
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// The member pods of a Valkey cluster.
+pub async fn member_pods(client: &Client, ns: &str, cluster: &str) -> anyhow::Result<Vec<Pod>> {
+    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={cluster}")))
+        .await?
+        .items)
+}
+
+/// A driver authenticated as the operator, with the password from the Secret it generated.
+pub async fn operator_driver(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+) -> anyhow::Result<FredDriver> {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&format!("{cluster}-operator"))
+        .await?;
+    let password = String::from_utf8(
+        secret.data.context("operator Secret has no data")?["operator-password"]
+            .0
+            .clone(),
+    )?;
+    Ok(FredDriver::new(DriverConfig::new(Credentials {
+        username: OPERATOR_ACL_USERNAME.into(),
+        password,
+    })))
+}
