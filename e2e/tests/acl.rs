@@ -119,25 +119,15 @@ async fn apply_cluster(
 }
 
 async fn wait_active(client: &Client, ns: &str, name: &str) -> anyhow::Result<()> {
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    wait_for(
-        &format!("ValkeyCluster {ns}/{name} to be Active"),
+    valkey_e2e::valkey::wait_state(
+        client,
+        ns,
+        name,
+        ClusterState::Active,
         Duration::from_secs(180),
-        Duration::from_millis(500),
-        || {
-            let api = api.clone();
-            async move {
-                let c = api.get(name).await?;
-                let status = c.status.unwrap_or_default();
-                if status.state == Some(ClusterState::Active) {
-                    Ok(Some(()))
-                } else {
-                    bail!("{:?}: {}", status.state, status.message.unwrap_or_default())
-                }
-            }
-        },
     )
     .await
+    .map(|_| ())
 }
 
 /// The ACL revision rendered into the cluster's Secret right now.
