@@ -14,6 +14,11 @@ pub const CATEGORY: &str = "valkey";
 /// under it (`ValkeyCluster.spec.podAnnotations`).
 pub const RESERVED_PREFIX: &str = "valkey.gomomento.com/";
 
+/// Annotation on a ValkeyCluster choosing how slots move when shards are added or removed:
+/// `keys` moves them key by key (`MIGRATE`); anything else (or none) uses atomic slot
+/// migration where every member's Valkey supports it.
+pub const ANNOTATION_SLOT_MIGRATION: &str = "valkey.gomomento.com/slot-migration";
+
 /// Label on every object the operator creates for a ValkeyCluster: the cluster's name.
 pub const LABEL_CLUSTER: &str = "valkey.gomomento.com/cluster";
 /// Label on ValkeyNodes and pods: the shard index (decimal).

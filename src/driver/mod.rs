@@ -6,6 +6,7 @@
 //! with a [`DriverError`] naming the member and the command.
 
 pub mod fred;
+pub mod migrate;
 pub mod parse;
 pub mod slots;
 pub mod testing;
@@ -264,7 +265,12 @@ pub struct MemberObservation {
     pub info: ClusterInfo,
     pub replication: ReplicationInfo,
     pub server: ServerInfo,
+    /// `CLUSTER GETSLOTMIGRATIONS` (empty on servers without atomic slot migration).
+    pub migrations: Vec<SlotMigration>,
 }
+
+/// First Valkey version with atomic slot migration (`CLUSTER MIGRATESLOTS`).
+pub const ATOMIC_MIGRATION_SINCE: Version = Version::new(9, 0, 0);
 
 impl MemberObservation {
     /// This member's own line of `CLUSTER NODES`.
@@ -317,13 +323,20 @@ pub trait ClusterDriver: Send + Sync {
     /// Everything a planner needs from one member, observed in sequence.
     fn observe<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, MemberObservation> {
         Box::pin(async move {
+            let server = self.server_info(member).await?;
+            let migrations = if server.version >= ATOMIC_MIGRATION_SINCE {
+                self.slot_migrations(member).await?
+            } else {
+                Vec::new()
+            };
             Ok(MemberObservation {
                 member: member.clone(),
                 id: self.my_id(member).await?,
                 nodes: self.cluster_nodes(member).await?,
                 info: self.cluster_info(member).await?,
                 replication: self.replication_info(member).await?,
-                server: self.server_info(member).await?,
+                server,
+                migrations,
             })
         })
     }

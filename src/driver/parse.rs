@@ -730,6 +730,8 @@ pub struct SlotMigration {
     pub message: String,
     pub create_time: i64,
     pub last_update_time: i64,
+    /// Last acknowledgement from the peer (advances while data streams).
+    pub last_ack_time: i64,
 }
 
 pub fn parse_slot_migrations(reply: &Reply) -> Result<Vec<SlotMigration>, ParseError> {
@@ -772,6 +774,7 @@ pub fn parse_slot_migrations(reply: &Reply) -> Result<Vec<SlotMigration>, ParseE
                 message: text("message").unwrap_or_default(),
                 create_time: int("create_time"),
                 last_update_time: int("last_update_time"),
+                last_ack_time: int("last_ack_time"),
             })
         })
         .collect()

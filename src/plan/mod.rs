@@ -6,12 +6,18 @@
 //! member already known, or assigning slots already owned never happens twice. Roles are read
 //! from Valkey (who holds slots, who replicates whom), never inferred from names.
 
+pub mod rebalance;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::Lifecycle;
-use crate::driver::MemberAddr;
-use crate::driver::parse::NodeId;
-use crate::driver::slots::{SLOT_COUNT, SlotRange, even_ranges};
+use crate::driver::parse::{NodeId, OpenSlot};
+use crate::driver::slots::{SLOT_COUNT, SlotRange, even_ranges, range_len};
+use crate::driver::{FailoverMode, MemberAddr};
+
+/// An atomic slot migration whose job has not advanced for this long is cancelled and
+/// planned again (Valkey documents that jobs can fail under heavy writes to the slots).
+pub const MIGRATION_IDLE_LIMIT_SECS: u64 = 120;
 
 /// What one member's Valkey reports, reduced to what planning needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +38,56 @@ pub struct MemberView {
     pub cluster_ok: bool,
     /// For a replica: the link to its primary is up and the initial sync is done.
     pub replica_in_sync: bool,
+    /// Ids of every node owning at least one slot, as this member sees the cluster.
+    pub slot_owners: BTreeSet<NodeId>,
+    /// Slots this member is exporting key by key (`SETSLOT MIGRATING`).
+    pub migrating: Vec<OpenSlot>,
+    /// Slots this member is importing key by key (`SETSLOT IMPORTING`).
+    pub importing: Vec<OpenSlot>,
+    /// Atomic slot migration jobs this member is running as the source.
+    pub exports: Vec<ExportJob>,
+    /// Why this member's most recent slot migration job failed, when it did.
+    pub failed_migration: Option<String>,
+    /// Its Valkey version has atomic slot migration (`CLUSTER MIGRATESLOTS`, 9.0+).
+    pub atomic_migration: bool,
+    /// Replication offset (`master_repl_offset`): on replicas, how much of the stream they have.
+    pub repl_offset: i64,
+}
+
+/// An atomic slot migration job in progress, seen from its source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportJob {
+    pub target: NodeId,
+    pub ranges: Vec<SlotRange>,
+    /// Seconds since the job last made progress.
+    pub idle_secs: u64,
+}
+
+/// How slots move between shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MigrationMethod {
+    /// Atomic slot migration when source and target support it, key by key otherwise.
+    #[default]
+    Auto,
+    /// Always key by key (`SETSLOT IMPORTING/MIGRATING` + `MIGRATE`).
+    Keys,
+}
+
+/// How one batch of slots is moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveMethod {
+    /// `CLUSTER MIGRATESLOTS`, run by Valkey in the background.
+    Atomic,
+    /// `SETSLOT IMPORTING/MIGRATING`, `MIGRATE` key by key, `SETSLOT NODE`.
+    Keys,
+}
+
+/// Slots going from a source primary to one target primary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveTarget {
+    pub member: MemberAddr,
+    pub id: NodeId,
+    pub ranges: Vec<SlotRange>,
 }
 
 /// One intended member (a ValkeyNode) and what is known about it.
@@ -89,6 +145,7 @@ pub struct Topology {
     pub shards: usize,
     pub replicas_per_shard: usize,
     pub members: Vec<Member>,
+    pub migration: MigrationMethod,
 }
 
 /// One action on the world. A plan is a batch of independent actions that are safe together.
@@ -110,11 +167,31 @@ pub enum Action {
         member: MemberAddr,
         primary: NodeId,
     },
-    /// Coordinated `CLUSTER FAILOVER` run on an in-sync replica: it becomes its shard's
-    /// primary without losing an acknowledged write.
+    /// `CLUSTER FAILOVER` run on a replica. `Default` (coordinated with the primary, no
+    /// acknowledged write lost) for rollouts; `Force`/`Takeover` only when the primary is gone
+    /// for good and Valkey cannot promote its replica by itself.
     Failover {
         member: MemberAddr,
         shard: usize,
+        mode: FailoverMode,
+    },
+    /// Move slots from `source` (a primary) to target primaries.
+    MoveSlots {
+        source: MemberAddr,
+        source_id: NodeId,
+        method: MoveMethod,
+        targets: Vec<MoveTarget>,
+        /// Every primary, told the new owner of each slot moved key by key.
+        primaries: Vec<MemberAddr>,
+    },
+    /// `CLUSTER SETSLOT slot STABLE` for slots left open toward a node that is gone.
+    CloseSlots {
+        member: MemberAddr,
+        slots: Vec<u16>,
+    },
+    /// `CLUSTER CANCELSLOTMIGRATIONS` on a source whose job stopped making progress.
+    CancelSlotMigrations {
+        member: MemberAddr,
     },
     MarkActive {
         names: Vec<String>,
@@ -362,6 +439,44 @@ pub fn plan(topology: &Topology) -> Plan {
         );
     }
 
+    // 3b. Shards beyond spec.shards whose slots have all moved away retire (scale-in). A
+    //     drained primary may have turned itself into a replica of the shard that took its
+    //     last slots: its role does not matter, only that nobody sees it own a slot.
+    let slot_owners: BTreeSet<NodeId> = members
+        .iter()
+        .flat_map(|m| {
+            let v = view(m);
+            let own = (!v.slots.is_empty()).then_some(v.id.clone());
+            v.slot_owners.into_iter().chain(own)
+        })
+        .collect();
+    let drained: Vec<&Member> = by_shard
+        .iter()
+        .filter(|(shard, list)| {
+            **shard >= topology.shards
+                && list.iter().all(|m| {
+                    !slot_owners.contains(&view(m).id)
+                        && m.node_id
+                            .as_ref()
+                            .is_none_or(|id| !slot_owners.contains(id))
+                })
+        })
+        .flat_map(|(_, list)| list.iter().copied())
+        .collect();
+    if !drained.is_empty() {
+        return Plan::new(
+            Phase::Updating,
+            vec![Action::MarkLeaving {
+                names: drained.iter().map(|m| m.name.clone()).collect(),
+            }],
+            format!(
+                "scaling in to {} shard(s): retiring drained member(s) {}",
+                topology.shards,
+                names(&drained)
+            ),
+        );
+    }
+
     // 4. Every slot has an owner: each shard's range goes to its primary (the member owning
     //    slots, or for a new cluster the first primary of the shard by name).
     // Owned means owned by anyone any member knows of: the slots of a failed primary that is
@@ -402,7 +517,7 @@ pub fn plan(topology: &Topology) -> Plan {
     let mut replicates = Vec::new();
     let mut no_primary = Vec::new();
     for (shard, list) in &by_shard {
-        let Some(primary) = shard_primary(list) else {
+        let Some(primary) = shard_leader(list, &slot_owners) else {
             no_primary.push(shard.to_string());
             continue;
         };
@@ -421,23 +536,6 @@ pub fn plan(topology: &Topology) -> Plan {
             changing,
             replicates,
             "attaching replicas to their primaries",
-        );
-    }
-    // Changing the shard count of a formed cluster needs slot migration, which is not
-    // implemented yet: say so rather than pretend.
-    let beyond = by_shard.keys().any(|s| *s >= topology.shards);
-    let new_shards = no_primary.iter().any(|s| {
-        s.parse().is_ok_and(|s: usize| {
-            shard_members(s)
-                .iter()
-                .all(|m| m.lifecycle == Lifecycle::Joining)
-        })
-    });
-    if ever_formed && (beyond || new_shards) {
-        return Plan::new(
-            Phase::Degraded,
-            vec![],
-            "changing spec.shards of a formed cluster (slot migration) is not supported yet; set spec.shards back to its previous value",
         );
     }
     if !no_primary.is_empty() {
@@ -469,6 +567,13 @@ pub fn plan(topology: &Topology) -> Plan {
         return Plan::new(changing, vec![], message);
     }
 
+    // 6b. Slot moves in flight finish before anything else changes: slots left open by a
+    //     key-by-key move cut short are moved on (or closed when their peer is gone), and
+    //     atomic jobs are waited for (or cancelled when they stopped making progress).
+    if let Some(plan) = in_flight_migrations(&members) {
+        return plan;
+    }
+
     // 7. Retire what is Leaving: forget it on every member that still knows it, then delete.
     //    A leaving member that still owns slots is failed over first.
     if !leaving.is_empty() {
@@ -483,6 +588,7 @@ pub fn plan(topology: &Topology) -> Plan {
                     Some(r) => actions.push(Action::Failover {
                         member: addr(r),
                         shard: l.shard,
+                        mode: FailoverMode::Default,
                     }),
                     None => {
                         return Plan::new(
@@ -527,7 +633,13 @@ pub fn plan(topology: &Topology) -> Plan {
     //    current replica, then retire the stale members.
     if let Some(shard) = rollout_shard {
         let list = shard_members(shard);
-        let primary = shard_primary(&list).expect("every shard has a primary here");
+        let Some(primary) = shard_leader(&list, &slot_owners) else {
+            return Plan::new(
+                Phase::Degraded,
+                vec![],
+                format!("{}: shard {shard} has no primary", rollout_note(shard)),
+            );
+        };
         if !primary.current {
             let Some(target) = list
                 .iter()
@@ -548,6 +660,7 @@ pub fn plan(topology: &Topology) -> Plan {
                 vec![Action::Failover {
                     member: addr(target),
                     shard,
+                    mode: FailoverMode::Default,
                 }],
                 format!(
                     "{}: failing over from {} to {}",
@@ -567,7 +680,13 @@ pub fn plan(topology: &Topology) -> Plan {
         );
     }
 
-    // 9. Fewer replicas wanted: retire the excess replicas (never a primary).
+    // 9. Shard count changed: move slots so every shard holds its even share (scale-out
+    //    fills new shards, scale-in empties the shards beyond spec.shards).
+    if let Some(plan) = rebalance_slots(topology, &by_shard, &slot_owners) {
+        return plan;
+    }
+
+    // 10. Fewer replicas wanted: retire the excess replicas (never a primary).
     let mut excess = Vec::new();
     for list in by_shard.values() {
         if list.len() > per_shard {
@@ -595,7 +714,7 @@ pub fn plan(topology: &Topology) -> Plan {
         );
     }
 
-    // 10. Forget node entries no member claims (members replaced or lost earlier).
+    // 11. Forget node entries no member claims (members replaced or lost earlier).
     let claimed: BTreeSet<NodeId> = topology.members.iter().filter_map(Member::id).collect();
     let stale_entries: Vec<Action> = members
         .iter()
@@ -618,7 +737,7 @@ pub fn plan(topology: &Topology) -> Plan {
         );
     }
 
-    // 11. Healthy everywhere: cluster_state ok, all slots covered.
+    // 12. Healthy everywhere: cluster_state ok, all slots covered.
     let not_ok: Vec<&Member> = members
         .iter()
         .copied()
@@ -641,7 +760,7 @@ pub fn plan(topology: &Topology) -> Plan {
         return Plan::new(phase, vec![], format!("waiting: {}", parts.join("; ")));
     }
 
-    // 12. Formed: members still Joining become Active.
+    // 13. Formed: members still Joining become Active.
     let joining: Vec<String> = members
         .iter()
         .filter(|m| m.lifecycle == Lifecycle::Joining)
@@ -659,6 +778,246 @@ pub fn plan(topology: &Topology) -> Plan {
         );
     }
     Plan::new(Phase::Ready, vec![], message)
+}
+
+/// The member that is (or is to become) its shard's primary: the one owning slots or, for a
+/// shard that holds no slots yet (a new shard of a scale-out), the first primary by name.
+/// Never an empty node while a member of the shard still follows a primary that holds data
+/// (a failed one): that replica is the shard's data and must take over instead.
+fn shard_leader<'a>(list: &[&'a Member], slot_owners: &BTreeSet<NodeId>) -> Option<&'a Member> {
+    shard_primary(list).or_else(|| {
+        let follows_data = list.iter().any(|m| {
+            m.view
+                .as_ref()
+                .and_then(|v| v.primary_id.as_ref())
+                .is_some_and(|p| slot_owners.contains(p))
+        });
+        if follows_data {
+            return None;
+        }
+        list.iter()
+            .copied()
+            .filter(|m| {
+                m.view
+                    .as_ref()
+                    .is_some_and(|v| v.is_primary && v.primary_id.is_none())
+            })
+            .min_by(|a, b| a.name.cmp(&b.name))
+    })
+}
+
+/// Finishing slot moves already under way (every member answered).
+fn in_flight_migrations(members: &[&Member]) -> Option<Plan> {
+    let by_id: BTreeMap<NodeId, &Member> = members
+        .iter()
+        .filter_map(|m| Some((m.view.as_ref()?.id.clone(), *m)))
+        .collect();
+    let addr = |m: &Member| m.addr.clone().expect("members that answer have an address");
+    // Key-by-key moves cut short: (source, target) -> slots.
+    let mut resume: BTreeMap<(String, String), Vec<u16>> = BTreeMap::new();
+    let mut close: BTreeMap<String, Vec<u16>> = BTreeMap::new();
+    for m in members {
+        let v = m.view.as_ref()?;
+        for open in &v.migrating {
+            match by_id.get(&open.peer) {
+                Some(target) => resume
+                    .entry((m.name.clone(), target.name.clone()))
+                    .or_default()
+                    .push(open.slot),
+                None => close.entry(m.name.clone()).or_default().push(open.slot),
+            }
+        }
+        for open in &v.importing {
+            let source = by_id.get(&open.peer);
+            let source_owns = source.is_some_and(|s| {
+                s.view
+                    .as_ref()
+                    .is_some_and(|sv| sv.slots.iter().any(|r| r.contains(&open.slot)))
+            });
+            match source {
+                Some(source) if source_owns => {
+                    let slots = resume
+                        .entry((source.name.clone(), m.name.clone()))
+                        .or_default();
+                    if !slots.contains(&open.slot) {
+                        slots.push(open.slot);
+                    }
+                }
+                _ => close.entry(m.name.clone()).or_default().push(open.slot),
+            }
+        }
+    }
+    let find = |name: &str| *members.iter().find(|m| m.name == name).expect("member");
+    let primaries: Vec<MemberAddr> = members
+        .iter()
+        .filter(|m| m.view.as_ref().is_some_and(|v| !v.slots.is_empty()))
+        .map(|m| addr(m))
+        .collect();
+    let mut actions = Vec::new();
+    for ((source, target), mut slots) in resume {
+        slots.sort_unstable();
+        let (source, target) = (find(&source), find(&target));
+        actions.push(Action::MoveSlots {
+            source: addr(source),
+            source_id: source.view.as_ref()?.id.clone(),
+            method: MoveMethod::Keys,
+            targets: vec![MoveTarget {
+                member: addr(target),
+                id: target.view.as_ref()?.id.clone(),
+                ranges: slots.iter().map(|s| *s..=*s).collect(),
+            }],
+            primaries: primaries.clone(),
+        });
+    }
+    for (member, slots) in close {
+        actions.push(Action::CloseSlots {
+            member: addr(find(&member)),
+            slots,
+        });
+    }
+    if !actions.is_empty() {
+        return Some(Plan::new(
+            Phase::Updating,
+            actions,
+            "finishing slot moves that were interrupted",
+        ));
+    }
+    let mut waiting = Vec::new();
+    for m in members {
+        let v = m.view.as_ref()?;
+        if v.exports.is_empty() {
+            continue;
+        }
+        if v.exports
+            .iter()
+            .any(|j| j.idle_secs >= MIGRATION_IDLE_LIMIT_SECS)
+        {
+            actions.push(Action::CancelSlotMigrations { member: addr(m) });
+            continue;
+        }
+        let slots: usize = v
+            .exports
+            .iter()
+            .flat_map(|j| &j.ranges)
+            .map(range_len)
+            .sum();
+        waiting.push(format!("{slots} slot(s) from {}", m.name));
+    }
+    if !actions.is_empty() {
+        return Some(Plan::new(
+            Phase::Updating,
+            actions,
+            format!(
+                "cancelling slot migrations that made no progress for {MIGRATION_IDLE_LIMIT_SECS} s; they will be planned again"
+            ),
+        ));
+    }
+    (!waiting.is_empty()).then(|| {
+        Plan::new(
+            Phase::Updating,
+            vec![],
+            format!(
+                "moving slots (atomic slot migration): {}",
+                waiting.join(", ")
+            ),
+        )
+    })
+}
+
+/// Slot moves toward the even split over `topology.shards` shards, one batch per source.
+fn rebalance_slots(
+    topology: &Topology,
+    by_shard: &BTreeMap<usize, Vec<&Member>>,
+    slot_owners: &BTreeSet<NodeId>,
+) -> Option<Plan> {
+    let owned: BTreeMap<usize, Vec<SlotRange>> = by_shard
+        .iter()
+        .map(|(shard, list)| {
+            let slots = list
+                .iter()
+                .filter_map(|m| m.view.as_ref())
+                .flat_map(|v| v.slots.iter().cloned())
+                .collect();
+            (*shard, slots)
+        })
+        .collect();
+    let moves = rebalance::rebalance(&owned, topology.shards);
+    if moves.is_empty() {
+        return None;
+    }
+    let addr = |m: &Member| m.addr.clone().expect("members that answer have an address");
+    let leader = |shard: usize| {
+        by_shard
+            .get(&shard)
+            .and_then(|list| shard_leader(list, slot_owners))
+    };
+    let primaries: Vec<MemberAddr> = by_shard
+        .values()
+        .flatten()
+        .filter(|m| m.view.as_ref().is_some_and(|v| !v.slots.is_empty()))
+        .map(|m| addr(m))
+        .collect();
+    let mut batches: BTreeMap<usize, Vec<MoveTarget>> = BTreeMap::new();
+    let mut atomic_ok: BTreeMap<usize, bool> = BTreeMap::new();
+    for m in &moves {
+        let (Some(_), Some(target)) = (leader(m.from), leader(m.to)) else {
+            continue;
+        };
+        let tv = target.view.as_ref()?;
+        batches.entry(m.from).or_default().push(MoveTarget {
+            member: addr(target),
+            id: tv.id.clone(),
+            ranges: m.ranges.clone(),
+        });
+        let ok = atomic_ok.entry(m.from).or_insert(true);
+        *ok &= tv.atomic_migration;
+    }
+    let mut actions = Vec::new();
+    let mut failures = Vec::new();
+    for (from, targets) in batches {
+        let source = leader(from)?;
+        let sv = source.view.as_ref()?;
+        let method = if topology.migration == MigrationMethod::Auto
+            && sv.atomic_migration
+            && atomic_ok.get(&from).copied().unwrap_or(false)
+        {
+            MoveMethod::Atomic
+        } else {
+            MoveMethod::Keys
+        };
+        if let Some(why) = &sv.failed_migration {
+            failures.push(format!("{}: {why}", source.name));
+        }
+        actions.push(Action::MoveSlots {
+            source: addr(source),
+            source_id: sv.id.clone(),
+            method,
+            targets,
+            primaries: primaries.clone(),
+        });
+    }
+    let moving: usize = moves.iter().map(rebalance::SlotMove::slot_count).sum();
+    let from: BTreeSet<usize> = moves.iter().map(|m| m.from).collect();
+    let to: BTreeSet<usize> = moves.iter().map(|m| m.to).collect();
+    let list = |set: &BTreeSet<usize>| {
+        set.iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut message = format!(
+        "scaling to {} shard(s): {moving} slot(s) left to move from shard(s) {} to shard(s) {}",
+        topology.shards,
+        list(&from),
+        list(&to)
+    );
+    if !failures.is_empty() {
+        message.push_str(&format!(
+            "; retrying after a failed migration ({})",
+            failures.join("; ")
+        ));
+    }
+    Some(Plan::new(Phase::Updating, actions, message))
 }
 
 /// Number of distinct slots in possibly overlapping ranges.

@@ -40,6 +40,7 @@ impl Sim {
             cluster: "c".into(),
             shards,
             replicas_per_shard: replicas,
+            migration: MigrationMethod::Auto,
             members: self
                 .nodes
                 .iter()
@@ -60,6 +61,18 @@ impl Sim {
                         cluster_ok: owned == SLOT_COUNT as usize
                             && self.nodes.values().all(|o| n.known.contains(&o.id)),
                         replica_in_sync: n.primary.is_some(),
+                        slot_owners: self
+                            .nodes
+                            .values()
+                            .filter(|o| !o.slots.is_empty())
+                            .map(|o| o.id.clone())
+                            .collect(),
+                        migrating: vec![],
+                        importing: vec![],
+                        exports: vec![],
+                        failed_migration: None,
+                        atomic_migration: true,
+                        repl_offset: 0,
                     }),
                     pod_problem: None,
                 })
@@ -149,9 +162,51 @@ impl Sim {
                 new.primary = None;
                 new.slots = slots;
             }
+            Action::MoveSlots {
+                source,
+                source_id,
+                targets,
+                ..
+            } => {
+                for t in targets {
+                    let src = self.by_addr(source);
+                    assert_eq!(&src.id, source_id);
+                    for r in &t.ranges {
+                        assert!(
+                            r.clone()
+                                .all(|slot| src.slots.iter().any(|o| o.contains(&slot))),
+                            "slots {r:?} moved from a node that does not own them"
+                        );
+                    }
+                    src.slots = src
+                        .slots
+                        .iter()
+                        .flat_map(|o| subtract(o, &t.ranges))
+                        .collect();
+                    let target = self.by_addr(&t.member);
+                    assert!(target.primary.is_none(), "slots moved to a replica");
+                    assert_eq!(target.id, t.id);
+                    target.slots.extend(t.ranges.iter().cloned());
+                }
+                // Valkey turns a primary that lost its last slot into a replica of the node
+                // that took them (cluster-allow-replica-migration).
+                let last = targets.last().map(|t| t.id.clone());
+                let src = self.by_addr(source);
+                if src.slots.is_empty() {
+                    src.primary = last;
+                }
+            }
+            Action::CloseSlots { .. } | Action::CancelSlotMigrations { .. } => {
+                panic!("nothing is left open in the model")
+            }
             Action::Forget { via, node } => {
                 let n = self.by_addr(via);
                 assert_ne!(&n.id, node, "a member never forgets itself");
+                assert_ne!(
+                    n.primary.as_ref(),
+                    Some(node),
+                    "a replica never forgets its primary"
+                );
                 n.known.remove(node);
                 n.banned.insert(node.clone());
             }
@@ -310,6 +365,47 @@ fn assert_formed(sim: &Sim, shards: usize, replicas: usize) {
     assert!(sim.nodes.values().all(|n| n.lifecycle == Lifecycle::Active));
 }
 
+/// Like `assert_formed`, for shards whose slots need not be one range each.
+fn assert_scaled(sim: &Sim, shards: usize, replicas: usize) {
+    assert_eq!(sim.nodes.len(), shards * (1 + replicas));
+    sim.assert_all_slots_owned();
+    let ids: BTreeSet<&NodeId> = sim.nodes.values().map(|n| &n.id).collect();
+    let targets = rebalance::target_counts(shards);
+    for shard in 0..shards {
+        let members: Vec<&SimNode> = sim.nodes.values().filter(|n| n.shard == shard).collect();
+        let primaries: Vec<&&SimNode> = members.iter().filter(|n| n.primary.is_none()).collect();
+        assert_eq!(primaries.len(), 1, "shard {shard} has one primary");
+        let owned: usize = primaries[0].slots.iter().map(range_len).sum();
+        assert_eq!(owned, targets[shard], "shard {shard} holds its even share");
+        for n in &members {
+            assert!(
+                n.known.iter().all(|id| ids.contains(id)),
+                "a retired member is still known"
+            );
+            if n.primary.is_some() {
+                assert_eq!(n.primary.as_ref(), Some(&primaries[0].id));
+            }
+        }
+    }
+    assert!(sim.nodes.values().all(|n| n.lifecycle == Lifecycle::Active));
+}
+
+#[test]
+fn three_to_five_to_three_shards() {
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    converge(&mut sim, 5, 1, |_| usize::MAX);
+    assert_scaled(&sim, 5, 1);
+    converge(&mut sim, 3, 1, |_| usize::MAX);
+    assert_scaled(&sim, 3, 1);
+    let names: BTreeSet<&str> = sim.nodes.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["c-0-0", "c-0-1", "c-1-0", "c-1-1", "c-2-0", "c-2-1"]),
+        "the added shards are the ones removed"
+    );
+}
+
 #[test]
 fn formation_of_three_shards_with_one_replica() {
     let mut sim = Sim::default();
@@ -438,6 +534,22 @@ proptest! {
         sim.generation += 1;
         converge(&mut sim, shards, new_replicas, |round| cuts[round % cuts.len()]);
         assert_formed(&sim, shards, new_replicas);
+    }
+
+    /// Scaling shards out and in (with any replica count, crashing after any prefix of any
+    /// batch) never leaves a slot unowned or owned twice, never deletes a member owning
+    /// slots, and ends with every shard holding its even share.
+    #[test]
+    fn shard_scaling_converges_without_losing_a_slot(
+        shards in 1usize..5,
+        new_shards in 1usize..6,
+        replicas in 0usize..3,
+        cuts in proptest::collection::vec(1usize..4, 1..50),
+    ) {
+        let mut sim = Sim::default();
+        form(&mut sim, shards, replicas, |_| usize::MAX);
+        converge(&mut sim, new_shards, replicas, |round| cuts[round % cuts.len()]);
+        assert_scaled(&sim, new_shards, replicas);
     }
 
     #[test]

@@ -21,10 +21,13 @@ use rand::distr::Alphanumeric;
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::api::constants::{CLUSTER_BUS_PORT, LABEL_CLUSTER};
+use crate::api::constants::{ANNOTATION_SLOT_MIGRATION, CLUSTER_BUS_PORT, LABEL_CLUSTER};
 use crate::api::{Lifecycle, ValkeyCluster, ValkeyNode};
 use crate::controller::{CLUSTER_MANAGER, Context, Error, names, object_key};
-use crate::plan::{self, Action, Member, Phase, Topology};
+use crate::driver::migrate::{KeyMove, move_slot_by_keys};
+use crate::driver::parse::NodeId;
+use crate::driver::{FailoverMode, MemberAddr, SetSlot, SlotMigrationRequest};
+use crate::plan::{self, Action, Member, MigrationMethod, MoveMethod, MoveTarget, Phase, Topology};
 use crate::resolve::acl::{OperatorCredentials, file_revision, render_acl_file};
 use crate::resolve::{ResolveError, merge_bindings, resolve_config, resolve_roles};
 
@@ -125,6 +128,7 @@ pub async fn reconcile(
             .iter()
             .map(|o| o.member.clone())
             .collect::<Vec<Member>>(),
+        migration: migration_method(&cluster),
     };
 
     // Plan the next step and act on it.
@@ -245,18 +249,60 @@ async fn act(
                 warn!(cluster = %key, member = %member, "replicate failed, will retry: {e}");
             }
         }
-        Action::Failover { member, shard } => {
+        Action::Failover {
+            member,
+            shard,
+            mode,
+        } => {
             ctx.metrics.action("failover");
             ctx.metrics.failovers.inc();
-            info!(cluster = %key, member = %member, shard, "CLUSTER FAILOVER (coordinated)");
-            driver
-                .failover(member, crate::driver::FailoverMode::Default)
-                .await?;
+            info!(cluster = %key, member = %member, shard, ?mode, "CLUSTER FAILOVER");
+            driver.failover(member, *mode).await?;
+            let how = match mode {
+                FailoverMode::Default => "coordinated failover to the in-sync replica",
+                FailoverMode::Force => {
+                    "forced failover (its primary is gone for good) to the most up-to-date replica"
+                }
+                FailoverMode::Takeover => {
+                    "takeover (its primary is gone and no majority can vote) by the most up-to-date replica"
+                }
+            };
             status::event(
                 ctx,
                 cluster,
                 "Failover",
-                &format!("Shard {shard}: coordinated failover to the in-sync replica at {member}"),
+                &format!("Shard {shard}: {how} at {member}"),
+            )
+            .await;
+        }
+        Action::MoveSlots {
+            source,
+            source_id,
+            method,
+            targets,
+            primaries,
+        } => {
+            move_slots(
+                ctx, cluster, driver, source, source_id, *method, targets, primaries,
+            )
+            .await?;
+        }
+        Action::CloseSlots { member, slots } => {
+            ctx.metrics.action("close_slots");
+            for slot in slots {
+                info!(cluster = %key, member = %member, slot, "CLUSTER SETSLOT STABLE (peer gone)");
+                driver.set_slot(member, *slot, &SetSlot::Stable).await?;
+            }
+        }
+        Action::CancelSlotMigrations { member } => {
+            ctx.metrics.action("cancel_slot_migrations");
+            warn!(cluster = %key, member = %member, "slot migration made no progress: cancelling it");
+            driver.cancel_slot_migrations(member).await?;
+            status::event(
+                ctx,
+                cluster,
+                "SlotMigrationCancelled",
+                &format!("Cancelled the slot migration on {member}: no progress for {} s; it will be planned again", plan::MIGRATION_IDLE_LIMIT_SECS),
             )
             .await;
         }
@@ -300,6 +346,104 @@ async fn act(
         }
     }
     Ok(())
+}
+
+/// Slots a key-by-key move handles per reconcile, so one reconcile stays short; the rest is
+/// planned again at once.
+const KEY_MOVE_SLOTS_PER_ROUND: usize = 256;
+
+/// Starts an atomic slot migration, or moves a batch of slots key by key.
+#[allow(clippy::too_many_arguments)]
+async fn move_slots(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    driver: &dyn crate::driver::ClusterDriver,
+    source: &MemberAddr,
+    source_id: &NodeId,
+    method: MoveMethod,
+    targets: &[MoveTarget],
+    primaries: &[MemberAddr],
+) -> Result<(), Error> {
+    let key = object_key(cluster);
+    let total: usize = targets
+        .iter()
+        .flat_map(|t| &t.ranges)
+        .map(crate::driver::slots::range_len)
+        .sum();
+    match method {
+        MoveMethod::Atomic => {
+            ctx.metrics.action("migrate_slots_atomic");
+            let requests: Vec<SlotMigrationRequest> = targets
+                .iter()
+                .map(|t| SlotMigrationRequest {
+                    ranges: t.ranges.clone(),
+                    target: t.id.clone(),
+                })
+                .collect();
+            info!(cluster = %key, source = %source, slots = total, "CLUSTER MIGRATESLOTS");
+            driver.migrate_slots(source, &requests).await?;
+            ctx.metrics.slot_migrations.inc_by(total as u64);
+            let to: Vec<String> = targets.iter().map(|t| t.member.to_string()).collect();
+            status::event(
+                ctx,
+                cluster,
+                "MigratingSlots",
+                &format!(
+                    "Moving {total} slot(s) from {source} to {} (atomic slot migration)",
+                    to.join(", ")
+                ),
+            )
+            .await;
+        }
+        MoveMethod::Keys => {
+            ctx.metrics.action("migrate_slots_keys");
+            let mut budget = KEY_MOVE_SLOTS_PER_ROUND;
+            let mut moved_slots = 0u64;
+            let mut moved_keys = 0u64;
+            for t in targets {
+                let mv = KeyMove {
+                    source,
+                    source_id,
+                    target: &t.member,
+                    target_id: &t.id,
+                    others: primaries,
+                };
+                for slot in t.ranges.iter().flat_map(|r| r.clone()) {
+                    if budget == 0 {
+                        break;
+                    }
+                    budget -= 1;
+                    moved_keys += move_slot_by_keys(driver, mv, slot).await?;
+                    moved_slots += 1;
+                    ctx.metrics.slot_migrations.inc();
+                }
+            }
+            info!(cluster = %key, source = %source, slots = moved_slots, keys = moved_keys, "moved slots key by key");
+            status::event(
+                ctx,
+                cluster,
+                "MigratingSlots",
+                &format!(
+                    "Moved {moved_slots} of {total} slot(s) from {source} key by key ({moved_keys} keys)"
+                ),
+            )
+            .await;
+        }
+    }
+    Ok(())
+}
+
+/// The `valkey.gomomento.com/slot-migration` annotation: `keys` forces key-by-key moves
+/// (for servers or networks where atomic slot migration misbehaves, and for benchmarks).
+pub fn migration_method(cluster: &ValkeyCluster) -> MigrationMethod {
+    match cluster
+        .annotations()
+        .get(ANNOTATION_SLOT_MIGRATION)
+        .map(String::as_str)
+    {
+        Some("keys") => MigrationMethod::Keys,
+        _ => MigrationMethod::Auto,
+    }
 }
 
 /// Server-side apply of an object the cluster controller owns alone.

@@ -11,9 +11,10 @@ use tracing::debug;
 
 use crate::api::constants::{CLIENT_PORT, LABEL_SPEC_HASH};
 use crate::api::{Lifecycle, NodeRole, ValkeyNode};
-use crate::driver::parse::Role;
-use crate::driver::{ClusterDriver, MemberAddr, MemberObservation};
-use crate::plan::{Member, MemberView};
+use crate::driver::parse::{MigrationOperation, MigrationState, Role};
+use crate::driver::slots::format_range;
+use crate::driver::{ATOMIC_MIGRATION_SINCE, ClusterDriver, MemberAddr, MemberObservation};
+use crate::plan::{ExportJob, Member, MemberView};
 
 /// One member as observed this round.
 #[derive(Clone, Debug)]
@@ -42,10 +43,47 @@ pub fn ready_address(pod: &Pod) -> Option<MemberAddr> {
         .map(|ip| MemberAddr::new(ip.clone(), CLIENT_PORT))
 }
 
-/// Reduces a member's observation to what planning needs.
-pub fn view(obs: &MemberObservation) -> MemberView {
+/// Reduces a member's observation to what planning needs; `now` (Unix seconds) dates the
+/// migration jobs.
+pub fn view(obs: &MemberObservation, now: i64) -> MemberView {
     let myself = obs.myself();
     let is_replica = obs.replication.role == Role::Replica;
+    let exports = obs
+        .migrations
+        .iter()
+        .filter(|j| j.operation == MigrationOperation::Export && !j.state.is_finished())
+        .map(|j| ExportJob {
+            target: j.target_node.clone(),
+            ranges: j.slot_ranges.clone(),
+            idle_secs: u64::try_from(now - j.last_update_time.max(j.last_ack_time)).unwrap_or(0),
+        })
+        .collect();
+    let failed_migration = obs
+        .migrations
+        .iter()
+        .max_by_key(|j| j.create_time)
+        .filter(|j| matches!(j.state, MigrationState::Failed | MigrationState::Cancelled))
+        .map(|j| {
+            format!(
+                "{} of {} {}: {}",
+                if j.operation == MigrationOperation::Export {
+                    "export"
+                } else {
+                    "import"
+                },
+                j.slot_ranges
+                    .iter()
+                    .map(format_range)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                if j.state == MigrationState::Failed {
+                    "failed"
+                } else {
+                    "was cancelled"
+                },
+                j.message
+            )
+        });
     MemberView {
         id: obs.id.clone(),
         is_primary: !is_replica,
@@ -70,6 +108,18 @@ pub fn view(obs: &MemberObservation) -> MemberView {
             .primary_link
             .as_ref()
             .is_some_and(|l| l.link_up && !l.sync_in_progress),
+        slot_owners: obs
+            .nodes
+            .iter()
+            .filter(|n| !n.slots.is_empty())
+            .map(|n| n.id.clone())
+            .collect(),
+        migrating: myself.map(|m| m.migrating.clone()).unwrap_or_default(),
+        importing: myself.map(|m| m.importing.clone()).unwrap_or_default(),
+        exports,
+        failed_migration,
+        atomic_migration: obs.server.version >= ATOMIC_MIGRATION_SINCE,
+        repl_offset: obs.replication.repl_offset,
     }
 }
 
@@ -136,7 +186,10 @@ pub async fn members(
             }
             None => None,
         };
-        let view = observation.as_ref().map(view);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let view = observation.as_ref().map(|o| view(o, now));
         let role = view.as_ref().map(|v| {
             if v.primary_id.is_some() {
                 NodeRole::Replica

@@ -1,0 +1,228 @@
+//! Slot rebalancing for shard scaling (pure): which slots move from which shard to which, so
+//! that every shard below the desired count holds its even share and shards beyond it hold
+//! nothing, moving as few slots as possible.
+//!
+//! The targets depend only on the shard count, donors give away their highest slots and
+//! receivers never go above their target, so recomputing the moves after any part of them
+//! happened yields exactly the rest: no slot ever moves twice.
+
+use std::collections::BTreeMap;
+
+use crate::driver::slots::{SlotRange, even_ranges, normalize, range_len};
+
+/// Slots going from one shard to another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotMove {
+    pub from: usize,
+    pub to: usize,
+    pub ranges: Vec<SlotRange>,
+}
+
+impl SlotMove {
+    pub fn slot_count(&self) -> usize {
+        self.ranges.iter().map(range_len).sum()
+    }
+}
+
+/// How many slots each of `shards` shards should own: the sizes of [`even_ranges`].
+pub fn target_counts(shards: usize) -> Vec<usize> {
+    even_ranges(shards).iter().map(range_len).collect()
+}
+
+/// The moves that bring `owned` (slots per shard index; indexes at or beyond `shards` are
+/// shards being removed) to the even split over `shards` shards.
+pub fn rebalance(owned: &BTreeMap<usize, Vec<SlotRange>>, shards: usize) -> Vec<SlotMove> {
+    let targets = target_counts(shards);
+    let target = |s: usize| targets.get(s).copied().unwrap_or(0);
+    let mut deficits: Vec<(usize, usize)> = (0..shards)
+        .map(|s| {
+            let have = owned.get(&s).map_or(0, |r| count(r));
+            (s, target(s).saturating_sub(have))
+        })
+        .filter(|(_, d)| *d > 0)
+        .collect();
+    let mut moves: Vec<SlotMove> = Vec::new();
+    for (&from, ranges) in owned {
+        let ranges = normalize(ranges.iter().cloned());
+        let excess = count(&ranges).saturating_sub(target(from));
+        if excess == 0 {
+            continue;
+        }
+        let mut giving = highest_slots(&ranges, excess);
+        for (to, deficit) in deficits.iter_mut().filter(|(_, d)| *d > 0) {
+            if giving.is_empty() {
+                break;
+            }
+            let take = (*deficit).min(giving.len());
+            let chunk: Vec<u16> = giving.drain(..take).collect();
+            *deficit -= take;
+            moves.push(SlotMove {
+                from,
+                to: *to,
+                ranges: to_ranges(&chunk),
+            });
+        }
+    }
+    moves
+}
+
+fn count(ranges: &[SlotRange]) -> usize {
+    normalize(ranges.iter().cloned())
+        .iter()
+        .map(range_len)
+        .sum()
+}
+
+/// The `n` highest slots of normalized `ranges`, ascending.
+fn highest_slots(ranges: &[SlotRange], n: usize) -> Vec<u16> {
+    let mut slots: Vec<u16> = ranges
+        .iter()
+        .rev()
+        .flat_map(|r| r.clone().rev())
+        .take(n)
+        .collect();
+    slots.reverse();
+    slots
+}
+
+/// Ascending slots to contiguous ranges.
+fn to_ranges(slots: &[u16]) -> Vec<SlotRange> {
+    let mut out: Vec<SlotRange> = Vec::new();
+    for &slot in slots {
+        match out.last_mut() {
+            Some(last) if u32::from(*last.end()) + 1 == u32::from(slot) => {
+                *last = *last.start()..=slot;
+            }
+            _ => out.push(slot..=slot),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::slots::SLOT_COUNT;
+    use proptest::prelude::*;
+
+    fn layout(shards: usize) -> BTreeMap<usize, Vec<SlotRange>> {
+        even_ranges(shards)
+            .into_iter()
+            .enumerate()
+            .map(|(s, r)| (s, vec![r]))
+            .collect()
+    }
+
+    fn apply(owned: &mut BTreeMap<usize, Vec<SlotRange>>, m: &SlotMove) {
+        let from = owned.get_mut(&m.from).unwrap();
+        let mut slots: Vec<u16> = from.iter().flat_map(|r| r.clone()).collect();
+        for r in &m.ranges {
+            for s in r.clone() {
+                let i = slots
+                    .iter()
+                    .position(|x| *x == s)
+                    .expect("moved slot is owned by its donor");
+                slots.remove(i);
+            }
+        }
+        *from = to_ranges(&slots);
+        owned
+            .entry(m.to)
+            .or_default()
+            .extend(m.ranges.iter().cloned());
+    }
+
+    fn counts(owned: &BTreeMap<usize, Vec<SlotRange>>) -> BTreeMap<usize, usize> {
+        owned.iter().map(|(s, r)| (*s, count(r))).collect()
+    }
+
+    #[test]
+    fn three_to_five_moves_only_the_excess() {
+        let moves = rebalance(&layout(3), 5);
+        let moved: usize = moves.iter().map(SlotMove::slot_count).sum();
+        // 5462 + 5461 + 5461 down to 3277 + 3277 + 3277: 2185 + 2184 + 2184.
+        assert_eq!(moved, 6553);
+        assert!(moves.iter().all(|m| m.from < 3 && m.to >= 3));
+        let mut owned = layout(3);
+        for m in &moves {
+            apply(&mut owned, m);
+        }
+        assert_eq!(
+            counts(&owned).into_values().collect::<Vec<_>>(),
+            vec![3277, 3277, 3277, 3277, 3276]
+        );
+    }
+
+    #[test]
+    fn five_to_three_drains_the_removed_shards() {
+        let mut owned = layout(3);
+        for m in rebalance(&owned, 5) {
+            apply(&mut owned, &m);
+        }
+        let moves = rebalance(&owned, 3);
+        assert!(moves.iter().all(|m| m.from >= 3 && m.to < 3));
+        for m in &moves {
+            apply(&mut owned, m);
+        }
+        let c = counts(&owned);
+        assert_eq!(c[&3] + c[&4], 0);
+        assert_eq!((c[&0], c[&1], c[&2]), (5462, 5461, 5461));
+        assert!(rebalance(&owned, 3).is_empty());
+    }
+
+    #[test]
+    fn a_balanced_layout_moves_nothing() {
+        for shards in 1..12 {
+            assert!(rebalance(&layout(shards), shards).is_empty());
+        }
+    }
+
+    #[test]
+    fn donors_give_their_highest_slots_as_ranges() {
+        assert_eq!(highest_slots(&[0..=4, 10..=12], 4), vec![4, 10, 11, 12]);
+        assert_eq!(to_ranges(&[4, 10, 11, 12]), vec![4..=4, 10..=12]);
+    }
+
+    proptest! {
+        /// From any shard count to any other, applying any prefix of the moves and re-planning
+        /// converges to the even split with every slot owned exactly once, moving exactly the
+        /// excess over the targets (no slot moves twice).
+        #[test]
+        fn rebalancing_converges_with_minimal_movement(
+            from in 1usize..9,
+            to in 1usize..9,
+            cuts in proptest::collection::vec(0usize..4, 1..20),
+        ) {
+            let mut owned = layout(from);
+            let targets = target_counts(to);
+            let excess: usize = counts(&owned)
+                .iter()
+                .map(|(s, c)| c.saturating_sub(targets.get(*s).copied().unwrap_or(0)))
+                .sum();
+            let mut moved = 0;
+            for round in 0.. {
+                prop_assert!(round < 50, "rebalancing does not converge");
+                let moves = rebalance(&owned, to);
+                if moves.is_empty() {
+                    break;
+                }
+                let n = cuts[round % cuts.len()].clamp(1, moves.len());
+                for m in moves.iter().take(n) {
+                    moved += m.slot_count();
+                    apply(&mut owned, m);
+                }
+                let all: Vec<SlotRange> = owned.values().flatten().cloned().collect();
+                prop_assert_eq!(count(&all), SLOT_COUNT as usize);
+                prop_assert_eq!(
+                    owned.values().map(|r| count(r)).sum::<usize>(),
+                    SLOT_COUNT as usize,
+                    "no slot owned twice"
+                );
+            }
+            prop_assert_eq!(moved, excess);
+            for (s, c) in counts(&owned) {
+                prop_assert_eq!(c, targets.get(s).copied().unwrap_or(0));
+            }
+        }
+    }
+}
