@@ -370,13 +370,12 @@ fn assert_scaled(sim: &Sim, shards: usize, replicas: usize) {
     assert_eq!(sim.nodes.len(), shards * (1 + replicas));
     sim.assert_all_slots_owned();
     let ids: BTreeSet<&NodeId> = sim.nodes.values().map(|n| &n.id).collect();
-    let targets = rebalance::target_counts(shards);
-    for shard in 0..shards {
+    for (shard, target) in rebalance::target_counts(shards).into_iter().enumerate() {
         let members: Vec<&SimNode> = sim.nodes.values().filter(|n| n.shard == shard).collect();
         let primaries: Vec<&&SimNode> = members.iter().filter(|n| n.primary.is_none()).collect();
         assert_eq!(primaries.len(), 1, "shard {shard} has one primary");
         let owned: usize = primaries[0].slots.iter().map(range_len).sum();
-        assert_eq!(owned, targets[shard], "shard {shard} holds its even share");
+        assert_eq!(owned, target, "shard {shard} holds its even share");
         for n in &members {
             assert!(
                 n.known.iter().all(|id| ids.contains(id)),
