@@ -12,3 +12,4 @@ pub mod harness;
 pub mod kubelet;
 pub mod state;
 pub mod valkey;
+pub mod workload;

@@ -723,7 +723,9 @@ pub struct SlotMigration {
     pub name: String,
     pub operation: MigrationOperation,
     pub slot_ranges: Vec<SlotRange>,
+    /// Empty when listed by a replica (it only knows the jobs it replicated).
     pub source_node: NodeId,
+    /// Empty when listed by a replica.
     pub target_node: NodeId,
     pub state: MigrationState,
     /// Valkey's explanation (set when a job failed or was cancelled).
@@ -768,8 +770,9 @@ pub fn parse_slot_migrations(reply: &Reply) -> Result<Vec<SlotMigration>, ParseE
                 name: required("name")?,
                 operation,
                 slot_ranges,
-                source_node: NodeId(required("source_node")?),
-                target_node: NodeId(required("target_node")?),
+                // Replicas list the jobs they replicated without the peers.
+                source_node: NodeId(text("source_node").unwrap_or_default()),
+                target_node: NodeId(text("target_node").unwrap_or_default()),
                 state,
                 message: text("message").unwrap_or_default(),
                 create_time: int("create_time"),

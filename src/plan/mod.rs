@@ -397,6 +397,23 @@ pub fn plan(topology: &Topology) -> Plan {
     }
     let view = |m: &Member| m.view.clone().expect("every member answered");
     let addr = |m: &Member| m.addr.clone().expect("members that answer have an address");
+    let slot_owners: BTreeSet<NodeId> = members
+        .iter()
+        .flat_map(|m| {
+            let v = view(m);
+            let own = (!v.slots.is_empty()).then_some(v.id.clone());
+            v.slot_owners.into_iter().chain(own)
+        })
+        .collect();
+
+    // 2b. Failures. A member whose Valkey lost its identity (its pod was lost and replaced:
+    //     new node id, no data) is retired, and a new member takes its place. A shard whose
+    //     primary is gone for good is taken over by its most up-to-date replica at once,
+    //     without waiting for Valkey's failure detection, or at all when too few primaries are
+    //     left to vote.
+    if let Some(plan) = failures(topology, &members, &slot_owners) {
+        return plan;
+    }
 
     // 3. Everybody knows everybody. Meet through a seed: one that holds slots if any (it is
     //    part of the established cluster), else the first by name.
@@ -442,14 +459,6 @@ pub fn plan(topology: &Topology) -> Plan {
     // 3b. Shards beyond spec.shards whose slots have all moved away retire (scale-in). A
     //     drained primary may have turned itself into a replica of the shard that took its
     //     last slots: its role does not matter, only that nobody sees it own a slot.
-    let slot_owners: BTreeSet<NodeId> = members
-        .iter()
-        .flat_map(|m| {
-            let v = view(m);
-            let own = (!v.slots.is_empty()).then_some(v.id.clone());
-            v.slot_owners.into_iter().chain(own)
-        })
-        .collect();
     let drained: Vec<&Member> = by_shard
         .iter()
         .filter(|(shard, list)| {
@@ -804,6 +813,95 @@ fn shard_leader<'a>(list: &[&'a Member], slot_owners: &BTreeSet<NodeId>) -> Opti
             })
             .min_by(|a, b| a.name.cmp(&b.name))
     })
+}
+
+/// Members that lost their identity, and shards whose primary is gone for good (every member,
+/// leaving ones included, answered with another id). `None` when nothing failed.
+fn failures(
+    topology: &Topology,
+    members: &[&Member],
+    slot_owners: &BTreeSet<NodeId>,
+) -> Option<Plan> {
+    if topology.members.iter().any(|m| m.view.is_none()) {
+        // Somebody does not answer: it may still be the primary in question.
+        return None;
+    }
+    let addr = |m: &Member| m.addr.clone().expect("members that answer have an address");
+    let live: BTreeSet<NodeId> = topology
+        .members
+        .iter()
+        .filter_map(|m| m.view.as_ref().map(|v| v.id.clone()))
+        .collect();
+    let lost: Vec<&Member> = members
+        .iter()
+        .copied()
+        .filter(|m| {
+            let v = m.view.as_ref().expect("answered");
+            m.node_id.as_ref().is_some_and(|id| *id != v.id) && v.slots.is_empty()
+        })
+        .collect();
+    let gone_owners: BTreeSet<&NodeId> = slot_owners
+        .iter()
+        .filter(|id| !live.contains(*id))
+        .collect();
+    let mut actions = Vec::new();
+    let mut notes = Vec::new();
+    let mut orphaned: BTreeSet<&NodeId> = BTreeSet::new();
+    for m in members {
+        let v = m.view.as_ref().expect("answered");
+        if let Some(p) = v.primary_id.as_ref().filter(|p| gone_owners.contains(p)) {
+            orphaned.insert(p);
+        }
+    }
+    for gone in orphaned {
+        // The most up-to-date replica of the gone primary takes over.
+        let Some(best) = members
+            .iter()
+            .copied()
+            .filter(|m| m.view.as_ref().and_then(|v| v.primary_id.as_ref()) == Some(gone))
+            .max_by(|a, b| {
+                let off = |m: &Member| m.view.as_ref().map_or(0, |v| v.repl_offset);
+                off(a).cmp(&off(b)).then_with(|| b.name.cmp(&a.name))
+            })
+        else {
+            continue;
+        };
+        // FORCE still needs a majority of the slot-owning primaries to vote; without one
+        // (e.g. a single-shard cluster) only TAKEOVER can promote the replica.
+        let voters = slot_owners.len();
+        let alive = slot_owners.iter().filter(|id| live.contains(*id)).count();
+        let mode = if alive * 2 > voters {
+            FailoverMode::Force
+        } else {
+            FailoverMode::Takeover
+        };
+        notes.push(format!(
+            "shard {}: its primary {} is gone; promoting {}",
+            best.shard,
+            short(gone),
+            best.name
+        ));
+        actions.push(Action::Failover {
+            member: addr(best),
+            shard: best.shard,
+            mode,
+        });
+    }
+    if !lost.is_empty() {
+        notes.push(format!(
+            "retiring {} (lost its data and node id; a new member replaces it)",
+            names(&lost)
+        ));
+        actions.push(Action::MarkLeaving {
+            names: lost.iter().map(|m| m.name.clone()).collect(),
+        });
+    }
+    (!actions.is_empty()).then(|| Plan::new(Phase::Degraded, actions, notes.join("; ")))
+}
+
+/// First 8 characters of a node id, the way people quote them.
+fn short(id: &NodeId) -> &str {
+    id.as_str().get(..8).unwrap_or(id.as_str())
 }
 
 /// Finishing slot moves already under way (every member answered).

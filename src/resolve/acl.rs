@@ -47,8 +47,23 @@ pub const OPERATOR_COMMANDS: &[&str] = &[
     "select",
 ];
 
-/// Commands a replica runs against its primary.
-pub const REPLICATION_COMMANDS: &[&str] = &["psync", "sync", "replconf", "ping", "auth"];
+/// Commands a replica runs against its primary, and that one member runs against another
+/// during atomic slot migration: the exporting member authenticates to the importing one as
+/// this user (`primaryuser`), sends `CLUSTER SYNCSLOTS`, then replays the slots' data and
+/// live writes as commands (`SELECT`, `MULTI`/`EXEC`, `RESTORE` and every write command), which
+/// the importing member checks against this user's permissions.
+pub const REPLICATION_COMMANDS: &[&str] = &[
+    "psync",
+    "sync",
+    "replconf",
+    "ping",
+    "auth",
+    "cluster|syncslots",
+    "select",
+    "multi",
+    "exec",
+    "@write",
+];
 
 /// Passwords of the operator's own users (held in a Secret the operator generates).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,7 +129,7 @@ fn render_acl_body(
     );
     let _ = writeln!(
         out,
-        "user {REPLICATION_ACL_USERNAME} on #{} -@all {}",
+        "user {REPLICATION_ACL_USERNAME} on #{} ~* &* -@all {}",
         sha256_hex(&credentials.replication_password),
         REPLICATION_COMMANDS
             .iter()
@@ -380,7 +395,9 @@ mod tests {
             .find(|l| l.starts_with("user _valkey-replication "))
             .unwrap();
         assert!(
-            rep.ends_with("-@all +psync +sync +replconf +ping +auth"),
+            rep.ends_with(
+                "~* &* -@all +psync +sync +replconf +ping +auth +cluster|syncslots +select +multi +exec +@write"
+            ),
             "{rep}"
         );
     }
@@ -517,7 +534,7 @@ mod tests {
     }
 
     #[test]
-    fn the_operator_reaches_every_key_and_replication_none() {
+    fn the_operator_and_the_replication_user_reach_every_key_but_replication_reads_none() {
         let file = render_acl_file(&[], &roles(), &creds());
         let op = file
             .lines()
@@ -528,7 +545,9 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("user _valkey-replication "))
             .unwrap();
-        assert!(!rep.contains('~') && !rep.contains('&'), "{rep}");
+        // Atomic slot migration replays writes on the importing member as this user.
+        assert!(rep.contains(" ~* &* -@all "), "{rep}");
+        assert!(!rep.contains("@read") && !rep.contains("+@all"), "{rep}");
         assert!(rep.contains(&format!("#{}", sha256_hex("rep"))));
     }
 

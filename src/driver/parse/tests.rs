@@ -407,6 +407,36 @@ fn slot_migrations_in_progress_failed_and_multi_range() {
     assert!(parse_slot_migrations(&bad).is_err());
 }
 
+#[test]
+fn slot_migrations_listed_by_a_replica_have_no_peers() {
+    // As a 9.0.0 replica prints the jobs it replicated (seen on the local cluster).
+    let t = |s: &str| Reply::Text(s.to_owned());
+    let r = Reply::Array(vec![Reply::Array(vec![
+        t("name"),
+        t("68e6cc91a91f611672a916e2618abef989f96432"),
+        t("operation"),
+        t("IMPORT"),
+        t("slot_ranges"),
+        t("8739-9830"),
+        t("create_time"),
+        Reply::Int(1795994585),
+        t("last_update_time"),
+        Reply::Int(1795994585),
+        t("last_ack_time"),
+        Reply::Int(1795994585),
+        t("state"),
+        t("success"),
+        t("message"),
+        t(""),
+        t("cow_size"),
+        Reply::Int(0),
+    ])]);
+    let jobs = parse_slot_migrations(&r).unwrap();
+    assert_eq!(jobs[0].slot_ranges, vec![8739..=9830]);
+    assert_eq!(jobs[0].source_node.as_str(), "");
+    assert_eq!(jobs[0].last_ack_time, 1795994585);
+}
+
 // ---- generic -----------------------------------------------------------------------------
 
 #[test]

@@ -1,0 +1,229 @@
+//! A product team's workload for the topology suites: menu objects (image, config, cluster)
+//! applied with server-side apply, and a continuous writer that records every acknowledged
+//! write and verifies them all at the end.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use fred::prelude::*;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::valkey::member_pods;
+use valkey_operator::api::{ValkeyCluster, ValkeyConfig, ValkeyImage};
+
+/// Password of the `app` user every workload cluster binds.
+pub const PASSWORD: &str = "e2e-rollout-password";
+
+pub async fn apply(client: &Client, api_path: &str, obj: serde_json::Value) -> anyhow::Result<()> {
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .context("name")?
+        .to_string();
+    match api_path {
+        "image" => {
+            Api::<ValkeyImage>::all(client.clone())
+                .patch(
+                    &name,
+                    &PatchParams::apply("e2e").force(),
+                    &Patch::Apply(&obj),
+                )
+                .await?;
+        }
+        "config" => {
+            Api::<ValkeyConfig>::all(client.clone())
+                .patch(
+                    &name,
+                    &PatchParams::apply("e2e").force(),
+                    &Patch::Apply(&obj),
+                )
+                .await?;
+        }
+        ns => {
+            Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+                .patch(
+                    &name,
+                    &PatchParams::apply("e2e").force(),
+                    &Patch::Apply(&obj),
+                )
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+pub fn image(name: &str, tag: &str) -> serde_json::Value {
+    json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyImage", "metadata": {"name": name},
+           "spec": {"repository": "valkey/valkey", "tag": tag, "version": tag}})
+}
+
+pub fn config(name: &str, image: &str) -> serde_json::Value {
+    json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyConfig", "metadata": {"name": name},
+           "spec": {"imageRef": image, "resources": {"cpu": "100m", "memory": "256Mi"},
+                    "valkey": {"repl-diskless-sync-delay": "0"}}})
+}
+
+pub fn cluster(
+    ns: &str,
+    name: &str,
+    config: &str,
+    shards: i32,
+    replicas: i32,
+) -> serde_json::Value {
+    json!({
+        "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"configRef": config, "shards": shards, "replicasPerShard": replicas,
+                 "acl": [{"username": "app", "passwordHashes": [hex::encode(Sha256::digest(PASSWORD))],
+                          "permissions": [{"roleRef": "cache-readwrite", "keys": [{"pattern": "*", "access": "readwrite"}]}]}]},
+    })
+}
+
+/// Writes `key:<n>` continuously through a cluster client, retrying each write until it is
+/// acknowledged; records acknowledged writes, failed attempts and the longest pause between
+/// two acknowledgements.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<anyhow::Result<WriterReport>>,
+}
+
+#[derive(Debug, Default)]
+pub struct WriterReport {
+    pub acknowledged: BTreeMap<String, String>,
+    pub failed_attempts: u64,
+    pub longest_pause: Duration,
+    /// Acknowledged writes that did not read back with their value.
+    pub lost: Vec<String>,
+}
+
+pub async fn cluster_client(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<fred::clients::Client> {
+    let hosts: Vec<Server> = member_pods(client, ns, name)
+        .await?
+        .iter()
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .map(|ip| Server::new(ip, 6379))
+        .collect();
+    let config = Config {
+        server: ServerConfig::Clustered {
+            hosts,
+            policy: Default::default(),
+        },
+        username: Some("app".into()),
+        password: Some(PASSWORD.into()),
+        ..Default::default()
+    };
+    let valkey = Builder::from_config(config)
+        .with_connection_config(|c| {
+            c.connection_timeout = Duration::from_secs(2);
+            c.max_redirections = 10;
+        })
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(2))
+        .set_policy(ReconnectPolicy::new_constant(0, 200))
+        .build()?;
+    valkey.init().await?;
+    Ok(valkey)
+}
+
+impl Writer {
+    pub async fn start(client: &Client, ns: &str, name: &str) -> anyhow::Result<Writer> {
+        let mut valkey = cluster_client(client, ns, name).await?;
+        let (client, ns, name) = (client.clone(), ns.to_string(), name.to_string());
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut report = WriterReport::default();
+            let mut last_ack = Instant::now();
+            let mut n = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                let (key, value) = (format!("key:{n}"), format!("value-{n}"));
+                let mut failures = 0;
+                loop {
+                    match valkey
+                        .set::<(), _, _>(&key, &value, None, None, false)
+                        .await
+                    {
+                        Ok(()) => break,
+                        Err(_) => {
+                            report.failed_attempts += 1;
+                            failures += 1;
+                            if last_ack.elapsed() > Duration::from_secs(120) {
+                                bail!("writes stalled for 2 minutes");
+                            }
+                            // What an application does through the client Service: find the
+                            // current members again (there is no cluster DNS here).
+                            if failures % 5 == 0
+                                && let Ok(fresh) = cluster_client(&client, &ns, &name).await
+                            {
+                                let _ = valkey.quit().await;
+                                valkey = fresh;
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+                report.longest_pause = report.longest_pause.max(last_ack.elapsed());
+                last_ack = Instant::now();
+                report.acknowledged.insert(key, value);
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Ok(report)
+        });
+        Ok(Writer { stop, task })
+    }
+
+    /// Stops writing and reads every acknowledged write back through a fresh client;
+    /// fails if any is lost.
+    pub async fn finish(
+        self,
+        client: &Client,
+        ns: &str,
+        name: &str,
+    ) -> anyhow::Result<WriterReport> {
+        let report = self.finish_counting_losses(client, ns, name).await?;
+        assert!(
+            report.lost.is_empty(),
+            "acknowledged writes lost: {:?}",
+            &report.lost[..report.lost.len().min(10)]
+        );
+        Ok(report)
+    }
+
+    /// Stops writing and reads every acknowledged write back, reporting what was lost (for
+    /// faults where Valkey's asynchronous replication may lose the last writes).
+    pub async fn finish_counting_losses(
+        self,
+        client: &Client,
+        ns: &str,
+        name: &str,
+    ) -> anyhow::Result<WriterReport> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut report = self.task.await??;
+        let valkey = cluster_client(client, ns, name).await?;
+        for (key, value) in &report.acknowledged {
+            let got: Option<String> = valkey.get(key).await?;
+            if got.as_deref() != Some(value.as_str()) {
+                report.lost.push(key.clone());
+            }
+        }
+        let _ = valkey.quit().await;
+        println!(
+            "writer: {} acknowledged writes, {} failed attempts, longest pause {:?}, {} lost",
+            report.acknowledged.len(),
+            report.failed_attempts,
+            report.longest_pause,
+            report.lost.len()
+        );
+        assert!(report.acknowledged.len() > 10, "the writer made progress");
+        Ok(report)
+    }
+}
