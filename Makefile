@@ -40,7 +40,7 @@ unit:
 ## e2e: end-to-end suites against the running local cluster (make up first)
 e2e:
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e \
-	  --test api_e2e --test kubelet --test provisioning --test webhook --test acl --test rollout --test scaling \
+	  --test api_e2e --test kubelet --test provisioning --test webhook --test acl --test rollout --test scaling --test failures \
 	  -- --test-threads=$(E2E_THREADS)
 	@# Node stops and pauses last: they disturb every pod on the stopped node.
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test kubelet_faults -- --test-threads=1

@@ -615,3 +615,112 @@ fn slots_of_a_failed_primary_are_never_given_to_its_empty_replacement() {
     );
     assert_eq!(p.phase, Phase::Degraded, "{}", p.message);
 }
+
+/// Shard 0's primary pod was lost and replaced: its member answers with a new, empty node id;
+/// the old id still owns the slots in everybody's view and the replica still follows it.
+fn primary_pod_replaced(shards: usize) -> Topology {
+    let mut sim = Sim::default();
+    form(&mut sim, shards, 1, |_| usize::MAX);
+    let mut t = sim.topology(shards, 1);
+    let reborn = t.members[0].view.as_mut().unwrap();
+    assert!(!reborn.slots.is_empty(), "c-0-0 is shard 0's primary");
+    reborn.id = NodeId("reborn".into());
+    reborn.slots.clear();
+    reborn.primary_id = None;
+    reborn.known = BTreeSet::from([NodeId("reborn".into())]);
+    t
+}
+
+#[test]
+fn a_member_that_lost_its_identity_is_replaced_and_its_replica_promoted_at_once() {
+    let t = primary_pod_replaced(3);
+    let replica = t.members[1].addr.clone().unwrap();
+    let p = plan(&t);
+    assert_eq!(p.phase, Phase::Degraded);
+    assert_eq!(
+        p.actions,
+        vec![
+            Action::Failover {
+                member: replica,
+                shard: 0,
+                mode: FailoverMode::Force
+            },
+            Action::MarkLeaving {
+                names: vec!["c-0-0".into()]
+            }
+        ],
+        "{}",
+        p.message
+    );
+    assert!(p.message.contains("promoting c-0-1"), "{}", p.message);
+}
+
+#[test]
+fn without_a_majority_of_primaries_the_replica_takes_over() {
+    let t = primary_pod_replaced(1);
+    let p = plan(&t);
+    assert!(
+        p.actions.iter().any(|a| matches!(
+            a,
+            Action::Failover {
+                mode: FailoverMode::Takeover,
+                ..
+            }
+        )),
+        "{:?}",
+        p.actions
+    );
+}
+
+#[test]
+fn nothing_is_forced_while_a_member_does_not_answer() {
+    // A paused primary (SIGSTOP) is not gone: Valkey's own failure detection decides.
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    let mut t = sim.topology(3, 1);
+    t.members[0].view = None;
+    let p = plan(&t);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.phase, Phase::Degraded);
+}
+
+#[test]
+fn the_most_up_to_date_replica_is_promoted() {
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 2, |_| usize::MAX);
+    let mut t = sim.topology(3, 2);
+    let old = t.members[0].view.clone().unwrap().id;
+    let reborn = t.members[0].view.as_mut().unwrap();
+    reborn.id = NodeId("reborn".into());
+    reborn.slots.clear();
+    for (i, m) in t
+        .members
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, m)| m.shard == 0)
+    {
+        let v = m.view.as_mut().unwrap();
+        if v.primary_id.as_ref() == Some(&old) {
+            v.repl_offset = 100 + i as i64 * (if m.name == "c-0-1" { 10 } else { 1 });
+        }
+    }
+    let best = t
+        .members
+        .iter()
+        .filter(|m| m.view.as_ref().unwrap().primary_id.as_ref() == Some(&old))
+        .max_by_key(|m| m.view.as_ref().unwrap().repl_offset)
+        .unwrap()
+        .addr
+        .clone()
+        .unwrap();
+    let p = plan(&t);
+    assert!(
+        p.actions.contains(&Action::Failover {
+            member: best,
+            shard: 0,
+            mode: FailoverMode::Force
+        }),
+        "{:?}",
+        p.actions
+    );
+}

@@ -257,7 +257,16 @@ async fn act(
             ctx.metrics.action("failover");
             ctx.metrics.failovers.inc();
             info!(cluster = %key, member = %member, shard, ?mode, "CLUSTER FAILOVER");
-            driver.failover(member, *mode).await?;
+            match driver.failover(member, *mode).await {
+                Ok(()) => {}
+                // A forced promotion races Valkey's own failover: whichever wins, the shard
+                // gets a primary; the next round re-plans from what Valkey then reports.
+                Err(e) if *mode != FailoverMode::Default => {
+                    warn!(cluster = %key, member = %member, "forced failover failed, will re-plan: {e}");
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
             let how = match mode {
                 FailoverMode::Default => "coordinated failover to the in-sync replica",
                 FailoverMode::Force => {
