@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use valkey_operator::api::constants::{LABEL_CLUSTER, OPERATOR_ACL_USERNAME};
@@ -68,4 +69,21 @@ pub async fn operator_driver(
         username: OPERATOR_ACL_USERNAME.into(),
         password,
     })))
+}
+
+/// SIGKILLs the operator's process in every operator pod (the kubelet restarts it at once).
+pub async fn kill_operator(client: &Client) -> anyhow::Result<()> {
+    let pods = Api::<Pod>::namespaced(client.clone(), "valkey-operator-system")
+        .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+        .await?;
+    for p in pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        if let Ok(r) = crate::faults::PodRef::find("valkey-operator-system", &p.name_any()) {
+            let _ = r.kill("operator");
+        }
+    }
+    Ok(())
 }

@@ -16,9 +16,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
-use valkey_e2e::valkey::{member_pods, operator_driver, wait_state};
+use valkey_e2e::valkey::{kill_operator, member_pods, operator_driver, wait_state};
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
 use valkey_operator::driver::{ClusterDriver, MemberAddr};
 
@@ -473,28 +472,12 @@ async fn operator_killed_during_provisioning_finishes_without_duplicates_or_orph
 -> anyhow::Result<()> {
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-crash").await?;
-    let operator_pods: Api<Pod> = Api::namespaced(client.clone(), "valkey-operator-system");
-    let kill_operator = || async {
-        let pods = operator_pods
-            .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
-            .await?;
-        for p in pods
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-        {
-            if let Ok(r) = PodRef::find("valkey-operator-system", &p.name_any()) {
-                let _ = r.kill("operator");
-            }
-        }
-        anyhow::Ok(())
-    };
     create_cluster(&client, &ns.name, "crashy", "standard", 2, 1).await?;
     // Kill the operator at several points of provisioning (creating members, meeting,
     // assigning slots, replicating); the kubelet restarts it each time.
     for delay_ms in [300u64, 1500, 2500, 4000] {
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-        kill_operator().await?;
+        kill_operator(&client).await?;
     }
     wait_state(
         &client,

@@ -10,7 +10,7 @@ use anyhow::bail;
 use kube::{Api, ResourceExt};
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
-use valkey_e2e::valkey::{member_pods, wait_state};
+use valkey_e2e::valkey::{kill_operator, member_pods, wait_state};
 use valkey_e2e::workload::{Writer, apply, cluster, config, image};
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage};
 
@@ -214,6 +214,99 @@ async fn replicas_scale_1_2_0_1_without_losing_a_write() -> anyhow::Result<()> {
     }
     writer.finish(&client, &ns.name, "reps").await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// Switching `configRef` to a config with other resources replaces every member, and the
+/// operator killed twice in the middle of that rollout picks it up where it was.
+#[tokio::test]
+async fn switching_config_ref_replaces_members_even_with_the_operator_killed_mid_rollout()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-cfgref").await?;
+    let s = random_suffix(4);
+    let (img, standard, large) = (
+        format!("e2e-{s}-img"),
+        format!("e2e-{s}-standard"),
+        format!("e2e-{s}-large"),
+    );
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    apply(&client, "config", config(&standard, &img)).await?;
+    let mut bigger = config(&large, &img);
+    bigger["spec"]["resources"] = serde_json::json!({"cpu": "200m", "memory": "512Mi"});
+    apply(&client, "config", bigger).await?;
+    apply(&client, &ns.name, cluster(&ns.name, "cfg", &standard, 2, 1)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "cfg",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let before: Vec<String> = member_pods(&client, &ns.name, "cfg")
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+
+    let writer = Writer::start(&client, &ns.name, "cfg").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    apply(&client, &ns.name, cluster(&ns.name, "cfg", &large, 2, 1)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "cfg",
+        ClusterState::Updating,
+        Duration::from_secs(60),
+    )
+    .await?;
+    for pause in [2, 5] {
+        tokio::time::sleep(Duration::from_secs(pause)).await;
+        kill_operator(&client).await?;
+        println!(
+            "killed the operator {:?} into the rollout",
+            started.elapsed()
+        );
+    }
+    wait_state(
+        &client,
+        &ns.name,
+        "cfg",
+        ClusterState::Active,
+        Duration::from_secs(400),
+    )
+    .await?;
+    println!(
+        "configRef switch on 2 shards x 1 replica took {:?}",
+        started.elapsed()
+    );
+    writer.finish(&client, &ns.name, "cfg").await?;
+
+    let pods = member_pods(&client, &ns.name, "cfg").await?;
+    let live: Vec<_> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert_eq!(live.len(), 4);
+    for p in &live {
+        assert!(
+            !before.contains(&p.name_any()),
+            "{} was not replaced",
+            p.name_any()
+        );
+        let limits = p.spec.as_ref().unwrap().containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.clone())
+            .unwrap_or_default();
+        assert_eq!(limits.get("memory").map(|q| q.0.as_str()), Some("512Mi"));
+        assert_eq!(limits.get("cpu").map(|q| q.0.as_str()), Some("200m"));
+    }
+    delete_cluster_scoped::<ValkeyConfig>(&client, &standard).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &large).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())
 }

@@ -14,7 +14,7 @@ use futures::future::try_join_all;
 use kube::Client;
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
-use valkey_e2e::valkey::{member_pods, operator_driver, wait_state};
+use valkey_e2e::valkey::{kill_operator, member_pods, operator_driver, wait_state};
 use valkey_e2e::workload::{Writer, apply, cluster, cluster_client, config, image};
 use valkey_operator::api::{ClusterState, ValkeyConfig, ValkeyImage};
 use valkey_operator::driver::slots::{SLOT_COUNT, count_slots};
@@ -231,6 +231,82 @@ async fn three_to_five_to_three_shards_with_100k_keys_loses_nothing() -> anyhow:
     let _ = valkey.quit().await;
     assert_eq!(missing, 0, "preloaded keys lost");
 
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// Key-by-key moves (the fallback for servers without atomic slot migration, chosen here with
+/// the `valkey.gomomento.com/slot-migration: keys` annotation) with the operator killed three
+/// times while slots are moving: the interrupted slot moves are resumed, none is left open,
+/// nothing is lost.
+#[tokio::test]
+async fn operator_killed_mid_migration_resumes_without_loss() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-scale-kill").await?;
+    let s = random_suffix(4);
+    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-cfg"));
+    apply(&client, "image", image(&img, "9.1.2")).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    let keyed = |shards: i32| {
+        let mut c = cluster(&ns.name, "scale", &cfg, shards, 1);
+        c["metadata"]["annotations"] =
+            serde_json::json!({"valkey.gomomento.com/slot-migration": "keys"});
+        c
+    };
+    apply(&client, &ns.name, keyed(2)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "scale",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let driver = operator_driver(&client, &ns.name, "scale").await?;
+    let valkey = cluster_client(&client, &ns.name, "scale").await?;
+    preload(&valkey).await?;
+    let _ = valkey.quit().await;
+
+    let writer = Writer::start(&client, &ns.name, "scale").await?;
+    let started = Instant::now();
+    apply(&client, &ns.name, keyed(3)).await?;
+    let api: kube::Api<valkey_operator::api::ValkeyCluster> =
+        kube::Api::namespaced(client.clone(), &ns.name);
+    let mut kills = 0;
+    while kills < 3 && started.elapsed() < Duration::from_secs(240) {
+        let status = api.get("scale").await?.status.unwrap_or_default();
+        let message = status.message.unwrap_or_default();
+        if message.contains("slot(s) left to move") || message.contains("interrupted") {
+            kill_operator(&client).await?;
+            kills += 1;
+            println!("killed the operator while: {message}");
+            tokio::time::sleep(Duration::from_secs(4)).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert!(kills > 0, "the operator was killed while slots were moving");
+    let c = wait_state(
+        &client,
+        &ns.name,
+        "scale",
+        ClusterState::Active,
+        Duration::from_secs(600),
+    )
+    .await?;
+    println!(
+        "key-by-key scale-out 2 -> 3 with {kills} operator kills took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(c.status.unwrap().nodes.len(), 6);
+    let owned = assert_settled(&driver, &member_addrs(&client, &ns.name, "scale").await?).await?;
+    assert_eq!(owned.len(), 3);
+    assert!(owned[2] - owned[0] <= 1, "even split: {owned:?}");
+    writer.finish(&client, &ns.name, "scale").await?;
+    let valkey = cluster_client(&client, &ns.name, "scale").await?;
+    assert_eq!(verify_preloaded(&valkey).await?, 0, "preloaded keys lost");
+    let _ = valkey.quit().await;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())

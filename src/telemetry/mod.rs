@@ -49,6 +49,8 @@ pub struct Metrics {
     pub failovers: Counter,
     pub slot_migrations: Counter,
     pub rollouts_in_progress: Gauge,
+    /// Clusters with a rolling replacement under way (the gauge is its size).
+    rolling_out: std::sync::Mutex<std::collections::BTreeSet<String>>,
     pub ready: AtomicBool,
 }
 
@@ -98,7 +100,7 @@ impl Metrics {
         let slot_migrations = Counter::default();
         registry.register(
             "slot_migrations",
-            "Slot migrations started",
+            "Slots the operator started moving between shards",
             slot_migrations.clone(),
         );
         let rollouts_in_progress = Gauge::default();
@@ -117,6 +119,7 @@ impl Metrics {
             failovers,
             slot_migrations,
             rollouts_in_progress,
+            rolling_out: Default::default(),
             ready: AtomicBool::new(false),
         }
     }
@@ -141,6 +144,17 @@ impl Metrics {
                 error: error.to_string(),
             })
             .inc();
+    }
+
+    /// Records whether a cluster is rolling out (some member runs an outdated spec).
+    pub fn rollout(&self, cluster: &str, in_progress: bool) {
+        let mut set = self.rolling_out.lock().unwrap_or_else(|e| e.into_inner());
+        if in_progress {
+            set.insert(cluster.to_owned());
+        } else {
+            set.remove(cluster);
+        }
+        self.rollouts_in_progress.set(set.len() as i64);
     }
 
     pub fn action(&self, action: &str) {

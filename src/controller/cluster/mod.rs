@@ -70,6 +70,7 @@ pub async fn reconcile(
     if cluster.meta().deletion_timestamp.is_some() {
         // Owner references remove everything the cluster created.
         ctx.forget_driver(&object_key(cluster.as_ref())).await;
+        ctx.metrics.rollout(&object_key(cluster.as_ref()), false);
         return Ok(Requeue::await_change());
     }
     if !ctx.metrics.ready.load(std::sync::atomic::Ordering::Relaxed) {
@@ -133,6 +134,10 @@ pub async fn reconcile(
 
     // Plan the next step and act on it.
     let plan = plan::plan(&topology);
+    ctx.metrics.rollout(
+        &object_key(cluster.as_ref()),
+        topology.members.iter().any(|m| !m.current),
+    );
     let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), &namespace);
     for action in &plan.actions {
         act(
