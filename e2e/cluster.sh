@@ -318,6 +318,12 @@ operator_up() {
   wait_for "the admission webhook to serve" 60 webhook_serving
   sed "s|CA_BUNDLE_PLACEHOLDER|$(base64 -w0 < "$PKI/ca.crt")|" "$REPO/webhooks/validating.yaml" \
     | $KUBECTL apply --server-side --force-conflicts -f - >/dev/null
+  # The conversion webhook of the multi-version CRDs trusts the same CA.
+  local crd
+  for crd in valkeyclusters valkeyconfigs; do
+    $KUBECTL patch crd "$crd.valkey.gomomento.com" --type=json -p \
+      "[{\"op\":\"add\",\"path\":\"/spec/conversion/webhook/clientConfig/caBundle\",\"value\":\"$(base64 -w0 < "$PKI/ca.crt")\"}]" >/dev/null
+  done
   log "admission webhooks registered"
 }
 

@@ -137,6 +137,7 @@ fn run(namespace: String, admin_addr: std::net::SocketAddr, webhook: WebhookArgs
                 client: client.clone(),
                 timeout: std::time::Duration::from_secs(3),
             }),
+            metrics: metrics.clone(),
         });
         let webhook_server = tokio::spawn(async move {
             if let Err(e) = valkey_operator::webhook::serve(webhook_settings, webhook_state).await {

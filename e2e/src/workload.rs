@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use fred::prelude::*;
+use futures::future::try_join_all;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -16,6 +17,9 @@ use sha2::{Digest, Sha256};
 
 use crate::valkey::member_pods;
 use valkey_operator::api::{ValkeyCluster, ValkeyConfig, ValkeyImage};
+
+/// Keys [`preload`] writes.
+pub const PRELOADED: usize = 100_000;
 
 /// Password of the `app` user every workload cluster binds.
 pub const PASSWORD: &str = "e2e-rollout-password";
@@ -226,4 +230,34 @@ impl Writer {
         assert!(report.acknowledged.len() > 10, "the writer made progress");
         Ok(report)
     }
+}
+
+/// Writes `pre:<i>` = `v<i>` for i in 0..PRELOADED through a cluster client.
+pub async fn preload(valkey: &fred::clients::Client) -> anyhow::Result<()> {
+    for chunk in (0..PRELOADED).collect::<Vec<_>>().chunks(2000) {
+        try_join_all(chunk.iter().map(|i| {
+            valkey.set::<(), _, _>(format!("pre:{i}"), format!("v{i}"), None, None, false)
+        }))
+        .await?;
+    }
+    Ok(())
+}
+
+/// How many preloaded keys do not read back with their value.
+pub async fn verify_preloaded(valkey: &fred::clients::Client) -> anyhow::Result<usize> {
+    let mut missing = 0;
+    for chunk in (0..PRELOADED).collect::<Vec<_>>().chunks(2000) {
+        let got: Vec<Option<String>> = try_join_all(
+            chunk
+                .iter()
+                .map(|i| valkey.get::<Option<String>, _>(format!("pre:{i}"))),
+        )
+        .await?;
+        missing += chunk
+            .iter()
+            .zip(got)
+            .filter(|(i, v)| v.as_deref() != Some(format!("v{i}").as_str()))
+            .count();
+    }
+    Ok(missing)
 }

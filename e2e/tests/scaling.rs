@@ -10,17 +10,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use fred::prelude::*;
-use futures::future::try_join_all;
 use kube::Client;
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
 use valkey_e2e::valkey::{kill_operator, member_pods, operator_driver, wait_state};
-use valkey_e2e::workload::{Writer, apply, cluster, cluster_client, config, image};
+use valkey_e2e::workload::{
+    PRELOADED, Writer, apply, cluster, cluster_client, config, image, preload, verify_preloaded,
+};
 use valkey_operator::api::{ClusterState, ValkeyConfig, ValkeyImage};
 use valkey_operator::driver::slots::{SLOT_COUNT, count_slots};
 use valkey_operator::driver::{ClusterDriver, FredDriver, MemberAddr, MigrationState};
-
-const PRELOADED: usize = 100_000;
 
 async fn member_addrs(client: &Client, ns: &str, name: &str) -> anyhow::Result<Vec<MemberAddr>> {
     Ok(member_pods(client, ns, name)
@@ -104,34 +103,6 @@ async fn assert_settled(driver: &FredDriver, addrs: &[MemberAddr]) -> anyhow::Re
     }
     owned.sort_unstable();
     Ok(owned)
-}
-
-async fn preload(valkey: &fred::clients::Client) -> anyhow::Result<()> {
-    for chunk in (0..PRELOADED).collect::<Vec<_>>().chunks(2000) {
-        try_join_all(chunk.iter().map(|i| {
-            valkey.set::<(), _, _>(format!("pre:{i}"), format!("v{i}"), None, None, false)
-        }))
-        .await?;
-    }
-    Ok(())
-}
-
-async fn verify_preloaded(valkey: &fred::clients::Client) -> anyhow::Result<usize> {
-    let mut missing = 0;
-    for chunk in (0..PRELOADED).collect::<Vec<_>>().chunks(2000) {
-        let got: Vec<Option<String>> = try_join_all(
-            chunk
-                .iter()
-                .map(|i| valkey.get::<Option<String>, _>(format!("pre:{i}"))),
-        )
-        .await?;
-        missing += chunk
-            .iter()
-            .zip(got)
-            .filter(|(i, v)| v.as_deref() != Some(format!("v{i}").as_str()))
-            .count();
-    }
-    Ok(missing)
 }
 
 async fn scale_to(

@@ -458,3 +458,86 @@ async fn a_role_naming_an_unknown_command_is_denied_with_a_suggestion() -> anyho
     assert!(out.ok, "{}", out.stderr);
     Ok(())
 }
+
+/// v1beta1 is served next to v1alpha1 through the operator's /convert: objects written in
+/// one version read back identically in the other and back, and lists come out converted.
+#[tokio::test]
+async fn v1beta1_objects_convert_both_ways_through_the_webhook() -> anyhow::Result<()> {
+    let client = client().await?;
+    webhook_serving().await?;
+    let ns = TestNamespace::create(&client, "e2e-convert").await?;
+    let cfg = format!("e2e-{}-beta", random_suffix(4));
+    // A config written as v1beta1 (`settings`) reads back as v1alpha1 (`valkey`).
+    let beta_config = json!({"apiVersion": "valkey.gomomento.com/v1beta1", "kind": "ValkeyConfig",
+        "metadata": {"name": cfg},
+        "spec": {"baseRef": "standard", "settings": {"maxmemory-policy": "allkeys-lfu"}}});
+    let out = kubectl_input(&["apply", "-f", "-"], &beta_config.to_string())?;
+    assert!(out.ok, "{}", out.stderr);
+    let alpha: serde_json::Value = serde_json::from_str(&kubectl_run(&[
+        "get",
+        "valkeyconfigs.v1alpha1.valkey.gomomento.com",
+        &cfg,
+        "-o",
+        "json",
+    ])?)?;
+    assert_eq!(
+        alpha["spec"]["valkey"],
+        json!({"maxmemory-policy": "allkeys-lfu"})
+    );
+    assert!(alpha["spec"].get("settings").is_none());
+
+    // A cluster written as v1beta1 (`topology`) reads back as v1alpha1 and again as v1beta1.
+    let beta_cluster = json!({"apiVersion": "valkey.gomomento.com/v1beta1", "kind": "ValkeyCluster",
+        "metadata": {"name": "beta", "namespace": ns.name},
+        "spec": {"configRef": cfg, "topology": {"shards": 1, "replicasPerShard": 0},
+                 "podAnnotations": {"team": "payments"}}});
+    let out = kubectl_input(&["apply", "-f", "-"], &beta_cluster.to_string())?;
+    assert!(out.ok, "{}", out.stderr);
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let stored = api.get("beta").await?;
+    assert_eq!((stored.spec.shards, stored.spec.replicas_per_shard), (1, 0));
+    assert_eq!(stored.spec.config_ref, cfg);
+    let as_beta: serde_json::Value = serde_json::from_str(&kubectl_run(&[
+        "get",
+        "valkeyclusters.v1beta1.valkey.gomomento.com",
+        "beta",
+        "-n",
+        &ns.name,
+        "-o",
+        "json",
+    ])?)?;
+    assert_eq!(as_beta["apiVersion"], "valkey.gomomento.com/v1beta1");
+    assert_eq!(
+        as_beta["spec"], beta_cluster["spec"],
+        "v1beta1 -> v1alpha1 -> v1beta1 is lossless"
+    );
+    // The object is served and run like any other: the operator reconciles it.
+    wait_active(&client, &ns.name, "beta").await?;
+    let listed = kubectl_run(&["get", "valkeyclusters.v1beta1.valkey.gomomento.com", "-A"])?;
+    assert!(listed.contains("beta"), "{listed}");
+    let status: serde_json::Value = serde_json::from_str(&kubectl_run(&[
+        "get",
+        "valkeyclusters.v1beta1.valkey.gomomento.com",
+        "beta",
+        "-n",
+        &ns.name,
+        "-o",
+        "json",
+    ])?)?;
+    assert_eq!(status["status"]["state"], "Active", "status converts too");
+    // And an object written as v1alpha1 reads back identically through v1beta1 and back.
+    let alpha_spec = serde_json::to_value(&api.get("beta").await?.spec)?;
+    let again: serde_json::Value = serde_json::from_str(&kubectl_run(&[
+        "get",
+        "valkeyclusters.v1alpha1.valkey.gomomento.com",
+        "beta",
+        "-n",
+        &ns.name,
+        "-o",
+        "json",
+    ])?)?;
+    assert_eq!(again["spec"], alpha_spec);
+    api.delete("beta", &Default::default()).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    Ok(())
+}

@@ -70,9 +70,9 @@ pub struct ValkeyConfigSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "super::validation::settings_map_schema")]
     #[x_kube(
-        validation = setting_keys_rule(),
-        validation = forced_settings_rule(),
-        validation = setting_values_rule()
+        validation = setting_keys_rule("valkey"),
+        validation = forced_settings_rule("valkey"),
+        validation = setting_values_rule("valkey")
     )]
     pub valkey: BTreeMap<String, String>,
 

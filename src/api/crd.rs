@@ -3,25 +3,58 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps,
+    CustomResourceConversion, CustomResourceDefinition, JSONSchemaProps, ServiceReference,
+    WebhookClientConfig, WebhookConversion,
 };
 use kube::CustomResourceExt;
+use kube::core::crd::merge_crds;
 
-use super::constants::MAX_CLUSTER_NAME_LEN;
-use super::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
+use super::constants::{MAX_CLUSTER_NAME_LEN, VERSION};
+use super::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole, v1beta1};
+
+/// Where the API server sends ConversionReviews: the operator's webhook Service.
+pub const CONVERSION_SERVICE_NAMESPACE: &str = "valkey-operator-system";
+pub const CONVERSION_SERVICE_NAME: &str = "valkey-operator-webhook";
+pub const CONVERSION_PATH: &str = "/convert";
 
 /// Every CRD of the API group, in install order (menu first, then consumers).
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![
         ValkeyImage::crd(),
-        ValkeyConfig::crd(),
+        converted(vec![ValkeyConfig::crd(), v1beta1::ValkeyConfig::crd()]),
         ValkeyRole::crd(),
-        with_max_name_len(ValkeyCluster::crd(), MAX_CLUSTER_NAME_LEN),
+        with_max_name_len(
+            converted(vec![ValkeyCluster::crd(), v1beta1::ValkeyCluster::crd()]),
+            MAX_CLUSTER_NAME_LEN,
+        ),
         ValkeyNode::crd(),
     ]
     .into_iter()
     .map(unwrap_descriptions)
     .collect()
+}
+
+/// One CRD serving several versions (v1alpha1 stored), converted by the operator's webhook.
+/// The CA bundle is filled in at install time (cert-manager's CA injector, or the local
+/// cluster's launcher).
+fn converted(versions: Vec<CustomResourceDefinition>) -> CustomResourceDefinition {
+    let mut crd = merge_crds(versions, VERSION).expect("the versions of a kind merge");
+    crd.spec.conversion = Some(CustomResourceConversion {
+        strategy: "Webhook".into(),
+        webhook: Some(WebhookConversion {
+            conversion_review_versions: vec!["v1".into()],
+            client_config: Some(WebhookClientConfig {
+                service: Some(ServiceReference {
+                    namespace: CONVERSION_SERVICE_NAMESPACE.into(),
+                    name: CONVERSION_SERVICE_NAME.into(),
+                    path: Some(CONVERSION_PATH.into()),
+                    port: Some(443),
+                }),
+                ..Default::default()
+            }),
+        }),
+    });
+    crd
 }
 
 /// Doc comments are wrapped at 100 columns in the source; `kubectl explain` re-wraps text

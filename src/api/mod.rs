@@ -14,6 +14,7 @@ pub mod image;
 pub mod node;
 pub mod placement;
 pub mod role;
+pub mod v1beta1;
 pub mod validation;
 
 pub use acl::{AclBinding, AclPermission, ChannelPermission, KeyAccess, KeyPermission};

@@ -217,11 +217,12 @@ fn forced_cel(var: &str) -> String {
     parts.join(" || ")
 }
 
-/// `ValkeyConfig.spec.valkey` may not set settings the operator forces.
-pub fn forced_settings_rule() -> Rule {
+/// The settings map of a ValkeyConfig (`spec.valkey`, `spec.settings` in v1beta1) may not
+/// set settings the operator forces; `field` names it in the message.
+pub fn forced_settings_rule(field: &str) -> Rule {
     Rule::new(format!("!self.exists(k, {})", forced_cel("k")))
         .msg_expr(format!(
-            "'valkey must not set operator-forced settings (cluster mode, ports, paths, \
+            "'{field} must not set operator-forced settings (cluster mode, ports, paths, \
              replication identity, tls-*); remove: ' + self.filter(k, {})[0]",
             forced_cel("k")
         ))
@@ -236,18 +237,19 @@ pub fn forced_keys_in<'a>(keys: impl IntoIterator<Item = &'a String>) -> Vec<&'a
         .collect()
 }
 
-/// Setting names in `ValkeyConfig.spec.valkey` must be lowercase names.
-pub fn setting_keys_rule() -> Rule {
+/// Setting names in a ValkeyConfig's settings map (`field`) must be lowercase names.
+pub fn setting_keys_rule(field: &str) -> Rule {
     Rule::new(format!("self.all(k, {})", SETTING_KEY.cel("k"))).msg(format!(
-        "every key of valkey must be {}",
+        "every key of {field} must be {}",
         SETTING_KEY.describe
     ))
 }
 
 /// Setting values must be single-line.
-pub fn setting_values_rule() -> Rule {
-    Rule::new("self.all(k, !self[k].matches('[[:cntrl:]]'))")
-        .message("values in valkey must be single-line strings without control characters (no newlines or tabs)")
+pub fn setting_values_rule(field: &str) -> Rule {
+    Rule::new("self.all(k, !self[k].matches('[[:cntrl:]]'))").msg(format!(
+        "values in {field} must be single-line strings without control characters (no newlines or tabs)"
+    ))
 }
 
 /// Is a setting value acceptable (single line, no control characters)?

@@ -34,6 +34,11 @@ pub struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabel {
+    pub path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabel {
     pub action: String,
 }
@@ -49,6 +54,7 @@ pub struct Metrics {
     pub failovers: Counter,
     pub slot_migrations: Counter,
     pub rollouts_in_progress: Gauge,
+    pub webhook_duration: Family<PathLabel, Histogram>,
     /// Clusters with a rolling replacement under way (the gauge is its size).
     rolling_out: std::sync::Mutex<std::collections::BTreeSet<String>>,
     pub ready: AtomicBool,
@@ -109,8 +115,17 @@ impl Metrics {
             "Rolling replacements in progress",
             rollouts_in_progress.clone(),
         );
+        let webhook_duration = Family::<PathLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+        });
+        registry.register(
+            "webhook_request_duration_seconds",
+            "Admission and conversion request handling time, per webhook",
+            webhook_duration.clone(),
+        );
         Metrics {
             registry,
+            webhook_duration,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -155,6 +170,15 @@ impl Metrics {
             set.remove(cluster);
         }
         self.rollouts_in_progress.set(set.len() as i64);
+    }
+
+    /// Records how long one webhook request took to handle.
+    pub fn webhook_latency(&self, path: &str, took: std::time::Duration) {
+        self.webhook_duration
+            .get_or_create(&PathLabel {
+                path: path.to_owned(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     pub fn action(&self, action: &str) {

@@ -10,6 +10,7 @@
 //!   gets a 4xx, never a crash.
 
 pub mod admission;
+pub mod conversion;
 pub mod memory;
 pub mod tls;
 
@@ -25,6 +26,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
@@ -56,6 +58,8 @@ pub struct WebhookSettings {
 pub struct WebhookState {
     pub node_policy: NodePolicy,
     pub menu: Arc<dyn MenuSource>,
+    /// Request durations go to `valkey_operator_webhook_request_duration_seconds`.
+    pub metrics: Arc<crate::telemetry::Metrics>,
 }
 
 /// The HTTP surface.
@@ -65,9 +69,46 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .route("/validate/valkeycluster", post(validate_cluster))
         .route("/validate/valkeyconfig", post(validate_config))
         .route("/validate/valkeyrole", post(validate_role))
+        .route(crate::api::crd::CONVERSION_PATH, post(convert))
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// `/convert`: a ConversionReview in, every object converted (or the first failure) out.
+async fn convert(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let review: ConversionReview = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return bad_request(
+                StatusCode::BAD_REQUEST,
+                format!("body is not an apiextensions.k8s.io/v1 ConversionReview: {e}"),
+            );
+        }
+    };
+    let Ok(request) = ConversionRequest::from_review(review) else {
+        return bad_request(
+            StatusCode::BAD_REQUEST,
+            "ConversionReview has no request".to_string(),
+        );
+    };
+    let desired = request.desired_api_version.clone();
+    let converted: Result<Vec<_>, String> = request
+        .objects
+        .iter()
+        .map(|o| conversion::convert(o, &desired))
+        .collect();
+    let response = ConversionResponse::for_request(request);
+    let response = match converted {
+        Ok(objects) => response.success(objects),
+        Err(e) => {
+            info!(desired = %desired, "conversion refused: {e}");
+            response.failure(kube::core::Status::failure(&e, "Invalid"))
+        }
+    };
+    state.metrics.webhook_latency("convert", started.elapsed());
+    axum::Json(response.into_review()).into_response()
 }
 
 /// A 4xx with a plain-text reason.
@@ -95,7 +136,13 @@ where
     })
 }
 
-fn respond(kind: &'static str, started: Instant, response: AdmissionResponse) -> Response {
+fn respond(
+    metrics: &crate::telemetry::Metrics,
+    kind: &'static str,
+    started: Instant,
+    response: AdmissionResponse,
+) -> Response {
+    metrics.webhook_latency(kind, started.elapsed());
     let allowed = response.allowed;
     let warnings = response.warnings.as_ref().map_or(0, Vec::len);
     tracing::debug!(
@@ -115,6 +162,7 @@ async fn validate_node(State(state): State<Arc<WebhookState>>, body: Bytes) -> R
     let started = Instant::now();
     match parse_review::<ValkeyNode>(&body) {
         Ok(req) => respond(
+            &state.metrics,
             "ValkeyNode",
             started,
             admission::node::validate(&req, &state.node_policy),
@@ -129,6 +177,7 @@ async fn validate_cluster(State(state): State<Arc<WebhookState>>, body: Bytes) -
         Ok(req) => {
             let menu = state.menu.snapshot().await;
             respond(
+                &state.metrics,
                 "ValkeyCluster",
                 started,
                 admission::cluster::validate(&req, &menu),
@@ -144,6 +193,7 @@ async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) ->
         Ok(req) => {
             let menu = state.menu.snapshot().await;
             respond(
+                &state.metrics,
                 "ValkeyConfig",
                 started,
                 admission::config::validate(&req, &menu),
@@ -153,10 +203,15 @@ async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) ->
     }
 }
 
-async fn validate_role(body: Bytes) -> Response {
+async fn validate_role(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let started = Instant::now();
     match parse_review::<ValkeyRole>(&body) {
-        Ok(req) => respond("ValkeyRole", started, admission::role::validate(&req)),
+        Ok(req) => respond(
+            &state.metrics,
+            "ValkeyRole",
+            started,
+            admission::role::validate(&req),
+        ),
         Err(r) => r,
     }
 }
@@ -211,6 +266,7 @@ mod tests {
                 "system:serviceaccount:valkey-operator-system:valkey-operator",
             ),
             menu: Arc::new(FixedMenu(Ok(Default::default()))),
+            metrics: Arc::new(crate::telemetry::Metrics::new()),
         }))
     }
 
@@ -326,6 +382,7 @@ mod tests {
         let state = Arc::new(WebhookState {
             node_policy: NodePolicy::new("op"),
             menu: Arc::new(FixedMenu(Ok(Default::default()))),
+            metrics: Arc::new(crate::telemetry::Metrics::new()),
         });
         let server = tokio::spawn(serve(settings.clone(), state));
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -1,8 +1,15 @@
-//! `make bench`: time-to-Active of a 3-shard x 1-replica ValkeyCluster on the running local
-//! cluster, next to the formation floor measured in the same run (6 fresh valkey-servers
-//! formed with driver calls alone), and their ratio. Prints figures; asserts nothing.
+//! `make bench`, on the running local cluster (`make up`). Prints figures; asserts nothing.
 //!
-//! Usage: vk-bench [--runs N]   (the local cluster must be up: `make up`)
+//! * Formation: time-to-Active of a 3-shard x 1-replica ValkeyCluster next to the formation
+//!   floor measured in the same run (6 fresh valkey-servers formed with driver calls alone),
+//!   and their ratio.
+//! * Shard scale-out 3 -> 5 with 100,000 keys: atomic slot migration against key-by-key
+//!   MIGRATE (the `valkey.gomomento.com/slot-migration: keys` annotation), same data, same
+//!   run; slots and keys per second and the ratio.
+//! * Rolling replacement (9.0.0 -> 9.1.2 by repointing a ValkeyImage) of 3 x 1: duration per
+//!   shard.
+//!
+//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout]
 
 use std::time::{Duration, Instant};
 
@@ -10,8 +17,11 @@ use anyhow::{Context as _, bail};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
-use valkey_e2e::harness::{TestNamespace, client, wait_for};
+use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
+use valkey_e2e::valkey::wait_state;
+use valkey_e2e::workload::{PRELOADED, apply, cluster, cluster_client, config, image, preload};
 use valkey_operator::api::{ClusterState, ValkeyCluster};
+use valkey_operator::api::{ValkeyConfig, ValkeyImage};
 use valkey_operator::driver::testing::{LocalServers, ValkeyBuild, form_cluster};
 use valkey_operator::driver::{DriverConfig, FredDriver};
 
@@ -66,6 +76,93 @@ async fn time_to_active(client: &Client) -> anyhow::Result<Duration> {
     Ok(started.elapsed())
 }
 
+/// Seconds from `spec.shards: 5` to Active for a 3 x 1 cluster holding PRELOADED keys.
+async fn scale_out_seconds(client: &Client, keys_by_key: bool) -> anyhow::Result<f64> {
+    let ns = TestNamespace::create(client, "bench-scale").await?;
+    let s = random_suffix(4);
+    let (img, cfg) = (format!("bench-{s}-img"), format!("bench-{s}-cfg"));
+    apply(client, "image", image(&img, "9.1.2")).await?;
+    apply(client, "config", config(&cfg, &img)).await?;
+    let shaped = |shards: i32| {
+        let mut c = cluster(&ns.name, "scale", &cfg, shards, 1);
+        if keys_by_key {
+            c["metadata"]["annotations"] = json!({"valkey.gomomento.com/slot-migration": "keys"});
+        }
+        c
+    };
+    apply(client, &ns.name, shaped(3)).await?;
+    wait_state(
+        client,
+        &ns.name,
+        "scale",
+        ClusterState::Active,
+        Duration::from_secs(300),
+    )
+    .await?;
+    let valkey = cluster_client(client, &ns.name, "scale").await?;
+    preload(&valkey).await?;
+    let _ = fred::prelude::ClientLike::quit(&valkey).await;
+    let started = Instant::now();
+    apply(client, &ns.name, shaped(5)).await?;
+    wait_state(
+        client,
+        &ns.name,
+        "scale",
+        ClusterState::Active,
+        Duration::from_secs(1200),
+    )
+    .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    delete_cluster_scoped::<ValkeyConfig>(client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(client, &img).await?;
+    Ok(seconds)
+}
+
+/// Seconds from repointing the image to Active for a 3 x 1 cluster.
+async fn rollout_seconds(client: &Client) -> anyhow::Result<f64> {
+    let ns = TestNamespace::create(client, "bench-roll").await?;
+    let s = random_suffix(4);
+    let (img, cfg) = (format!("bench-{s}-img"), format!("bench-{s}-cfg"));
+    apply(client, "image", image(&img, "9.0.0")).await?;
+    apply(client, "config", config(&cfg, &img)).await?;
+    apply(
+        client,
+        &ns.name,
+        cluster(&ns.name, "roll", &cfg, SHARDS as i32, 1),
+    )
+    .await?;
+    wait_state(
+        client,
+        &ns.name,
+        "roll",
+        ClusterState::Active,
+        Duration::from_secs(300),
+    )
+    .await?;
+    let started = Instant::now();
+    apply(client, "image", image(&img, "9.1.2")).await?;
+    wait_state(
+        client,
+        &ns.name,
+        "roll",
+        ClusterState::Updating,
+        Duration::from_secs(60),
+    )
+    .await?;
+    wait_state(
+        client,
+        &ns.name,
+        "roll",
+        ClusterState::Active,
+        Duration::from_secs(900),
+    )
+    .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    delete_cluster_scoped::<ValkeyConfig>(client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(client, &img).await?;
+    Ok(seconds)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -75,29 +172,58 @@ fn median(mut v: Vec<f64>) -> f64 {
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let mut runs = 3usize;
+    let mut only: Option<String> = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--runs" => runs = args.next().context("--runs needs a value")?.parse()?,
-            other => bail!("unknown argument {other:?}; usage: vk-bench [--runs N]"),
+            "--only" => only = Some(args.next().context("--only needs a value")?),
+            other => bail!(
+                "unknown argument {other:?}; usage: vk-bench [--runs N] [--only formation|scaling|rollout]"
+            ),
         }
     }
+    let wanted = |what: &str| only.as_deref().is_none_or(|o| o == what);
     let client = client().await?;
-    let mut floors = Vec::new();
-    let mut actives = Vec::new();
-    for run in 1..=runs {
-        let floor = formation_floor().await?.as_secs_f64();
-        let active = time_to_active(&client).await?.as_secs_f64();
+    if wanted("formation") {
+        let mut floors = Vec::new();
+        let mut actives = Vec::new();
+        for run in 1..=runs {
+            let floor = formation_floor().await?.as_secs_f64();
+            let active = time_to_active(&client).await?.as_secs_f64();
+            println!(
+                "run={run} formation_floor_seconds={floor:.2} operator_time_to_active_seconds={active:.2} ratio={:.2}",
+                active / floor
+            );
+            floors.push(floor);
+            actives.push(active);
+        }
+        let (floor, active) = (median(floors), median(actives));
         println!(
-            "run={run} formation_floor_seconds={floor:.2} operator_time_to_active_seconds={active:.2} ratio={:.2}",
+            "median: formation_floor_seconds={floor:.2} operator_time_to_active_seconds={active:.2} ratio={:.2} (3 shards x 1 replica, valkey 9.0.0, {runs} runs)",
             active / floor
         );
-        floors.push(floor);
-        actives.push(active);
     }
-    let (floor, active) = (median(floors), median(actives));
-    println!(
-        "median: formation_floor_seconds={floor:.2} operator_time_to_active_seconds={active:.2} ratio={:.2} (3 shards x 1 replica, valkey 9.0.0, {runs} runs)",
-        active / floor
-    );
+    if wanted("scaling") {
+        // 3 -> 5 shards moves 6553 of 16384 slots, and about that share of the keys.
+        let slots = 6553.0;
+        let keys = PRELOADED as f64 * slots / 16384.0;
+        let atomic = scale_out_seconds(&client, false).await?;
+        let by_key = scale_out_seconds(&client, true).await?;
+        println!(
+            "scale_out_3_to_5 keys={PRELOADED} atomic_seconds={atomic:.2} ({:.0} slots/s, {:.0} keys/s) migrate_seconds={by_key:.2} ({:.0} slots/s, {:.0} keys/s) atomic_speedup={:.2}",
+            slots / atomic,
+            keys / atomic,
+            slots / by_key,
+            keys / by_key,
+            by_key / atomic
+        );
+    }
+    if wanted("rollout") {
+        let seconds = rollout_seconds(&client).await?;
+        println!(
+            "rollout 9.0.0 -> 9.1.2 of {SHARDS} shards x 1 replica: total_seconds={seconds:.2} per_shard_seconds={:.2}",
+            seconds / SHARDS as f64
+        );
+    }
     Ok(())
 }
