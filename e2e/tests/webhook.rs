@@ -541,3 +541,41 @@ async fn v1beta1_objects_convert_both_ways_through_the_webhook() -> anyhow::Resu
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     Ok(())
 }
+
+/// A setting the resolved image's Valkey version does not know is accepted (the platform team
+/// may be preparing an upgrade) and kubectl prints the warning with a suggestion; a known one
+/// gets no warning.
+#[tokio::test]
+async fn a_setting_unknown_to_the_image_version_is_warned() -> anyhow::Result<()> {
+    webhook_serving().await?;
+    apply_menu()?;
+    let name = format!("e2e-{}-typo", random_suffix(4));
+    let typo = config_json(
+        &name,
+        json!({"baseRef": "standard", "valkey": {"maxmemory-polcy": "allkeys-lru"}}),
+    );
+    let out = kubectl_input(&["apply", "-f", "-"], &typo)?;
+    assert!(out.ok, "accepted: {}", out.stderr);
+    assert!(
+        out.stderr.contains("Warning:")
+            && out
+                .stderr
+                .contains("\"maxmemory-polcy\" is not known to Valkey 9.0.0")
+            && out.stderr.contains("maxmemory-policy"),
+        "kubectl prints the warning: {}",
+        out.stderr
+    );
+    let fine = config_json(
+        &name,
+        json!({"baseRef": "standard", "valkey": {"maxmemory-policy": "allkeys-lru"}}),
+    );
+    let out = kubectl_input(&["apply", "-f", "-"], &fine)?;
+    assert!(
+        out.ok && !out.stderr.contains("not known"),
+        "{}",
+        out.stderr
+    );
+    let client = client().await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &name).await?;
+    Ok(())
+}

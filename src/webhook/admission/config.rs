@@ -143,7 +143,10 @@ pub fn validate(req: &AdmissionRequest<ValkeyConfig>, menu: &Menu) -> AdmissionR
     };
 
     match resolve_config(&catalog, &name) {
-        Ok(_) => {}
+        Ok(resolved) => warnings.extend(super::settings::unknown_settings(
+            &resolved.image.version,
+            config.spec.valkey.keys(),
+        )),
         Err(ResolveError::Cycle { chain }) if chain.last() == Some(&name) => {
             let e = ResolveError::Cycle { chain };
             return deny(

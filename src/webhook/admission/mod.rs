@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod config;
 pub mod node;
 pub mod role;
+pub mod settings;
 
 use futures::future::BoxFuture;
 use kube::api::{Api, ListParams};
