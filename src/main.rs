@@ -133,10 +133,10 @@ fn run(namespace: String, admin_addr: std::net::SocketAddr, webhook: WebhookArgs
             node_policy: valkey_operator::webhook::admission::node::NodePolicy::new(
                 webhook_settings.operator_username.clone(),
             ),
-            menu: std::sync::Arc::new(valkey_operator::webhook::admission::ApiMenu {
-                client: client.clone(),
-                timeout: std::time::Duration::from_secs(3),
-            }),
+            menu: std::sync::Arc::new(valkey_operator::webhook::admission::WatchedMenu::start(
+                client.clone(),
+                std::time::Duration::from_secs(3),
+            )),
             metrics: metrics.clone(),
         });
         let webhook_server = tokio::spawn(async move {

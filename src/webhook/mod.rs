@@ -191,7 +191,7 @@ async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) ->
     let started = Instant::now();
     match parse_review::<ValkeyConfig>(&body) {
         Ok(req) => {
-            let menu = state.menu.snapshot().await;
+            let menu = state.menu.fresh_snapshot().await;
             respond(
                 &state.metrics,
                 "ValkeyConfig",

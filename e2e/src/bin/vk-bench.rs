@@ -9,7 +9,12 @@
 //! * Rolling replacement (9.0.0 -> 9.1.2 by repointing a ValkeyImage) of 3 x 1: duration per
 //!   shard.
 //!
-//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout]
+//! * Webhook: p50/p99 latency of admission reviews sent straight to the operator's webhook
+//!   over HTTPS at a steady 200 requests/s (open loop: a request leaves every 5 ms whatever
+//!   the previous ones do), for a ValkeyRole review (pure) and a ValkeyCluster review (reads
+//!   the menu from the API server).
+//!
+//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|webhook]
 
 use std::time::{Duration, Instant};
 
@@ -163,6 +168,109 @@ async fn rollout_seconds(client: &Client) -> anyhow::Result<f64> {
     Ok(seconds)
 }
 
+/// Latencies (seconds) of `count` reviews of `fixture` sent at `rate` per second.
+async fn webhook_load(
+    client: &Client,
+    fixture: &str,
+    rate: u32,
+    count: usize,
+) -> anyhow::Result<(Vec<f64>, usize)> {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+    const SERVICE: &str = "valkey-operator-webhook.valkey-operator-system.svc";
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "valkey-operator-system");
+    let ip = slices
+        .list(
+            &kube::api::ListParams::default()
+                .labels("kubernetes.io/service-name=valkey-operator-webhook"),
+        )
+        .await?
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter())
+        .flat_map(|e| e.addresses.iter())
+        .next()
+        .cloned()
+        .context("the webhook Service has no endpoint: is the operator running? (make up)")?;
+    let ca = std::fs::read(valkey_e2e::state::lc_dir().join("pki/ca.crt"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile_certs(&ca)? {
+        roots.add(cert)?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(
+            rustls::pki_types::ServerName::try_from(SERVICE)?,
+        ))
+        .enable_http1()
+        .wrap_connector(http);
+    let https_client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(https);
+    let path = format!(
+        "{}/../webhooks/fixtures/{fixture}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let body = Bytes::from(std::fs::read(&path).with_context(|| path.clone())?);
+    let route = if fixture.starts_with("valkeyrole") {
+        "/validate/valkeyrole"
+    } else {
+        "/validate/valkeycluster"
+    };
+    let uri: hyper::Uri = format!("https://{ip}:9443{route}").parse()?;
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = Vec::with_capacity(count);
+    for _ in 0..count {
+        ticker.tick().await;
+        let (c, uri, body) = (https_client.clone(), uri.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let request = hyper::Request::post(uri)
+                .header("content-type", "application/json")
+                .body(Full::new(body))
+                .expect("request");
+            let started = Instant::now();
+            let response = c.request(request).await.ok()?;
+            let ok = response.status().is_success();
+            let _ = response.into_body().collect().await.ok()?;
+            ok.then(|| started.elapsed().as_secs_f64())
+        }));
+    }
+    let mut latencies = Vec::with_capacity(count);
+    let mut failed = 0;
+    for t in tasks {
+        match t.await? {
+            Some(l) => latencies.push(l),
+            None => failed += 1,
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok((latencies, failed))
+}
+
+/// The certificates of a PEM bundle.
+fn rustls_pemfile_certs(
+    pem: &[u8],
+) -> anyhow::Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    use rustls::pki_types::pem::PemObject;
+    Ok(rustls::pki_types::CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -178,7 +286,7 @@ async fn main() -> anyhow::Result<()> {
             "--runs" => runs = args.next().context("--runs needs a value")?.parse()?,
             "--only" => only = Some(args.next().context("--only needs a value")?),
             other => bail!(
-                "unknown argument {other:?}; usage: vk-bench [--runs N] [--only formation|scaling|rollout]"
+                "unknown argument {other:?}; usage: vk-bench [--runs N] [--only formation|scaling|rollout|webhook]"
             ),
         }
     }
@@ -217,6 +325,20 @@ async fn main() -> anyhow::Result<()> {
             keys / by_key,
             by_key / atomic
         );
+    }
+    if wanted("webhook") {
+        for fixture in ["valkeyrole-create.json", "valkeycluster-create.json"] {
+            // Warm up (TLS handshakes, menu caches), then 30 s at 200 requests/s.
+            webhook_load(&client, fixture, 200, 200).await?;
+            let (l, failed) = webhook_load(&client, fixture, 200, 6000).await?;
+            println!(
+                "webhook {fixture} at 200 req/s: requests={} failed={failed} p50_ms={:.2} p99_ms={:.2} max_ms={:.2}",
+                l.len() + failed,
+                percentile(&l, 0.50) * 1e3,
+                percentile(&l, 0.99) * 1e3,
+                l.last().copied().unwrap_or_default() * 1e3
+            );
+        }
     }
     if wanted("rollout") {
         let seconds = rollout_seconds(&client).await?;

@@ -48,7 +48,13 @@ pub type Menu = Result<MapCatalog, String>;
 
 /// Where the webhook reads the menu from.
 pub trait MenuSource: Send + Sync {
+    /// The menu, possibly from a cache a few milliseconds behind the API server (advisory
+    /// checks: ValkeyCluster warnings).
     fn snapshot(&self) -> BoxFuture<'_, Menu>;
+    /// The menu as the API server has it now (checks that deny: ValkeyConfig cycles).
+    fn fresh_snapshot(&self) -> BoxFuture<'_, Menu> {
+        self.snapshot()
+    }
 }
 
 /// The menu from the API server: three cluster-scoped lists, bounded in time.
@@ -79,6 +85,99 @@ impl MenuSource for ApiMenu {
                 roles: roles.into_iter().map(|r| (r.name_any(), r.spec)).collect(),
             })
         })
+    }
+}
+
+/// The menu from watch caches (one reflector per kind), so a review costs no API call: what
+/// matters at 200 reviews/s, where listing three kinds per review would load the API server
+/// (see `make bench`). Until every cache has listed once, reviews fall back to [`ApiMenu`].
+pub struct WatchedMenu {
+    configs: kube::runtime::reflector::Store<ValkeyConfig>,
+    images: kube::runtime::reflector::Store<ValkeyImage>,
+    roles: kube::runtime::reflector::Store<ValkeyRole>,
+    ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    fallback: ApiMenu,
+}
+
+impl WatchedMenu {
+    /// Starts the three watches (background tasks for the life of the process).
+    pub fn start(client: Client, timeout: std::time::Duration) -> WatchedMenu {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, reflector, watcher};
+        fn watch<K>(client: &Client) -> reflector::Store<K>
+        where
+            K: Resource<DynamicType = ()>
+                + Clone
+                + std::fmt::Debug
+                + serde::de::DeserializeOwned
+                + Send
+                + Sync
+                + 'static,
+        {
+            let (store, writer) = reflector::store();
+            let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .for_each(|_| futures::future::ready(()));
+            tokio::spawn(stream);
+            store
+        }
+        let (configs, images, roles) = (watch(&client), watch(&client), watch(&client));
+        let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (c, i, r, flag) = (
+            configs.clone(),
+            images.clone(),
+            roles.clone(),
+            ready.clone(),
+        );
+        tokio::spawn(async move {
+            if c.wait_until_ready().await.is_ok()
+                && i.wait_until_ready().await.is_ok()
+                && r.wait_until_ready().await.is_ok()
+            {
+                flag.store(true, std::sync::atomic::Ordering::Release);
+            }
+        });
+        WatchedMenu {
+            configs,
+            images,
+            roles,
+            ready,
+            fallback: ApiMenu { client, timeout },
+        }
+    }
+}
+
+impl MenuSource for WatchedMenu {
+    fn fresh_snapshot(&self) -> BoxFuture<'_, Menu> {
+        self.fallback.snapshot()
+    }
+
+    fn snapshot(&self) -> BoxFuture<'_, Menu> {
+        if !self.ready.load(std::sync::atomic::Ordering::Acquire) {
+            return self.fallback.snapshot();
+        }
+        let catalog = MapCatalog {
+            configs: self
+                .configs
+                .state()
+                .iter()
+                .map(|c| (c.name_any(), c.spec.clone()))
+                .collect(),
+            images: self
+                .images
+                .state()
+                .iter()
+                .map(|i| (i.name_any(), i.spec.clone()))
+                .collect(),
+            roles: self
+                .roles
+                .state()
+                .iter()
+                .map(|r| (r.name_any(), r.spec.clone()))
+                .collect(),
+        };
+        Box::pin(async move { Ok(catalog) })
     }
 }
 
