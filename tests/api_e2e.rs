@@ -301,7 +301,21 @@ fn valkey_nodes_are_listed_in_the_valkey_category() {
 #[test]
 fn explain_prints_the_field_documentation() {
     setup();
-    let out = must(&["explain", "valkeycluster.spec.shards"], None);
+    // kubectl prefers the highest served version (v1beta1); each version documents its own
+    // shape.
+    let out = must(
+        &[
+            "explain",
+            "valkeycluster.spec.shards",
+            "--api-version=valkey.gomomento.com/v1alpha1",
+        ],
+        None,
+    );
+    assert!(
+        out.contains("Number of shards (primaries), 1 to 500"),
+        "{out}"
+    );
+    let out = must(&["explain", "valkeycluster.spec.topology.shards"], None);
     assert!(
         out.contains("Number of shards (primaries), 1 to 500"),
         "{out}"

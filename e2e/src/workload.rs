@@ -103,6 +103,10 @@ pub struct WriterReport {
     pub longest_pause: Duration,
     /// Acknowledged writes that did not read back with their value.
     pub lost: Vec<String>,
+    /// Per shard, as the slots were split when writing started ("slots a-b on primary
+    /// host:port"): the longest any single write there took to be acknowledged, retries
+    /// included.
+    pub longest_write_per_primary: Vec<(String, Duration)>,
 }
 
 pub async fn cluster_client(
@@ -145,11 +149,33 @@ impl Writer {
         let stop2 = stop.clone();
         let task = tokio::spawn(async move {
             let mut report = WriterReport::default();
+            // Shards as the client routes them now: who is primary of which slots.
+            let shards: Vec<(u16, u16, String)> = valkey
+                .cached_cluster_state()
+                .map(|routing| {
+                    routing
+                        .slots()
+                        .iter()
+                        .map(|r| {
+                            (
+                                r.start,
+                                r.end,
+                                format!("{}:{}", r.primary.host, r.primary.port),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            report.longest_write_per_primary = shards
+                .iter()
+                .map(|(a, b, p)| (format!("slots {a}-{b} on primary {p}"), Duration::ZERO))
+                .collect();
             let mut last_ack = Instant::now();
             let mut n = 0u64;
             while !stop2.load(Ordering::Relaxed) {
                 let (key, value) = (format!("key:{n}"), format!("value-{n}"));
                 let mut failures = 0;
+                let begun = Instant::now();
                 loop {
                     match valkey
                         .set::<(), _, _>(&key, &value, None, None, false)
@@ -176,6 +202,14 @@ impl Writer {
                 }
                 report.longest_pause = report.longest_pause.max(last_ack.elapsed());
                 last_ack = Instant::now();
+                let slot = fred::util::redis_keyslot(key.as_bytes());
+                if let Some(i) = shards
+                    .iter()
+                    .position(|(a, b, _)| (*a..=*b).contains(&slot))
+                {
+                    let longest = &mut report.longest_write_per_primary[i].1;
+                    *longest = (*longest).max(begun.elapsed());
+                }
                 report.acknowledged.insert(key, value);
                 n += 1;
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -221,11 +255,17 @@ impl Writer {
         }
         let _ = valkey.quit().await;
         println!(
-            "writer: {} acknowledged writes, {} failed attempts, longest pause {:?}, {} lost",
+            "writer: {} acknowledged writes, {} failed attempts, longest pause {:?}, {} lost; longest write per primary: {}",
             report.acknowledged.len(),
             report.failed_attempts,
             report.longest_pause,
-            report.lost.len()
+            report.lost.len(),
+            report
+                .longest_write_per_primary
+                .iter()
+                .map(|(p, d)| format!("{p}: {d:?}"))
+                .collect::<Vec<_>>()
+                .join("; ")
         );
         assert!(report.acknowledged.len() > 10, "the writer made progress");
         Ok(report)

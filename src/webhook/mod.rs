@@ -360,6 +360,67 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND);
     }
 
+    #[tokio::test]
+    async fn a_conversion_review_converts_every_object_in_order_and_keeps_the_uid() {
+        let (status, body) = post("/convert", fixture("conversionreview-valkeycluster.json")).await;
+        assert_eq!(status, StatusCode::OK);
+        let review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(review["kind"], "ConversionReview");
+        let response = &review["response"];
+        assert_eq!(response["uid"], "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b");
+        assert_eq!(response["result"]["status"], "Success");
+        let objects = response["convertedObjects"].as_array().unwrap();
+        assert_eq!(objects.len(), 2);
+        assert_eq!(objects[0]["apiVersion"], "valkey.gomomento.com/v1beta1");
+        assert_eq!(
+            objects[0]["spec"]["topology"],
+            serde_json::json!({"shards": 3, "replicasPerShard": 1})
+        );
+        assert_eq!(objects[0]["status"]["state"], "Active");
+        assert_eq!(
+            objects[0]["metadata"]["uid"],
+            "5d1c8d2e-0b7a-4f0e-9c39-5a2b3c4d5e6f"
+        );
+        assert_eq!(objects[1]["spec"]["settings"]["maxmemory"], "1500mb");
+    }
+
+    #[tokio::test]
+    async fn an_object_that_cannot_be_converted_fails_the_review_with_a_reason() {
+        let mut review: serde_json::Value =
+            serde_json::from_slice(&fixture("conversionreview-valkeycluster.json")).unwrap();
+        review["request"]["desiredAPIVersion"] = "valkey.gomomento.com/v2".into();
+        let (status, body) = post("/convert", serde_json::to_vec(&review).unwrap()).await;
+        assert_eq!(status, StatusCode::OK);
+        let review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(review["response"]["result"]["status"], "Failure");
+        assert!(
+            review["response"]["result"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("v2"),
+            "{review}"
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_conversion_bodies_get_a_4xx() {
+        let full = fixture("conversionreview-valkeycluster.json");
+        let mut no_request: serde_json::Value = serde_json::from_slice(&full).unwrap();
+        no_request.as_object_mut().unwrap().remove("request");
+        for (what, body) in [
+            ("empty", vec![]),
+            ("garbage", b"\x00 not json".to_vec()),
+            ("truncated", full[..full.len() / 2].to_vec()),
+            ("an admission review", fixture("valkeynode-create.json")),
+            ("no request", serde_json::to_vec(&no_request).unwrap()),
+        ] {
+            let (status, _) = post("/convert", body).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{what}");
+        }
+        let (status, _) = post("/convert", vec![b' '; MAX_BODY_BYTES + 1]).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "oversized");
+    }
+
     /// Without certificate files the server does not serve and does not fail; once the files
     /// appear it serves them.
     #[tokio::test]
@@ -418,13 +479,17 @@ mod tests {
             bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4096),
             cut in 0usize..4096,
             flip in 0usize..4096,
-            path in proptest::sample::select(vec!["/validate/valkeynode", "/validate/valkeycluster", "/validate/valkeyconfig", "/validate/valkeyrole"]),
+            path in proptest::sample::select(vec!["/validate/valkeynode", "/validate/valkeycluster", "/validate/valkeyconfig", "/validate/valkeyrole", "/convert"]),
         ) {
             let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
             rt.block_on(async {
                 let (status, _) = post(path, bytes).await;
                 proptest::prop_assert!(status.is_client_error(), "random bytes: {status}");
-                let mut real = fixture("valkeyconfig-create.json");
+                let mut real = fixture(if path == "/convert" {
+                    "conversionreview-valkeycluster.json"
+                } else {
+                    "valkeyconfig-create.json"
+                });
                 let at = flip % real.len();
                 real[at] = real[at].wrapping_add(1);
                 real.truncate(cut.max(1) % real.len().max(1));
