@@ -303,9 +303,13 @@ pub fn plan(topology: &Topology) -> Plan {
         let done = (0..topology.shards)
             .filter(|s| shard_members(*s).iter().all(|m| m.current))
             .count();
+        // Members still on the old spec, against the members a finished rollout will have.
+        let stale = members.iter().filter(|m| !m.current).count();
+        let wanted = topology.shards * per_shard;
         format!(
-            "rolling out shard {shard} ({done} of {} shards done)",
-            topology.shards
+            "rolling out shard {shard} ({done} of {} shards done, {} of {wanted} members on the new spec)",
+            topology.shards,
+            wanted.saturating_sub(stale)
         )
     };
 

@@ -724,3 +724,28 @@ fn the_most_up_to_date_replica_is_promoted() {
         p.actions
     );
 }
+
+#[test]
+fn rollout_progress_counts_shards_and_members() {
+    let mut sim = Sim::default();
+    form(&mut sim, 2, 1, |_| usize::MAX);
+    sim.generation += 1;
+    // Run until the first shard is done and the second is rolling.
+    for _ in 0..200 {
+        let p = plan(&sim.topology(2, 1));
+        if p.message.contains("rolling out shard 1") {
+            assert!(p.message.contains("1 of 2 shards done"), "{}", p.message);
+            assert!(
+                p.message.contains("2 of 4 members on the new spec"),
+                "{}",
+                p.message
+            );
+            return;
+        }
+        for a in &p.actions {
+            sim.apply(a);
+        }
+        sim.gossip();
+    }
+    panic!("the rollout never reached shard 1");
+}
