@@ -301,3 +301,34 @@ pub async fn verify_preloaded(valkey: &fred::clients::Client) -> anyhow::Result<
     }
     Ok(missing)
 }
+
+/// A ValkeyImage and a ValkeyConfig running it, with names of their own, published for one
+/// test or benchmark run.
+pub struct Menu {
+    pub image: String,
+    pub config: String,
+}
+
+impl Menu {
+    /// Publishes `<prefix>-<random>-img` (valkey `tag`) and `<prefix>-<random>-cfg`.
+    pub async fn publish(client: &Client, prefix: &str, tag: &str) -> anyhow::Result<Menu> {
+        let s = crate::harness::random_suffix(4);
+        let menu = Menu {
+            image: format!("{prefix}-{s}-img"),
+            config: format!("{prefix}-{s}-cfg"),
+        };
+        apply(client, "image", image(&menu.image, tag)).await?;
+        apply(client, "config", config(&menu.config, &menu.image)).await?;
+        Ok(menu)
+    }
+
+    /// Repoints the image to another valkey `tag` (every cluster using it rolls).
+    pub async fn repoint(&self, client: &Client, tag: &str) -> anyhow::Result<()> {
+        apply(client, "image", image(&self.image, tag)).await
+    }
+
+    pub async fn remove(self, client: &Client) -> anyhow::Result<()> {
+        crate::harness::delete_cluster_scoped::<ValkeyConfig>(client, &self.config).await?;
+        crate::harness::delete_cluster_scoped::<ValkeyImage>(client, &self.image).await
+    }
+}

@@ -12,12 +12,12 @@ use anyhow::bail;
 use fred::prelude::*;
 use kube::Client;
 
-use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
+use valkey_e2e::harness::{TestNamespace, client, wait_for};
 use valkey_e2e::valkey::{kill_operator, member_pods, operator_driver, wait_state};
 use valkey_e2e::workload::{
-    PRELOADED, Writer, apply, cluster, cluster_client, config, image, preload, verify_preloaded,
+    Menu, PRELOADED, Writer, apply, cluster, cluster_client, preload, verify_preloaded,
 };
-use valkey_operator::api::{ClusterState, ValkeyConfig, ValkeyImage};
+use valkey_operator::api::ClusterState;
 use valkey_operator::driver::slots::{SLOT_COUNT, count_slots};
 use valkey_operator::driver::{ClusterDriver, FredDriver, MemberAddr, MigrationState};
 
@@ -158,10 +158,8 @@ async fn scale_to(
 async fn three_to_five_to_three_shards_with_100k_keys_loses_nothing() -> anyhow::Result<()> {
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-scale").await?;
-    let s = random_suffix(4);
-    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-cfg"));
-    apply(&client, "image", image(&img, "9.0.0")).await?;
-    apply(&client, "config", config(&cfg, &img)).await?;
+    let menu = Menu::publish(&client, "e2e", "9.0.0").await?;
+    let cfg = menu.config.clone();
     apply(&client, &ns.name, cluster(&ns.name, "scale", &cfg, 3, 1)).await?;
     wait_state(
         &client,
@@ -202,8 +200,7 @@ async fn three_to_five_to_three_shards_with_100k_keys_loses_nothing() -> anyhow:
     let _ = valkey.quit().await;
     assert_eq!(missing, 0, "preloaded keys lost");
 
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    menu.remove(&client).await?;
     Ok(())
 }
 
@@ -215,10 +212,8 @@ async fn three_to_five_to_three_shards_with_100k_keys_loses_nothing() -> anyhow:
 async fn operator_killed_mid_migration_resumes_without_loss() -> anyhow::Result<()> {
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-scale-kill").await?;
-    let s = random_suffix(4);
-    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-cfg"));
-    apply(&client, "image", image(&img, "9.1.2")).await?;
-    apply(&client, "config", config(&cfg, &img)).await?;
+    let menu = Menu::publish(&client, "e2e", "9.1.2").await?;
+    let cfg = menu.config.clone();
     let keyed = |shards: i32| {
         let mut c = cluster(&ns.name, "scale", &cfg, shards, 1);
         c["metadata"]["annotations"] =
@@ -278,7 +273,6 @@ async fn operator_killed_mid_migration_resumes_without_loss() -> anyhow::Result<
     let valkey = cluster_client(&client, &ns.name, "scale").await?;
     assert_eq!(verify_preloaded(&valkey).await?, 0, "preloaded keys lost");
     let _ = valkey.quit().await;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    menu.remove(&client).await?;
     Ok(())
 }

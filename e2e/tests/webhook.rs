@@ -459,6 +459,15 @@ async fn a_role_naming_an_unknown_command_is_denied_with_a_suggestion() -> anyho
     Ok(())
 }
 
+/// `kubectl get <resource> <name> [-n ns] -o json`, parsed.
+fn get_json(resource: &str, name: &str, ns: Option<&str>) -> anyhow::Result<serde_json::Value> {
+    let mut args = vec!["get", resource, name, "-o", "json"];
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    Ok(serde_json::from_str(&kubectl_run(&args)?)?)
+}
+
 /// v1beta1 is served next to v1alpha1 through the operator's /convert: objects written in
 /// one version read back identically in the other and back, and lists come out converted.
 #[tokio::test]
@@ -473,13 +482,7 @@ async fn v1beta1_objects_convert_both_ways_through_the_webhook() -> anyhow::Resu
         "spec": {"baseRef": "standard", "settings": {"maxmemory-policy": "allkeys-lfu"}}});
     let out = kubectl_input(&["apply", "-f", "-"], &beta_config.to_string())?;
     assert!(out.ok, "{}", out.stderr);
-    let alpha: serde_json::Value = serde_json::from_str(&kubectl_run(&[
-        "get",
-        "valkeyconfigs.v1alpha1.valkey.gomomento.com",
-        &cfg,
-        "-o",
-        "json",
-    ])?)?;
+    let alpha = get_json("valkeyconfigs.v1alpha1.valkey.gomomento.com", &cfg, None)?;
     assert_eq!(
         alpha["spec"]["valkey"],
         json!({"maxmemory-policy": "allkeys-lfu"})
@@ -497,15 +500,11 @@ async fn v1beta1_objects_convert_both_ways_through_the_webhook() -> anyhow::Resu
     let stored = api.get("beta").await?;
     assert_eq!((stored.spec.shards, stored.spec.replicas_per_shard), (1, 0));
     assert_eq!(stored.spec.config_ref, cfg);
-    let as_beta: serde_json::Value = serde_json::from_str(&kubectl_run(&[
-        "get",
+    let as_beta = get_json(
         "valkeyclusters.v1beta1.valkey.gomomento.com",
         "beta",
-        "-n",
-        &ns.name,
-        "-o",
-        "json",
-    ])?)?;
+        Some(&ns.name),
+    )?;
     assert_eq!(as_beta["apiVersion"], "valkey.gomomento.com/v1beta1");
     assert_eq!(
         as_beta["spec"], beta_cluster["spec"],
@@ -515,27 +514,19 @@ async fn v1beta1_objects_convert_both_ways_through_the_webhook() -> anyhow::Resu
     wait_active(&client, &ns.name, "beta").await?;
     let listed = kubectl_run(&["get", "valkeyclusters.v1beta1.valkey.gomomento.com", "-A"])?;
     assert!(listed.contains("beta"), "{listed}");
-    let status: serde_json::Value = serde_json::from_str(&kubectl_run(&[
-        "get",
+    let status = get_json(
         "valkeyclusters.v1beta1.valkey.gomomento.com",
         "beta",
-        "-n",
-        &ns.name,
-        "-o",
-        "json",
-    ])?)?;
+        Some(&ns.name),
+    )?;
     assert_eq!(status["status"]["state"], "Active", "status converts too");
     // And an object written as v1alpha1 reads back identically through v1beta1 and back.
     let alpha_spec = serde_json::to_value(&api.get("beta").await?.spec)?;
-    let again: serde_json::Value = serde_json::from_str(&kubectl_run(&[
-        "get",
+    let again = get_json(
         "valkeyclusters.v1alpha1.valkey.gomomento.com",
         "beta",
-        "-n",
-        &ns.name,
-        "-o",
-        "json",
-    ])?)?;
+        Some(&ns.name),
+    )?;
     assert_eq!(again["spec"], alpha_spec);
     api.delete("beta", &Default::default()).await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;

@@ -22,11 +22,10 @@ use anyhow::{Context as _, bail};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
-use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
+use valkey_e2e::harness::{TestNamespace, client, wait_for};
 use valkey_e2e::valkey::wait_state;
-use valkey_e2e::workload::{PRELOADED, apply, cluster, cluster_client, config, image, preload};
+use valkey_e2e::workload::{Menu, PRELOADED, apply, cluster, cluster_client, preload};
 use valkey_operator::api::{ClusterState, ValkeyCluster};
-use valkey_operator::api::{ValkeyConfig, ValkeyImage};
 use valkey_operator::driver::testing::{LocalServers, ValkeyBuild, form_cluster};
 use valkey_operator::driver::{DriverConfig, FredDriver};
 
@@ -84,12 +83,9 @@ async fn time_to_active(client: &Client) -> anyhow::Result<Duration> {
 /// Seconds from `spec.shards: 5` to Active for a 3 x 1 cluster holding PRELOADED keys.
 async fn scale_out_seconds(client: &Client, keys_by_key: bool) -> anyhow::Result<f64> {
     let ns = TestNamespace::create(client, "bench-scale").await?;
-    let s = random_suffix(4);
-    let (img, cfg) = (format!("bench-{s}-img"), format!("bench-{s}-cfg"));
-    apply(client, "image", image(&img, "9.1.2")).await?;
-    apply(client, "config", config(&cfg, &img)).await?;
+    let menu = Menu::publish(client, "bench", "9.1.2").await?;
     let shaped = |shards: i32| {
-        let mut c = cluster(&ns.name, "scale", &cfg, shards, 1);
+        let mut c = cluster(&ns.name, "scale", &menu.config, shards, 1);
         if keys_by_key {
             c["metadata"]["annotations"] = json!({"valkey.gomomento.com/slot-migration": "keys"});
         }
@@ -118,22 +114,18 @@ async fn scale_out_seconds(client: &Client, keys_by_key: bool) -> anyhow::Result
     )
     .await?;
     let seconds = started.elapsed().as_secs_f64();
-    delete_cluster_scoped::<ValkeyConfig>(client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(client, &img).await?;
+    menu.remove(client).await?;
     Ok(seconds)
 }
 
 /// Seconds from repointing the image to Active for a 3 x 1 cluster.
 async fn rollout_seconds(client: &Client) -> anyhow::Result<f64> {
     let ns = TestNamespace::create(client, "bench-roll").await?;
-    let s = random_suffix(4);
-    let (img, cfg) = (format!("bench-{s}-img"), format!("bench-{s}-cfg"));
-    apply(client, "image", image(&img, "9.0.0")).await?;
-    apply(client, "config", config(&cfg, &img)).await?;
+    let menu = Menu::publish(client, "bench", "9.0.0").await?;
     apply(
         client,
         &ns.name,
-        cluster(&ns.name, "roll", &cfg, SHARDS as i32, 1),
+        cluster(&ns.name, "roll", &menu.config, SHARDS as i32, 1),
     )
     .await?;
     wait_state(
@@ -145,7 +137,7 @@ async fn rollout_seconds(client: &Client) -> anyhow::Result<f64> {
     )
     .await?;
     let started = Instant::now();
-    apply(client, "image", image(&img, "9.1.2")).await?;
+    menu.repoint(client, "9.1.2").await?;
     wait_state(
         client,
         &ns.name,
@@ -163,8 +155,7 @@ async fn rollout_seconds(client: &Client) -> anyhow::Result<f64> {
     )
     .await?;
     let seconds = started.elapsed().as_secs_f64();
-    delete_cluster_scoped::<ValkeyConfig>(client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(client, &img).await?;
+    menu.remove(client).await?;
     Ok(seconds)
 }
 
