@@ -4,7 +4,8 @@
 //! still manages them; a ValkeyCluster naming a config that does not exist yet is accepted and
 //! kubectl prints the webhook's warning; a ValkeyConfig closing an inheritance cycle or
 //! setting maxmemory above its container memory is denied; a ValkeyRole naming a command
-//! Valkey does not have is denied with a suggestion.
+//! Valkey does not have is denied with a suggestion; a ValkeyCluster or a ValkeyConfig whose
+//! bindings would bind a username twice once merged is denied.
 #![cfg(feature = "e2e")]
 
 use std::io::Write as _;
@@ -26,6 +27,8 @@ const NODE_WEBHOOK: &str =
     "admission webhook \"valkeynodes.valkey.gomomento.com\" denied the request";
 const CONFIG_WEBHOOK: &str =
     "admission webhook \"valkeyconfigs.valkey.gomomento.com\" denied the request";
+const CLUSTER_WEBHOOK: &str =
+    "admission webhook \"valkeyclusters.valkey.gomomento.com\" denied the request";
 
 /// What kubectl said.
 struct Outcome {
@@ -569,4 +572,109 @@ async fn a_setting_unknown_to_the_image_version_is_warned() -> anyhow::Result<()
     let client = client().await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &name).await?;
     Ok(())
+}
+
+/// An ACL binding of `username` to the sample role `metrics-readonly`.
+fn binding(username: &str) -> serde_json::Value {
+    json!({
+        "username": username,
+        "passwordHashes": ["3a47b49206dbbab1a5ea53a2e6fd5dd726be507a4456195507672072988b520a"],
+        "permissions": [{"roleRef": "metrics-readonly"}],
+    })
+}
+
+fn cluster_json(ns: &str, name: &str, config: &str, acl: &[&str]) -> String {
+    let acl: Vec<_> = acl.iter().map(|u| binding(u)).collect();
+    serde_json::to_string(&json!({
+        "apiVersion": "valkey.gomomento.com/v1alpha1",
+        "kind": "ValkeyCluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"configRef": config, "shards": 1, "replicasPerShard": 0, "acl": acl},
+    }))
+    .expect("json")
+}
+
+#[tokio::test]
+async fn usernames_stay_unique_once_config_and_cluster_bindings_merge() -> anyhow::Result<()> {
+    let client = client().await?;
+    webhook_serving().await?;
+    apply_menu()?;
+    let ns = TestNamespace::create(&client, "e2e-webhook-users").await?;
+
+    // ValkeyCluster rule: "standard" binds `metrics` for every cluster using it.
+    let out = kubectl_input(
+        &["apply", "--dry-run=server", "-f", "-"],
+        &cluster_json(&ns.name, "dup", "standard", &["metrics"]),
+    )?;
+    assert!(
+        !out.ok,
+        "a cluster binding the config's username must be denied"
+    );
+    assert!(out.stderr.contains(CLUSTER_WEBHOOK), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "ACL user \"metrics\" is bound both by the ValkeyConfig and by the ValkeyCluster"
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl_input(
+        &["apply", "--dry-run=server", "-f", "-"],
+        &cluster_json(&ns.name, "dup", "standard", &["app"]),
+    )?;
+    assert!(out.ok && !out.stderr.contains("Warning"), "{}", out.stderr);
+
+    // ValkeyConfig rule: a cluster waiting for config `config` (and for its image, so no pod
+    // starts) binds `app`; the config may not bind `app` as well.
+    let s = random_suffix(5);
+    let config = format!("e2e-users-{s}");
+    let image = format!("e2e-users-{s}-missing-image");
+    let result = async {
+        let out = kubectl_input(
+            &["apply", "-f", "-"],
+            &cluster_json(&ns.name, "waiting", &config, &["app"]),
+        )?;
+        assert!(out.ok, "{}", out.stderr);
+        let out = kubectl_input(
+            &["apply", "-f", "-"],
+            &config_json(&config, json!({"imageRef": image, "acl": [binding("app")]})),
+        )?;
+        assert!(!out.ok, "a config binding a username its cluster binds must be denied");
+        assert!(out.stderr.contains(CONFIG_WEBHOOK), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!(
+                "ValkeyCluster \"{}/waiting\" already binds ACL user \"app\" in spec.acl, and this change makes ValkeyConfig \"{config}\" bind it as well",
+                ns.name
+            )),
+            "{}",
+            out.stderr
+        );
+        let out = kubectl_input(
+            &["apply", "-f", "-"],
+            &config_json(&config, json!({"imageRef": image, "acl": [binding("batch")]})),
+        )?;
+        assert!(out.ok, "another username is accepted: {}", out.stderr);
+        // Adding the clashing username to an existing config: denied as well.
+        let out = kubectl_input(
+            &["apply", "-f", "-"],
+            &config_json(
+                &config,
+                json!({"imageRef": image, "acl": [binding("batch"), binding("app")]}),
+            ),
+        )?;
+        assert!(!out.ok, "{}", out.stderr);
+        assert!(out.stderr.contains(CONFIG_WEBHOOK), "{}", out.stderr);
+        anyhow::Ok(())
+    }
+    .await;
+    kubectl_run(&[
+        "delete",
+        "valkeycluster",
+        "waiting",
+        "-n",
+        &ns.name,
+        "--wait=false",
+    ])?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &config).await?;
+    result
 }

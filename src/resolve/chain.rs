@@ -272,6 +272,37 @@ pub enum MenuRef {
     Role(String),
 }
 
+/// The configs of a chain from `config_ref` down its `baseRef`s, each with its spec, as far as
+/// it resolves: a missing config is the last entry (spec `None`); a cycle or a chain deeper
+/// than the limit ends it. What the webhook and the watch mapping need when the whole chain
+/// does not resolve.
+pub fn chain_as_far_as_it_resolves(
+    catalog: &impl Catalog,
+    config_ref: &str,
+) -> Vec<(String, Option<ValkeyConfigSpec>)> {
+    let mut chain: Vec<(String, Option<ValkeyConfigSpec>)> = Vec::new();
+    let mut next = Some(config_ref.to_string());
+    while let Some(name) = next.take() {
+        if chain.iter().any(|(n, _)| *n == name) || chain.len() > MAX_CONFIG_CHAIN_DEPTH {
+            break;
+        }
+        let spec = catalog.config(&name);
+        next = spec.as_ref().and_then(|s| s.base_ref.clone());
+        chain.push((name, spec));
+    }
+    chain
+}
+
+/// The config-level ACL bindings a cluster naming `config_ref` gets: those of the nearest
+/// config on the chain that sets `acl` (a child's `acl` replaces its base's), as far as the
+/// chain resolves.
+pub fn config_bindings(catalog: &impl Catalog, config_ref: &str) -> Vec<AclBinding> {
+    chain_as_far_as_it_resolves(catalog, config_ref)
+        .into_iter()
+        .find_map(|(_, spec)| spec.and_then(|s| s.acl))
+        .unwrap_or_default()
+}
+
 /// Every menu object a cluster's resolution reads or would read: the configs of its chain
 /// (including a missing one), the image, and the roles of its bindings. A change to any of
 /// them must reconcile the cluster; used to map watch events to clusters.
@@ -281,14 +312,11 @@ pub fn menu_refs(
     cluster_bindings: &[AclBinding],
 ) -> std::collections::BTreeSet<MenuRef> {
     let mut refs = std::collections::BTreeSet::new();
-    let mut next = Some(config_ref.to_string());
     let mut image_found = false;
     let mut config_acl: Option<Vec<AclBinding>> = None;
-    while let Some(name) = next.take() {
-        if !refs.insert(MenuRef::Config(name.clone())) || refs.len() > MAX_CONFIG_CHAIN_DEPTH + 1 {
-            break;
-        }
-        let Some(spec) = catalog.config(&name) else {
+    for (name, spec) in chain_as_far_as_it_resolves(catalog, config_ref) {
+        refs.insert(MenuRef::Config(name));
+        let Some(spec) = spec else {
             break;
         };
         if !image_found && let Some(image) = &spec.image_ref {
@@ -296,9 +324,8 @@ pub fn menu_refs(
             image_found = true;
         }
         if config_acl.is_none() {
-            config_acl = spec.acl.clone();
+            config_acl = spec.acl;
         }
-        next = spec.base_ref.clone();
     }
     for binding in config_acl.iter().flatten().chain(cluster_bindings) {
         for permission in &binding.permissions {

@@ -191,12 +191,12 @@ async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) ->
     let started = Instant::now();
     match parse_review::<ValkeyConfig>(&body) {
         Ok(req) => {
-            let menu = state.menu.fresh_snapshot().await;
+            let (menu, clusters) = tokio::join!(state.menu.fresh_snapshot(), state.menu.clusters());
             respond(
                 &state.metrics,
                 "ValkeyConfig",
                 started,
-                admission::config::validate(&req, &menu),
+                admission::config::validate(&req, &menu, &clusters),
             )
         }
         Err(r) => r,

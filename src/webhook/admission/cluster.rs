@@ -57,12 +57,9 @@ pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &Menu) -> Admission
             warnings.push(format!(
                 "{e}; the cluster stays Blocked until this is fixed"
             ));
-            // The config's own bindings still count for the roles and usernames below.
-            catalog
-                .configs
-                .get(&cluster.spec.config_ref)
-                .and_then(|c| c.acl.clone())
-                .unwrap_or_default()
+            // The config bindings as far as the chain resolves still count for the roles and
+            // usernames below.
+            crate::resolve::chain::config_bindings(catalog, &cluster.spec.config_ref)
         }
     };
     match merge_bindings(&config_bindings, &cluster.spec.acl) {

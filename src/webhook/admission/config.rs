@@ -16,10 +16,9 @@
 use kube::ResourceExt;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::{Menu, allow_with_warnings, deny, lookup_warning};
+use super::{ClusterUsernames, Clusters, Menu, allow_with_warnings, deny, lookup_warning};
 use crate::api::ValkeyConfig;
-use crate::api::constants::MAX_CONFIG_CHAIN_DEPTH;
-use crate::resolve::chain::DEFAULT_MEMORY;
+use crate::resolve::chain::{DEFAULT_MEMORY, chain_as_far_as_it_resolves, config_bindings};
 use crate::resolve::{Catalog, MapCatalog, ResolveError, resolve_config};
 use crate::webhook::memory::{human_bytes, parse_quantity_bytes, parse_valkey_memory};
 
@@ -37,13 +36,8 @@ struct MemoryView {
 fn memory_view(catalog: &impl Catalog, name: &str) -> MemoryView {
     let mut maxmemory = None;
     let mut memory = None;
-    let mut seen: Vec<String> = Vec::new();
-    let mut next = Some(name.to_string());
-    while let Some(current) = next.take() {
-        if seen.contains(&current) || seen.len() > MAX_CONFIG_CHAIN_DEPTH {
-            break;
-        }
-        let Some(spec) = catalog.config(&current) else {
+    for (current, spec) in chain_as_far_as_it_resolves(catalog, name) {
+        let Some(spec) = spec else {
             break;
         };
         if maxmemory.is_none()
@@ -54,10 +48,8 @@ fn memory_view(catalog: &impl Catalog, name: &str) -> MemoryView {
         if memory.is_none()
             && let Some(m) = spec.resources.as_ref().and_then(|r| r.memory.clone())
         {
-            memory = Some((m, Some(current.clone())));
+            memory = Some((m, Some(current)));
         }
-        next = spec.base_ref.clone();
-        seen.push(current);
     }
     MemoryView {
         maxmemory,
@@ -116,8 +108,72 @@ fn check_memory(name: &str, view: &MemoryView) -> MemoryVerdict {
     MemoryVerdict::Fine
 }
 
+/// A username a cluster binds itself that its config's bindings would bind too after this
+/// change.
+#[derive(Debug, PartialEq, Eq)]
+struct UsernameClash<'a> {
+    cluster: &'a ClusterUsernames,
+    username: String,
+    /// The change touches this cluster's config bindings (else the clash was there before).
+    new: bool,
+}
+
+/// Clusters whose config chain passes through `name` and whose own usernames its resolved
+/// bindings would also bind, in `after` (the menu with this write) against `before`.
+fn username_clashes<'a>(
+    before: &impl Catalog,
+    after: &impl Catalog,
+    name: &str,
+    clusters: &'a [ClusterUsernames],
+) -> Vec<UsernameClash<'a>> {
+    let mut clashes = Vec::new();
+    for cluster in clusters {
+        let through_this = chain_as_far_as_it_resolves(after, &cluster.config_ref)
+            .iter()
+            .any(|(n, _)| n == name);
+        if !through_this {
+            continue;
+        }
+        let bindings = config_bindings(after, &cluster.config_ref);
+        let changed = bindings != config_bindings(before, &cluster.config_ref);
+        for binding in bindings {
+            if cluster.usernames.contains(&binding.username) {
+                clashes.push(UsernameClash {
+                    cluster,
+                    username: binding.username,
+                    new: changed,
+                });
+            }
+        }
+    }
+    clashes
+}
+
+/// `ValkeyClusters "ns/a", "ns/b", 3 more bind` (the verb agrees with the count).
+fn name_clusters(clashes: &[&UsernameClash], verb: (&str, &str)) -> String {
+    const SHOWN: usize = 5;
+    let mut names: Vec<String> = clashes
+        .iter()
+        .take(SHOWN)
+        .map(|c| format!("\"{}/{}\"", c.cluster.namespace, c.cluster.name))
+        .collect();
+    if clashes.len() > SHOWN {
+        names.push(format!("{} more", clashes.len() - SHOWN));
+    }
+    let (noun, verb) = if clashes.len() == 1 {
+        ("ValkeyCluster", verb.0)
+    } else {
+        ("ValkeyClusters", verb.1)
+    };
+    format!("{noun} {} {verb}", names.join(", "))
+}
+
 /// The rule.
-pub fn validate(req: &AdmissionRequest<ValkeyConfig>, menu: &Menu) -> AdmissionResponse {
+pub fn validate(
+    req: &AdmissionRequest<ValkeyConfig>,
+    menu: &Menu,
+    clusters: &Clusters,
+) -> AdmissionResponse {
     let Some(config) = req.object.as_ref() else {
         return allow_with_warnings(req, vec![]);
     };
@@ -180,6 +236,50 @@ pub fn validate(req: &AdmissionRequest<ValkeyConfig>, menu: &Menu) -> AdmissionR
             MemoryVerdict::Fine | MemoryVerdict::Warn(_) => {}
             MemoryVerdict::Deny(problem) => warnings.push(format!(
                 "ValkeyConfig {child:?} inherits from {name:?} and after this change: {problem}"
+            )),
+        }
+    }
+
+    // Usernames merged with those of the clusters using this config must stay unique.
+    if let Ok(before) = menu {
+        match clusters {
+            Ok(clusters) => {
+                let clashes = username_clashes(before, &catalog, &name, clusters);
+                let mut usernames: Vec<&str> = clashes.iter().map(|c| c.username.as_str()).collect();
+                usernames.sort_unstable();
+                usernames.dedup();
+                let mut denial = Vec::new();
+                for username in usernames {
+                    let (new, old): (Vec<_>, Vec<_>) = clashes
+                        .iter()
+                        .filter(|c| c.username == username)
+                        .partition(|c| c.new);
+                    if !new.is_empty() {
+                        denial.push(format!(
+                            "{} ACL user {username:?} in spec.acl, and this change makes ValkeyConfig {name:?} bind it as well",
+                            name_clusters(&new, ("already binds", "already bind"))
+                        ));
+                    }
+                    if !old.is_empty() {
+                        warnings.push(format!(
+                            "{} ACL user {username:?} both in spec.acl and through ValkeyConfig {name:?} and stay Blocked until one of the bindings is renamed",
+                            name_clusters(&old, ("binds", "bind"))
+                        ));
+                    }
+                }
+                if !denial.is_empty() {
+                    return deny(
+                        req,
+                        format!(
+                            "{}: usernames must be unique once a cluster's bindings are merged with its config's (a clash blocks the cluster); use another username in this ValkeyConfig, or have those clusters rename theirs first",
+                            denial.join("; ")
+                        ),
+                        warnings,
+                    );
+                }
+            }
+            Err(error) => warnings.push(format!(
+                "usernames were not checked against the ValkeyClusters using ValkeyConfig {name:?} (the webhook could not list them: {error})"
             )),
         }
     }
@@ -246,7 +346,7 @@ mod tests {
 
     #[test]
     fn the_sample_menu_is_accepted_without_warnings() {
-        let resp = validate(&with_spec(|_| {}), &Ok(menu()));
+        let resp = validate(&with_spec(|_| {}), &Ok(menu()), &Ok(vec![]));
         assert!(resp.allowed, "{:?}", resp.result);
         assert_eq!(resp.warnings, None);
     }
@@ -259,7 +359,7 @@ mod tests {
             v["request"]["object"]["metadata"]["name"] = "standard".into();
             v["request"]["object"]["spec"]["baseRef"] = "large".into();
         });
-        let resp = validate(&req, &Ok(menu()));
+        let resp = validate(&req, &Ok(menu()), &Ok(vec![]));
         assert!(!resp.allowed);
         assert!(
             resp.result
@@ -272,7 +372,11 @@ mod tests {
 
     #[test]
     fn a_missing_base_is_accepted_with_a_warning() {
-        let resp = validate(&with_spec(|s| s["baseRef"] = "not-yet".into()), &Ok(menu()));
+        let resp = validate(
+            &with_spec(|s| s["baseRef"] = "not-yet".into()),
+            &Ok(menu()),
+            &Ok(vec![]),
+        );
         assert!(resp.allowed);
         let w = resp.warnings.unwrap().join("\n");
         assert!(
@@ -286,6 +390,7 @@ mod tests {
         let resp = validate(
             &with_spec(|s| s["valkey"]["maxmemory"] = "20gb".into()),
             &Ok(menu()),
+            &Ok(vec![]),
         );
         assert!(!resp.allowed);
         let m = resp.result.message;
@@ -304,6 +409,7 @@ mod tests {
                 s["valkey"]["maxmemory"] = "3gb".into();
             }),
             &Ok(menu()),
+            &Ok(vec![]),
         );
         assert!(!resp.allowed);
         assert!(
@@ -322,6 +428,7 @@ mod tests {
                 s["valkey"]["maxmemory"] = "2gb".into();
             }),
             &Ok(m),
+            &Ok(vec![]),
         );
         assert!(!resp.allowed);
         assert!(
@@ -336,6 +443,7 @@ mod tests {
         let resp = validate(
             &with_spec(|s| s["valkey"]["maxmemory"] = "15gb".into()),
             &Ok(menu()),
+            &Ok(vec![]),
         );
         assert!(resp.allowed);
         let w = resp.warnings.unwrap().join("\n");
@@ -347,6 +455,7 @@ mod tests {
         let resp = validate(
             &with_spec(|s| s["valkey"]["maxmemory"] = "12Gi".into()),
             &Ok(menu()),
+            &Ok(vec![]),
         );
         assert!(!resp.allowed);
         assert!(
@@ -371,7 +480,7 @@ mod tests {
                 "imageRef": "valkey-9-0", "resources": {"memory": "512Mi"}, "valkey": {"maxmemory": "400mb"}
             });
         });
-        let resp = validate(&req, &Ok(m));
+        let resp = validate(&req, &Ok(m), &Ok(vec![]));
         assert!(resp.allowed, "{:?}", resp.result);
         let w = resp.warnings.unwrap().join("\n");
         assert!(
@@ -382,13 +491,145 @@ mod tests {
 
     #[test]
     fn a_menu_lookup_failure_still_checks_this_config_and_warns() {
-        let resp = validate(&with_spec(|_| {}), &Err("timeout".into()));
+        let resp = validate(&with_spec(|_| {}), &Err("timeout".into()), &Ok(vec![]));
         assert!(resp.allowed);
         assert!(resp.warnings.unwrap()[0].contains("references were not checked"));
         let resp = validate(
             &with_spec(|s| s["valkey"]["maxmemory"] = "20gb".into()),
             &Err("timeout".into()),
+            &Ok(vec![]),
         );
         assert!(!resp.allowed);
+    }
+
+    fn binding(username: &str) -> serde_json::Value {
+        serde_json::json!({
+            "username": username,
+            "passwordHashes": ["3a47b49206dbbab1a5ea53a2e6fd5dd726be507a4456195507672072988b520a"],
+            "permissions": [{"roleRef": "metrics-readonly"}],
+        })
+    }
+
+    fn cluster(namespace: &str, name: &str, config: &str, usernames: &[&str]) -> ClusterUsernames {
+        ClusterUsernames {
+            namespace: namespace.into(),
+            name: name.into(),
+            config_ref: config.into(),
+            usernames: usernames.iter().map(|u| u.to_string()).collect(),
+        }
+    }
+
+    /// The fixture's "large" (inherits from "standard") now binds `usernames`.
+    fn large_binding(usernames: &[&str]) -> AdmissionRequest<ValkeyConfig> {
+        let acl: Vec<_> = usernames.iter().map(|u| binding(u)).collect();
+        with_spec(move |s| s["acl"] = acl.into())
+    }
+
+    #[test]
+    fn binding_a_username_a_cluster_using_the_config_binds_is_denied() {
+        let clusters = vec![
+            cluster("team-a", "orders", "large", &["app"]),
+            cluster("team-b", "carts", "large", &["app", "batch"]),
+            cluster("team-c", "other", "standard", &["app"]),
+        ];
+        let resp = validate(
+            &large_binding(&["metrics", "app"]),
+            &Ok(menu()),
+            &Ok(clusters),
+        );
+        assert!(!resp.allowed);
+        let message = &resp.result.message;
+        assert!(
+            message.contains(
+                "ValkeyClusters \"team-a/orders\", \"team-b/carts\" already bind ACL user \"app\" in spec.acl, and this change makes ValkeyConfig \"large\" bind it as well"
+            ),
+            "{message}"
+        );
+        assert!(message.contains("use another username"), "{message}");
+        // team-c/other uses standard, which this write does not reach.
+        assert!(!message.contains("team-c"), "{message}");
+    }
+
+    #[test]
+    fn clusters_are_reached_through_inheritance() {
+        // A cluster on "large" (no acl of its own) gets standard's bindings.
+        let mut m = menu();
+        m.configs.get_mut("large").unwrap().acl = None;
+        let req = request::<ValkeyConfig>("valkeyconfig-create.json", |v| {
+            v["request"]["name"] = "standard".into();
+            v["request"]["object"]["metadata"]["name"] = "standard".into();
+            v["request"]["object"]["spec"] = serde_json::json!({
+                "imageRef": "valkey-9-0", "acl": [binding("app")]
+            });
+        });
+        let clusters = vec![cluster("team-a", "orders", "large", &["app"])];
+        let resp = validate(&req, &Ok(m.clone()), &Ok(clusters.clone()));
+        assert!(!resp.allowed);
+        assert!(resp.result.message.contains("\"team-a/orders\""));
+        // "large" binding its own users shields its clusters from standard's.
+        m.configs.get_mut("large").unwrap().acl = Some(vec![]);
+        let resp = validate(&req, &Ok(m), &Ok(clusters));
+        assert!(resp.allowed, "{:?}", resp.result);
+    }
+
+    #[test]
+    fn other_usernames_are_accepted() {
+        let clusters = vec![cluster("team-a", "orders", "large", &["app"])];
+        let resp = validate(
+            &large_binding(&["metrics", "batch"]),
+            &Ok(menu()),
+            &Ok(clusters),
+        );
+        assert!(resp.allowed, "{:?}", resp.result);
+        assert_eq!(resp.warnings, None);
+    }
+
+    #[test]
+    fn a_clash_this_write_does_not_touch_is_only_warned() {
+        // "large" already binds app (a cluster made before it); changing memory is fine.
+        let mut m = menu();
+        let req = large_binding(&["app"]);
+        m.configs
+            .insert("large".into(), req.object.as_ref().unwrap().spec.clone());
+        let clusters = vec![cluster("team-a", "orders", "large", &["app"])];
+        let req = with_spec(|s| {
+            s["acl"] = vec![binding("app")].into();
+            s["valkey"]["maxmemory"] = "11gb".into();
+        });
+        let resp = validate(&req, &Ok(m), &Ok(clusters));
+        assert!(resp.allowed, "{:?}", resp.result);
+        let w = resp.warnings.unwrap().join("\n");
+        assert!(
+            w.contains("ValkeyCluster \"team-a/orders\" binds ACL user \"app\" both in spec.acl and through ValkeyConfig \"large\""),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn clusters_that_cannot_be_listed_are_warned_about() {
+        let resp = validate(
+            &large_binding(&["app"]),
+            &Ok(menu()),
+            &Err("forbidden".into()),
+        );
+        assert!(resp.allowed);
+        let w = resp.warnings.unwrap().join("\n");
+        assert!(w.contains("usernames were not checked"), "{w}");
+    }
+
+    #[test]
+    fn many_clashing_clusters_are_summarised() {
+        let clusters: Vec<_> = (0..8)
+            .map(|i| cluster("team", &format!("c{i}"), "large", &["app"]))
+            .collect();
+        let resp = validate(&large_binding(&["app"]), &Ok(menu()), &Ok(clusters));
+        assert!(!resp.allowed);
+        assert!(
+            resp.result
+                .message
+                .contains("\"team/c4\", 3 more already bind"),
+            "{}",
+            resp.result.message
+        );
     }
 }

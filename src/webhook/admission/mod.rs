@@ -15,7 +15,7 @@ use kube::api::{Api, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::api::{ValkeyConfig, ValkeyImage, ValkeyRole};
+use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyRole};
 use crate::resolve::MapCatalog;
 
 /// Allow with the given warnings (none: plain allow).
@@ -46,6 +46,35 @@ pub fn deny<K: Resource>(
 /// could not be read. A lookup failure never fails a request; it becomes a warning.
 pub type Menu = Result<MapCatalog, String>;
 
+/// A ValkeyCluster as the ValkeyConfig rules see it: which config it names and which usernames
+/// it binds in its own `spec.acl` (merged with its config's bindings, they must stay unique).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterUsernames {
+    pub namespace: String,
+    pub name: String,
+    pub config_ref: String,
+    pub usernames: Vec<String>,
+}
+
+impl From<&ValkeyCluster> for ClusterUsernames {
+    fn from(cluster: &ValkeyCluster) -> Self {
+        ClusterUsernames {
+            namespace: cluster.namespace().unwrap_or_default(),
+            name: cluster.name_any(),
+            config_ref: cluster.spec.config_ref.clone(),
+            usernames: cluster
+                .spec
+                .acl
+                .iter()
+                .map(|b| b.username.clone())
+                .collect(),
+        }
+    }
+}
+
+/// Every ValkeyCluster's usernames, or why they could not be read.
+pub type Clusters = Result<Vec<ClusterUsernames>, String>;
+
 /// Where the webhook reads the menu from.
 pub trait MenuSource: Send + Sync {
     /// The menu, possibly from a cache a few milliseconds behind the API server (advisory
@@ -55,6 +84,9 @@ pub trait MenuSource: Send + Sync {
     fn fresh_snapshot(&self) -> BoxFuture<'_, Menu> {
         self.snapshot()
     }
+    /// Every ValkeyCluster, as the API server has it now (a ValkeyConfig's bindings must not
+    /// clash with those of the clusters using it).
+    fn clusters(&self) -> BoxFuture<'_, Clusters>;
 }
 
 /// The menu from the API server: three cluster-scoped lists, bounded in time.
@@ -84,6 +116,17 @@ impl MenuSource for ApiMenu {
                 images: images.into_iter().map(|i| (i.name_any(), i.spec)).collect(),
                 roles: roles.into_iter().map(|r| (r.name_any(), r.spec)).collect(),
             })
+        })
+    }
+
+    fn clusters(&self) -> BoxFuture<'_, Clusters> {
+        Box::pin(async move {
+            let clusters = Api::<ValkeyCluster>::all(self.client.clone());
+            let list = tokio::time::timeout(self.timeout, clusters.list(&ListParams::default()))
+                .await
+                .map_err(|_| format!("the API server did not answer within {:?}", self.timeout))?
+                .map_err(|e| e.to_string())?;
+            Ok(list.iter().map(ClusterUsernames::from).collect())
         })
     }
 }
@@ -153,6 +196,10 @@ impl MenuSource for WatchedMenu {
         self.fallback.snapshot()
     }
 
+    fn clusters(&self) -> BoxFuture<'_, Clusters> {
+        self.fallback.clusters()
+    }
+
     fn snapshot(&self) -> BoxFuture<'_, Menu> {
         if !self.ready.load(std::sync::atomic::Ordering::Acquire) {
             return self.fallback.snapshot();
@@ -181,13 +228,17 @@ impl MenuSource for WatchedMenu {
     }
 }
 
-/// A fixed menu: tests, and a server without API access.
+/// A fixed menu and no clusters: tests, and a server without API access.
 pub struct FixedMenu(pub Menu);
 
 impl MenuSource for FixedMenu {
     fn snapshot(&self) -> BoxFuture<'_, Menu> {
         let menu = self.0.clone();
         Box::pin(async move { menu })
+    }
+
+    fn clusters(&self) -> BoxFuture<'_, Clusters> {
+        Box::pin(async move { Ok(Vec::new()) })
     }
 }
 
