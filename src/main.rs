@@ -24,6 +24,8 @@ enum Command {
         admin_addr: std::net::SocketAddr,
         #[command(flatten)]
         webhook: WebhookArgs,
+        #[command(flatten)]
+        leader: LeaderArgs,
     },
     /// Print the CustomResourceDefinitions of the valkey.gomomento.com API group as
     /// multi-document YAML (what `crds/` is generated from).
@@ -33,6 +35,23 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<std::path::PathBuf>,
     },
+}
+
+/// Leader election: one replica runs the controllers, every replica serves the webhooks.
+#[derive(clap::Args)]
+struct LeaderArgs {
+    /// Compete for the leader Lease before starting the controllers. Turn off only when
+    /// exactly one replica can ever run (a local `cargo run` against a cluster without the
+    /// operator's Role for leases).
+    #[arg(long, env = "LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_election: bool,
+    /// Name of the Lease, in --namespace.
+    #[arg(long, env = "LEADER_ELECTION_LEASE", default_value = valkey_operator::controller::leader::LEASE_NAME)]
+    leader_election_lease: String,
+    /// This replica's identity in the Lease. Default: the pod name (POD_NAME), else the host
+    /// name and process id.
+    #[arg(long, env = "POD_NAME")]
+    leader_election_identity: Option<String>,
 }
 
 /// The admission webhook server (HTTPS), started on every replica.
@@ -71,7 +90,8 @@ fn main() -> ExitCode {
             namespace,
             admin_addr,
             webhook,
-        } => run(namespace, admin_addr, webhook),
+            leader,
+        } => run(namespace, admin_addr, webhook, leader),
         Command::Crd { out_dir: None } => {
             print!("{}", valkey_operator::api::crd::all_yaml());
             ExitCode::SUCCESS
@@ -89,7 +109,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(namespace: String, admin_addr: std::net::SocketAddr, webhook: WebhookArgs) -> ExitCode {
+fn run(
+    namespace: String,
+    admin_addr: std::net::SocketAddr,
+    webhook: WebhookArgs,
+    leader: LeaderArgs,
+) -> ExitCode {
     valkey_operator::telemetry::init_logging();
     // One rustls crypto provider for the whole process (kube's client and the webhook server).
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -144,7 +169,37 @@ fn run(namespace: String, admin_addr: std::net::SocketAddr, webhook: WebhookArgs
                 tracing::error!(error = %e, "webhook server stopped");
             }
         });
-        let result = valkey_operator::controller::run::run(client, settings, metrics).await;
+        let election = leader.leader_election.then(|| {
+            let identity = leader.leader_election_identity.unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_else(|_| "valkey-operator".into());
+                format!("{host}-{}", std::process::id())
+            });
+            valkey_operator::controller::leader::Election {
+                namespace: namespace.clone(),
+                lease: leader.leader_election_lease,
+                identity,
+            }
+        });
+        let controllers = valkey_operator::controller::run::run(
+            client.clone(),
+            settings,
+            metrics.clone(),
+            election.clone(),
+        );
+        let result = match election {
+            Some(election) => {
+                valkey_operator::controller::leader::run_while_leading(
+                    client,
+                    election,
+                    metrics,
+                    controllers,
+                )
+                .await
+            }
+            None => controllers.await,
+        };
         admin.abort();
         webhook_server.abort();
         match result {

@@ -2,6 +2,7 @@
 //! ValkeyNode (ConfigMap + Pod per member). Shared context, error policy and wiring here.
 
 pub mod cluster;
+pub mod leader;
 pub mod names;
 pub mod node;
 pub mod run;
@@ -62,6 +63,11 @@ pub struct Context {
     pub settings: Settings,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// Set once every store the resolver reads has listed: resolving earlier would report
+    /// false Blocked states (the menu looks empty).
+    pub menu_synced: std::sync::atomic::AtomicBool,
+    /// The lease this replica must hold to act (None: leader election off).
+    pub election: Option<leader::Election>,
     /// One driver per Valkey cluster (each has its own operator password).
     drivers: Mutex<HashMap<String, (String, Arc<FredDriver>)>>,
 }
@@ -72,6 +78,7 @@ impl Context {
         catalog: StoreCatalog,
         settings: Settings,
         metrics: Arc<Metrics>,
+        election: Option<leader::Election>,
     ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
@@ -86,6 +93,8 @@ impl Context {
             settings,
             recorder,
             metrics,
+            menu_synced: std::sync::atomic::AtomicBool::new(false),
+            election,
             drivers: Mutex::new(HashMap::new()),
         }
     }

@@ -35,7 +35,12 @@ fn clusters_using(
 }
 
 /// Runs both controllers until shutdown.
-pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    election: Option<crate::controller::leader::Election>,
+) -> anyhow::Result<()> {
     let wc = watcher::Config::default;
     let managed =
         || watcher::Config::default().labels(&format!("{LABEL_APP_MANAGED_BY}={MANAGER}"));
@@ -76,6 +81,7 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> a
         catalog.clone(),
         settings,
         metrics.clone(),
+        election,
     ));
 
     let cluster_controller = Controller::new(Api::<ValkeyCluster>::all(client.clone()), wc());
@@ -116,6 +122,7 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> a
 
     // Ready once every store the resolver reads has its initial list.
     let ready_metrics = metrics.clone();
+    let synced_ctx = ctx.clone();
     let (r1, r2, r3, r4, r5) = (
         configs.clone(),
         images.clone(),
@@ -131,6 +138,7 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>) -> a
             r4.wait_until_ready(),
             r5.wait_until_ready()
         );
+        synced_ctx.menu_synced.store(true, Ordering::Release);
         ready_metrics.ready.store(true, Ordering::Relaxed);
         info!("caches synced; reconciling");
     });

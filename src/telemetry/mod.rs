@@ -54,6 +54,8 @@ pub struct Metrics {
     pub failovers: Counter,
     pub slot_migrations: Counter,
     pub rollouts_in_progress: Gauge,
+    /// 1 while this replica holds the leader lease and runs the controllers.
+    pub leader: Gauge,
     pub webhook_duration: Family<PathLabel, Histogram>,
     /// Clusters with a rolling replacement under way (the gauge is its size).
     rolling_out: std::sync::Mutex<std::collections::BTreeSet<String>>,
@@ -115,6 +117,12 @@ impl Metrics {
             "Rolling replacements in progress",
             rollouts_in_progress.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease and runs the controllers, 0 while it stands by (serving webhooks only)",
+            leader.clone(),
+        );
         let webhook_duration = Family::<PathLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.0, 16))
         });
@@ -134,6 +142,7 @@ impl Metrics {
             failovers,
             slot_migrations,
             rollouts_in_progress,
+            leader,
             rolling_out: Default::default(),
             ready: AtomicBool::new(false),
         }
@@ -212,7 +221,8 @@ impl Drop for ReconcileTimer<'_> {
     }
 }
 
-/// Serves /metrics, /healthz and /readyz (ready once the controllers' caches are synced).
+/// Serves /metrics, /healthz and /readyz (ready once the controllers' caches are synced, or at
+/// once on a replica standing by for the leader lease: it serves the webhooks only).
 pub async fn serve_admin(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
     async fn metrics_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
         (

@@ -73,9 +73,12 @@ pub async fn reconcile(
         ctx.metrics.rollout(&object_key(cluster.as_ref()), false);
         return Ok(Requeue::await_change());
     }
-    if !ctx.metrics.ready.load(std::sync::atomic::Ordering::Relaxed) {
+    if !ctx.menu_synced.load(std::sync::atomic::Ordering::Acquire) {
         // The menu stores are still listing: resolving now would report false Blocked states.
         return Ok(Requeue::requeue(Duration::from_secs(1)));
+    }
+    if let Some(election) = &ctx.election {
+        crate::controller::leader::verify_still_leading(&ctx.client, election).await?;
     }
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();

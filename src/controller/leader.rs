@@ -1,0 +1,163 @@
+//! Leader election: every replica serves the webhooks, one replica (the holder of a Lease in
+//! the operator's namespace) runs the controllers. Two replicas reconciling the same cluster
+//! would race on failovers and slot moves, so a replica only starts its controllers once it
+//! holds the lease, and exits when it loses it: it cannot know how far its in-flight
+//! reconciles got, and a restarted process re-lists everything before it acts again.
+//! On shutdown (SIGTERM) the leader stops its controllers, then releases the lease, so a
+//! standby takes over at once instead of after the lease expires.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kube::Client;
+use kube_lease_manager::LeaseManagerBuilder;
+use tracing::{info, warn};
+
+use crate::telemetry::Metrics;
+
+/// The Lease the replicas compete for.
+pub const LEASE_NAME: &str = "valkey-operator-leader";
+/// How long a lease holds without renewal: the longest a crashed leader leaves the clusters
+/// without a controller.
+pub const LEASE_SECONDS: u64 = 15;
+/// The holder renews this long before its lease expires.
+pub const RENEW_BEFORE_EXPIRY_SECONDS: u64 = 5;
+
+/// Who competes for which lease.
+#[derive(Clone, Debug)]
+pub struct Election {
+    pub namespace: String,
+    pub lease: String,
+    /// This replica's name in the Lease's `holderIdentity` (its pod name).
+    pub identity: String,
+}
+
+/// Resolves when the process is asked to stop (SIGTERM or Ctrl-C).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Runs `lead` once this replica holds the lease. Returns `Ok` when asked to stop (standing
+/// by, or after `lead` returned), an error when the lease was lost while leading.
+pub async fn run_while_leading<F>(
+    client: Client,
+    election: Election,
+    metrics: Arc<Metrics>,
+    lead: F,
+) -> anyhow::Result<()>
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
+    let manager = LeaseManagerBuilder::new(client, election.lease.clone())
+        .with_namespace(election.namespace.clone())
+        .with_identity(election.identity.clone())
+        .with_duration(LEASE_SECONDS)
+        .with_grace(RENEW_BEFORE_EXPIRY_SECONDS)
+        .build()
+        .await
+        .with_context(|| {
+            format!(
+                "cannot use Lease {}/{} for leader election (the operator's Role must allow get, create and patch on leases)",
+                election.namespace, election.lease
+            )
+        })?;
+    let (mut leading, task) = manager.watch().await;
+    let release = |leading: tokio::sync::watch::Receiver<bool>| async move {
+        // Closing the channel makes the manager release the lease if it holds it.
+        drop(leading);
+        match tokio::time::timeout(Duration::from_secs(5), task).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(e))) => warn!(error = %e, "releasing the leader lease failed"),
+            Ok(Err(e)) => warn!(error = %e, "lease manager task failed"),
+            Err(_) => warn!("releasing the leader lease timed out; it expires on its own"),
+        }
+    };
+
+    metrics.leader.set(0);
+    if !*leading.borrow_and_update() {
+        info!(
+            lease = %format!("{}/{}", election.namespace, election.lease),
+            identity = %election.identity,
+            "standing by: serving webhooks; the controllers start when this replica holds the lease"
+        );
+        // A standby serves the webhooks, which is all it needs to be ready for.
+        metrics.ready.store(true, Ordering::Relaxed);
+        let stop = shutdown_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                changed = leading.changed() => {
+                    if changed.is_err() {
+                        anyhow::bail!("leader election stopped unexpectedly");
+                    }
+                    if *leading.borrow_and_update() {
+                        break;
+                    }
+                }
+                _ = &mut stop => {
+                    release(leading).await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+    metrics.leader.set(1);
+    info!(identity = %election.identity, "holding the leader lease: starting the controllers");
+
+    let lost = async {
+        loop {
+            if leading.changed().await.is_err() || !*leading.borrow_and_update() {
+                return;
+            }
+        }
+    };
+    let result = tokio::select! {
+        result = lead => result,
+        _ = lost => Err(anyhow::anyhow!(
+            "lost the leader lease {}/{}; exiting so that only the new leader reconciles (the restarted process stands by)",
+            election.namespace,
+            election.lease
+        )),
+    };
+    metrics.leader.set(0);
+    release(leading).await;
+    result
+}
+
+/// Before a cluster reconcile acts on Valkey (failovers, slot moves, deletions): is this
+/// replica still the Lease's holder as the API server has it? A leader that was frozen
+/// (SIGSTOP, a stalled VM) past its lease wakes up with timers due and reconciles queued; the
+/// lease manager notices the loss a moment later, which is too late for a failover. One GET
+/// per reconcile closes that window. Not the holder: the process exits at once (another
+/// replica leads; the restarted container stands by).
+pub async fn verify_still_leading(client: &Client, election: &Election) -> Result<(), kube::Error> {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &election.namespace);
+    let lease = leases.get(&election.lease).await?;
+    let holder = lease.spec.and_then(|s| s.holder_identity);
+    if holder.as_deref() != Some(election.identity.as_str()) {
+        tracing::error!(
+            holder = holder.as_deref().unwrap_or("nobody"),
+            identity = %election.identity,
+            "lost the leader lease {}/{} while reconciling; exiting without acting so that only the holder reconciles",
+            election.namespace,
+            election.lease
+        );
+        std::process::exit(1);
+    }
+    Ok(())
+}
