@@ -14,7 +14,7 @@ export PATH := $(CACHE)/k8s-v$(K8S_VERSION)/bin:$(HOME)/.cargo/bin:/usr/local/go
 # e2e tests share one cluster on a 2-core machine: a few at a time.
 E2E_THREADS ?= 3
 
-.PHONY: up down status tools test unit e2e crds lint bench chaos
+.PHONY: up down status tools test unit e2e crds manifests chart-test lint bench chaos
 
 ## up: build what is missing, start the local Kubernetes, install CRDs, RBAC, operator, samples
 up:
@@ -31,7 +31,7 @@ tools:
 	bash e2e/tools/install.sh
 
 ## test: the whole suite (unit, real-Valkey driver tests, then e2e on a fresh local cluster)
-test: tools unit
+test: tools unit chart-test
 	bash e2e/cluster.sh down
 	set -o pipefail; trap 'bash e2e/cluster.sh down' EXIT; \
 	  bash e2e/cluster.sh up && $(MAKE) --no-print-directory e2e && bash e2e/launcher-test.sh
@@ -46,12 +46,22 @@ e2e:
 	  --test api_e2e --test kubelet --test provisioning --test webhook --test acl --test rollout --test scaling --test failures \
 	  -- --test-threads=$(E2E_THREADS)
 	@# Node stops and pauses last: they disturb every pod on the stopped node; leader freezes
-	@# the operator itself.
-	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test kubelet_faults --test leader -- --test-threads=1
+	@# the operator itself; traces restarts it.
+	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test kubelet_faults --test leader --test traces -- --test-threads=1
+
+## chart-test: lint and render checks of charts/valkey-operator, plain-manifest drift
+chart-test:
+	bash e2e/chart-test.sh
+
+## manifests: render the plain manifests (manifests/rbac, manifests/install, webhooks/) from the chart
+manifests:
+	bash e2e/render-manifests.sh
 
 ## crds: regenerate crds/ from the Rust types
 crds:
-	rm -f crds/*.yaml && cargo run --quiet --bin valkey-operator -- crd --out-dir crds
+	rm -f crds/*.yaml charts/valkey-operator/files/crds/*.yaml
+	cargo run --quiet --bin valkey-operator -- crd --out-dir crds
+	cp crds/*.yaml charts/valkey-operator/files/crds/
 
 lint:
 	cargo fmt --all --check

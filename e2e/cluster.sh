@@ -22,6 +22,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CACHE/target}
 K8S_BIN=$CACHE/k8s-v$K8S_VERSION/bin
 ETCD_BIN=$CACHE/etcd-v$ETCD_VERSION/bin
 KUBECTL="$K8S_BIN/kubectl --kubeconfig $LC_DIR/kubeconfig"
+HELM="$CACHE/helm-v$HELM_VERSION/bin/helm"
 
 BRIDGE=vkbr0
 GATEWAY=198.18.0.1
@@ -276,12 +277,12 @@ nodes_ready() {
 
 # ---------------------------------------------------------------- the project on top
 project_up() {
-  $KUBECTL apply --server-side --force-conflicts -f "$REPO/crds/" >/dev/null
-  $KUBECTL wait --for condition=Established --timeout=60s -f "$REPO/crds/" >/dev/null
-  log "CRDs installed"
-  $KUBECTL apply --server-side --force-conflicts -f "$REPO/manifests/rbac/" >/dev/null
-  log "RBAC installed"
   operator_up
+  $KUBECTL wait --for condition=Established --timeout=60s -f "$REPO/crds/" >/dev/null
+  # Example bindings for the two personas (the operator's own RBAC comes with the chart).
+  $KUBECTL apply --server-side --force-conflicts -f "$REPO/manifests/rbac/platform-team.yaml" \
+    -f "$REPO/manifests/rbac/product-team.yaml" >/dev/null
+  log "persona RBAC installed"
   if [ "${LC_SAMPLES:-1}" = 1 ]; then
     $KUBECTL apply --server-side -f "$REPO/manifests/samples/" >/dev/null
     log "samples applied; watch them with: kubectl get valkey -A"
@@ -290,41 +291,39 @@ project_up() {
   fi
 }
 
-# The operator runs as a pod (image valkey-operator:dev maps to the freshly built binary), so
-# its RBAC, service-account token and in-cluster config are exercised for real.
+# The operator is installed with its Helm chart (charts/valkey-operator: CRDs, RBAC, Deployment,
+# Services, webhook configuration) and runs as a pod (image valkey-operator:dev maps to the
+# freshly built binary), so the chart, its RBAC, the service-account token and in-cluster
+# config are exercised for real. No cert-manager here: the webhook certificate is signed by the
+# cluster CA and given to the chart as webhook.caBundle.
 operator_up() {
-  $KUBECTL apply --server-side --force-conflicts -f "$REPO/manifests/install/" >/dev/null
-  # Admission webhook serving certificate (no cert-manager here): signed by the cluster CA for
-  # the webhook Service's names, stored in the Secret the operator pod mounts (before the
-  # restart, so the new pod starts serving at once).
-  local whsvc=valkey-operator-webhook.valkey-operator-system.svc
+  local ns=valkey-operator-system
+  $KUBECTL create namespace "$ns" --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
+  local whsvc=valkey-operator-webhook.$ns.svc
   gen_cert webhook "/CN=$whsvc" \
-    "DNS:valkey-operator-webhook,DNS:valkey-operator-webhook.valkey-operator-system,DNS:$whsvc,DNS:$whsvc.cluster.local"
-  $KUBECTL -n valkey-operator-system create secret tls valkey-operator-webhook-cert \
+    "DNS:valkey-operator-webhook,DNS:valkey-operator-webhook.$ns,DNS:$whsvc,DNS:$whsvc.cluster.local"
+  $KUBECTL -n "$ns" create secret tls valkey-operator-webhook-cert \
     --cert="$PKI/webhook.crt" --key="$PKI/webhook.key" --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
+  "$HELM" upgrade --install valkey-operator "$REPO/charts/valkey-operator" --namespace "$ns" \
+    --kubeconfig "$LC_DIR/kubeconfig" -f "$REPO/e2e/chart-values.yaml" \
+    --set-string "webhook.caBundle=$(base64 -w0 < "$PKI/ca.crt")" >/dev/null \
+    || die "helm could not install charts/valkey-operator"
+  log "chart installed (helm release valkey-operator in $ns)"
   # A rebuilt binary is picked up by restarting the pod.
-  $KUBECTL -n valkey-operator-system rollout restart deployment/valkey-operator >/dev/null
-  $KUBECTL -n valkey-operator-system rollout status deployment/valkey-operator --timeout=120s >/dev/null \
-    || die "the operator did not become ready: $KUBECTL -n valkey-operator-system logs deploy/valkey-operator"
+  $KUBECTL -n "$ns" rollout restart deployment/valkey-operator >/dev/null
+  $KUBECTL -n "$ns" rollout status deployment/valkey-operator --timeout=120s >/dev/null \
+    || die "the operator did not become ready: $KUBECTL -n $ns logs deploy/valkey-operator"
   log "operator running"
-  # Register the webhooks only once the pod serves them with that certificate (the API server
-  # reaches the pod IP through the Service's endpoints: --enable-aggregator-routing).
+  # The API server reaches the pod IP through the Service's endpoints
+  # (--enable-aggregator-routing): wait until the webhook answers there with that certificate.
   webhook_serving() {
     local ip
-    ip=$($KUBECTL -n valkey-operator-system get endpoints valkey-operator-webhook \
+    ip=$($KUBECTL -n "$ns" get endpoints valkey-operator-webhook \
       -o jsonpath='{.subsets[0].addresses[0].ip}' 2>/dev/null) && [ -n "$ip" ] \
       && curl -sf --cacert "$PKI/ca.crt" --resolve "$whsvc:9443:$ip" "https://$whsvc:9443/healthz"
   }
   wait_for "the admission webhook to serve" 60 webhook_serving
-  sed "s|CA_BUNDLE_PLACEHOLDER|$(base64 -w0 < "$PKI/ca.crt")|" "$REPO/webhooks/validating.yaml" \
-    | $KUBECTL apply --server-side --force-conflicts -f - >/dev/null
-  # The conversion webhook of the multi-version CRDs trusts the same CA.
-  local crd
-  for crd in valkeyclusters valkeyconfigs; do
-    $KUBECTL patch crd "$crd.valkey.gomomento.com" --type=json -p \
-      "[{\"op\":\"add\",\"path\":\"/spec/conversion/webhook/clientConfig/caBundle\",\"value\":\"$(base64 -w0 < "$PKI/ca.crt")\"}]" >/dev/null
-  done
-  log "admission webhooks registered"
+  log "admission and conversion webhooks serving"
 }
 
 # ---------------------------------------------------------------- commands

@@ -115,11 +115,11 @@ fn run(
     webhook: WebhookArgs,
     leader: LeaderArgs,
 ) -> ExitCode {
-    valkey_operator::telemetry::init_logging();
+    let traces = valkey_operator::telemetry::init_logging();
     // One rustls crypto provider for the whole process (kube's client and the webhook server).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let client = match kube::Client::try_default().await {
             Ok(c) => c,
             Err(e) => {
@@ -209,5 +209,12 @@ fn run(
                 ExitCode::FAILURE
             }
         }
-    })
+    });
+    // Flush the last batch of spans (blocking; outside the runtime).
+    if let Some(provider) = traces
+        && let Err(e) = provider.shutdown()
+    {
+        eprintln!("warning: flushing traces: {e}");
+    }
+    code
 }

@@ -1,30 +1,39 @@
-//! `crds/` must be exactly what the Rust types generate.
+//! `crds/` and the chart's copy (`charts/valkey-operator/files/crds/`) must be exactly what the
+//! Rust types generate.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use valkey_operator::api::crd;
 
-const REGENERATE: &str =
-    "regenerate with: rm -f crds/*.yaml && cargo run --quiet -- crd --out-dir crds";
+const REGENERATE: &str = "regenerate with: make crds";
 
 #[test]
 fn checked_in_crds_match_the_rust_types() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    check_dir("crds");
+}
+
+#[test]
+fn the_charts_crds_match_the_rust_types() {
+    check_dir("charts/valkey-operator/files/crds");
+}
+
+fn check_dir(relative: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
     let mut expected_files = BTreeSet::new();
     for definition in crd::all() {
         let file = crd::file_name(&definition);
         let path = dir.join(&file);
         let on_disk = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("crds/{file} is missing ({e}); {REGENERATE}"));
+            .unwrap_or_else(|e| panic!("{relative}/{file} is missing ({e}); {REGENERATE}"));
         assert!(
             on_disk == crd::to_yaml(&definition),
-            "crds/{file} is out of date with the Rust types in src/api; {REGENERATE}"
+            "{relative}/{file} is out of date with the Rust types in src/api; {REGENERATE}"
         );
         expected_files.insert(file);
     }
     let present: BTreeSet<String> = std::fs::read_dir(&dir)
-        .expect("crds/ exists")
+        .expect("the CRD directory exists")
         .map(|e| {
             e.expect("readable entry")
                 .file_name()
@@ -36,7 +45,7 @@ fn checked_in_crds_match_the_rust_types() {
     let stale: Vec<_> = present.difference(&expected_files).collect();
     assert!(
         stale.is_empty(),
-        "crds/ holds files no type generates: {stale:?}; {REGENERATE}"
+        "{relative} holds files no type generates: {stale:?}; {REGENERATE}"
     );
 }
 

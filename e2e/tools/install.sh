@@ -15,6 +15,7 @@ for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
+python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)   # chart tests compare YAML
 if [ ${#need[@]} -gt 0 ]; then
   log "apt-get install ${need[*]}"
   apt-get update -qq >/dev/null
@@ -63,5 +64,14 @@ if ! [ -x "$etcdbin/etcd" ]; then
   mkdir -p "$etcdbin.tmp"
   (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$etcdbin.tmp/etcd" go.etcd.io/etcd/server/v3)
   rm -rf "$etcdbin" && mv "$etcdbin.tmp" "$etcdbin"
+fi
+helmbin="$CACHE/helm-v$HELM_VERSION/bin"
+if ! [ -x "$helmbin/helm" ]; then
+  log "building helm v$HELM_VERSION"
+  mkdir -p "$helmbin.tmp"
+  (cd "$here/helm" && go build -trimpath \
+      -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
+      -o "$helmbin.tmp/helm" helm.sh/helm/v3/cmd/helm)
+  rm -rf "$helmbin" && mv "$helmbin.tmp" "$helmbin"
 fi
 log "tools ready in $CACHE"

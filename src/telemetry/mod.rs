@@ -1,4 +1,7 @@
-//! Logging setup, Prometheus metrics, and the admin server (/metrics, /healthz, /readyz).
+//! Logging setup, Prometheus metrics, the admin server (/metrics, /healthz, /readyz) and
+//! OTLP traces.
+
+pub mod traces;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -249,20 +252,35 @@ pub async fn serve_admin(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Re
     axum::serve(listener, app).await
 }
 
-/// JSON or human logs, filtered by RUST_LOG (default info).
-pub fn init_logging() {
-    use tracing_subscriber::EnvFilter;
+/// JSON or human logs, filtered by RUST_LOG (default info), and OpenTelemetry traces over
+/// OTLP when an endpoint is configured ([`traces`]). Returns the tracer provider to shut down
+/// (flush) at exit.
+pub fn init_logging() -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt};
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,fred=warn"));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f == "json");
-    if json {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .json()
-            .init();
+    let logs = if json {
+        fmt::layer().json().boxed()
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        fmt::layer().boxed()
+    };
+    let (provider, trace_error) = match traces::provider_from_env() {
+        Ok(provider) => (provider, None),
+        Err(e) => (None, Some(e)),
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(logs)
+        .with(provider.as_ref().map(traces::layer))
+        .init();
+    match (&provider, trace_error) {
+        (_, Some(e)) => tracing::warn!(error = %e, "traces are not exported"),
+        (Some(_), None) => tracing::info!("exporting traces over OTLP"),
+        (None, None) => {}
     }
+    provider
 }
 
 #[cfg(test)]

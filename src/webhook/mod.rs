@@ -76,6 +76,7 @@ pub fn router(state: Arc<WebhookState>) -> Router {
 }
 
 /// `/convert`: a ConversionReview in, every object converted (or the first failure) out.
+#[tracing::instrument(name = "webhook", skip_all, fields(path = "/convert"))]
 async fn convert(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let started = Instant::now();
     let review: ConversionReview = match serde_json::from_slice(&body) {
@@ -158,6 +159,7 @@ fn respond(
     axum::Json(response.into_review()).into_response()
 }
 
+#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeynode"))]
 async fn validate_node(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let started = Instant::now();
     match parse_review::<ValkeyNode>(&body) {
@@ -171,6 +173,7 @@ async fn validate_node(State(state): State<Arc<WebhookState>>, body: Bytes) -> R
     }
 }
 
+#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeycluster"))]
 async fn validate_cluster(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let started = Instant::now();
     match parse_review::<ValkeyCluster>(&body) {
@@ -187,6 +190,7 @@ async fn validate_cluster(State(state): State<Arc<WebhookState>>, body: Bytes) -
     }
 }
 
+#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeyconfig"))]
 async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let started = Instant::now();
     match parse_review::<ValkeyConfig>(&body) {
@@ -203,6 +207,7 @@ async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) ->
     }
 }
 
+#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeyrole"))]
 async fn validate_role(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let started = Instant::now();
     match parse_review::<ValkeyRole>(&body) {

@@ -61,6 +61,11 @@ pub fn resolve(
     })
 }
 
+#[tracing::instrument(
+    name = "reconcile",
+    skip_all,
+    fields(controller = "cluster", object = %object_key(cluster.as_ref()))
+)]
 pub async fn reconcile(
     cluster: Arc<ValkeyCluster>,
     cctx: Arc<ClusterContext>,

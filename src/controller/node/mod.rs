@@ -18,6 +18,11 @@ use tracing::{info, warn};
 use crate::api::{ValkeyCluster, ValkeyNode};
 use crate::controller::{Context, Error, NODE_MANAGER, object_key};
 
+#[tracing::instrument(
+    name = "reconcile",
+    skip_all,
+    fields(controller = "node", object = %object_key(node.as_ref()))
+)]
 pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let _timer = ctx.metrics.reconcile_timer("node");
     if node.metadata.deletion_timestamp.is_some() {

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Tests of charts/valkey-operator that need no cluster (make up installs it on the local
+# cluster for real, and every e2e suite runs against that install):
+#   1. helm lint, with the default values (cert-manager) and with the local cluster's;
+#   2. with cert-manager: the serving Certificate names the webhook Service, the chart's own CA
+#      chain (or the given issuerRef) issues it, and cert-manager.io/inject-ca-from is on the
+#      webhook configuration and on both converting CRDs; CRDs are kept on uninstall;
+#   3. without cert-manager and without webhook.caBundle, rendering fails saying what to set;
+#      with it, the caBundle is in the webhook configuration and both conversion webhooks;
+#   4. the release namespace reaches every namespaced object and every webhook service;
+#   5. the checked-in plain manifests are what `make manifests` renders (no drift).
+# Prints one line per check and a closing "N passed, N failed" line.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+source "$REPO/e2e/versions.env"
+CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
+HELM="$CACHE/helm-v$HELM_VERSION/bin/helm"
+CHART=$REPO/charts/valkey-operator
+passed=0; failed=0
+check() { # name command...
+  local name=$1; shift
+  if "$@"; then echo "ok   - $name"; passed=$((passed + 1)); else echo "FAIL - $name"; failed=$((failed + 1)); fi
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+render() { "$HELM" template vo "$CHART" --namespace ops --kube-version "$K8S_VERSION" "$@"; }
+count() { grep -c -- "$1" "$2" || true; }
+
+check "helm lint (defaults: cert-manager)" "$HELM" lint --strict "$CHART" >/dev/null
+check "helm lint (local cluster values)" "$HELM" lint --strict "$CHART" -f "$REPO/e2e/chart-values.yaml" \
+  --set webhook.caBundle=Zm9v >/dev/null
+
+render > "$tmp/cm.yaml"
+check "cert-manager: serving Certificate for the webhook Service" \
+  grep -q "    - valkey-operator-webhook.ops.svc" "$tmp/cm.yaml"
+check "cert-manager: own CA chain (self-signed Issuer, CA Certificate, CA Issuer)" \
+  test "$(count '^kind: Issuer$' "$tmp/cm.yaml")" = 2 -a "$(count 'isCA: true' "$tmp/cm.yaml")" = 1
+check "cert-manager: inject-ca-from on the webhook configuration and both converting CRDs" \
+  test "$(count 'cert-manager.io/inject-ca-from: ops/valkey-operator-webhook' "$tmp/cm.yaml")" = 3
+check "CRDs are kept on uninstall (5 of 5)" \
+  test "$(count 'helm.sh/resource-policy: keep' "$tmp/cm.yaml")" = 5
+render --set 'webhook.certManager.issuerRef.name=corp-ca' --set 'webhook.certManager.issuerRef.kind=ClusterIssuer' > "$tmp/issuer.yaml"
+check "cert-manager: a given issuerRef replaces the chart's CA" \
+  bash -c "grep -q 'name: corp-ca' '$tmp/issuer.yaml' && ! grep -q 'kind: Issuer$' '$tmp/issuer.yaml'"
+
+no_ca_refused() {
+  local out
+  if out=$("$HELM" template vo "$CHART" --kube-version "$K8S_VERSION" --set webhook.certManager.enabled=false 2>&1); then return 1; fi
+  grep -q 'webhook.caBundle is required' <<<"$out"
+}
+check "no cert-manager and no caBundle: refused with what to set" no_ca_refused
+render --set webhook.certManager.enabled=false --set webhook.caBundle=Q0FDQQ== > "$tmp/plain.yaml"
+check "caBundle in 4 webhooks and 2 conversion webhooks, no cert-manager objects" \
+  bash -c "test \$(grep -c 'caBundle: Q0FDQQ==' '$tmp/plain.yaml') = 6 && ! grep -qE '^apiVersion: cert-manager.io|inject-ca-from:' '$tmp/plain.yaml'"
+check "release namespace on every namespaced object and webhook service" \
+  bash -c "! grep -n 'valkey-operator-system' '$tmp/plain.yaml' && test \$(grep -c 'namespace: ops' '$tmp/plain.yaml') -ge 14"
+
+same_crds() { # the chart's CRDs are crds/ plus annotations and labels, nothing else
+  python3 - "$tmp/crds.yaml" "$REPO/crds" <<'PY'
+import glob, sys, yaml
+rendered = {d["metadata"]["name"]: d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
+ok = True
+for f in glob.glob(sys.argv[2] + "/*.yaml"):
+    src = yaml.safe_load(open(f))
+    out = rendered.pop(src["metadata"]["name"], None)
+    for d in (src, out or {}):
+        d.get("metadata", {}).pop("annotations", None)
+        d.get("metadata", {}).pop("labels", None)
+    if out is None or out.get("spec", {}).get("conversion", {}).get("webhook"):
+        # The conversion service namespace is the release's.
+        out and out["spec"]["conversion"]["webhook"]["clientConfig"]["service"].update(namespace="valkey-operator-system")
+    if out != src:
+        print("differs:", f, file=sys.stderr); ok = False
+sys.exit(0 if ok and not rendered else 1)
+PY
+}
+"$HELM" template vo "$CHART" --namespace ops --kube-version "$K8S_VERSION" --show-only templates/crds.yaml > "$tmp/crds.yaml"
+check "the chart's CRDs are crds/ (annotations, labels and namespace aside)" same_crds
+
+"$REPO/e2e/render-manifests.sh" "$tmp/rendered" >/dev/null
+drift() {
+  local f ok=0
+  for f in manifests/rbac/operator.yaml manifests/install/operator.yaml webhooks/validating.yaml; do
+    diff -u "$REPO/$f" "$tmp/rendered/$f" >&2 || { echo "$f differs from the chart; run make manifests" >&2; ok=1; }
+  done
+  return $ok
+}
+check "plain manifests match the chart (make manifests)" drift
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
