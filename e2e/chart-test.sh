@@ -8,7 +8,9 @@
 #   3. without cert-manager and without webhook.caBundle, rendering fails saying what to set;
 #      with it, the caBundle is in the webhook configuration and both conversion webhooks;
 #   4. the release namespace reaches every namespaced object and every webhook service;
-#   5. the checked-in plain manifests are what `make manifests` renders (no drift).
+#   5. the chart's CRDs are crds/ (annotations, labels, namespace aside);
+#   6. certs/generate.sh makes a verifying chain for the webhook Service, keeping its CA;
+#   7. the checked-in plain manifests are what `make manifests` renders (no drift).
 # Prints one line per check and a closing "N passed, N failed" line.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -75,6 +77,17 @@ PY
 }
 "$HELM" template vo "$CHART" --namespace ops --kube-version "$K8S_VERSION" --show-only templates/crds.yaml > "$tmp/crds.yaml"
 check "the chart's CRDs are crds/ (annotations, labels and namespace aside)" same_crds
+
+certs_without_cert_manager() { # certs/generate.sh: a chain that verifies, the Service's names, a stable CA
+  local ca1 ca2
+  ca1=$("$REPO/certs/generate.sh" --namespace ops --dir "$tmp/certs" 2>/dev/null) || return 1
+  openssl verify -CAfile "$tmp/certs/ca.crt" "$tmp/certs/tls.crt" >/dev/null || return 1
+  openssl x509 -in "$tmp/certs/tls.crt" -noout -ext subjectAltName | grep -q 'DNS:valkey-operator-webhook.ops.svc,' || return 1
+  [ "$(base64 -d <<<"$ca1" | openssl x509 -noout -fingerprint)" = "$(openssl x509 -in "$tmp/certs/ca.crt" -noout -fingerprint)" ] || return 1
+  ca2=$("$REPO/certs/generate.sh" --namespace ops --dir "$tmp/certs" --days 30 2>/dev/null) || return 1
+  [ "$ca1" = "$ca2" ]   # rotation keeps the CA, so caBundle stays valid
+}
+check "certs/generate.sh: serving certificate for the Service, signed by a CA that survives rotation" certs_without_cert_manager
 
 "$REPO/e2e/render-manifests.sh" "$tmp/rendered" >/dev/null
 drift() {
