@@ -27,9 +27,9 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 render() { "$HELM" template vo "$CHART" --namespace ops --kube-version "$K8S_VERSION" "$@"; }
 count() { grep -c -- "$1" "$2" || true; }
 
-check "helm lint (defaults: cert-manager)" "$HELM" lint --strict "$CHART" >/dev/null
-check "helm lint (local cluster values)" "$HELM" lint --strict "$CHART" -f "$REPO/e2e/chart-values.yaml" \
-  --set webhook.caBundle=Zm9v >/dev/null
+lint() { "$HELM" lint --strict "$CHART" "$@" >"$tmp/lint.out" 2>&1 || { cat "$tmp/lint.out" >&2; return 1; }; }
+check "helm lint (defaults: cert-manager)" lint
+check "helm lint (local cluster values)" lint -f "$REPO/e2e/chart-values.yaml" --set webhook.caBundle=Zm9v
 
 render > "$tmp/cm.yaml"
 check "cert-manager: serving Certificate for the webhook Service" \
