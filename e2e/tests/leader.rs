@@ -168,9 +168,43 @@ async fn set_replicas(client: &Client, ns: &str, name: &str, n: i32) -> anyhow::
     Ok(())
 }
 
+/// Waits until the operator's one pod holds a lease that is not about to expire. Suites
+/// before this one freeze nodes and kill the operator; a standby started while the lease is
+/// expired (its holder just thawed) rightly takes it, and the old holder then exits into its
+/// restart back-off, which is not what this test is about.
+async fn wait_fresh_lease(client: &Client) -> anyhow::Result<()> {
+    wait_for(
+        "the operator to hold a fresh lease",
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || async move {
+            let pods = ready_operator_pods(client).await?;
+            let lease = Api::<Lease>::namespaced(client.clone(), NS)
+                .get(LEASE_NAME)
+                .await?;
+            let spec = lease.spec.unwrap_or_default();
+            let (Some(holder), Some(renewed), Some(duration)) = (
+                spec.holder_identity,
+                spec.renew_time,
+                spec.lease_duration_seconds,
+            ) else {
+                return Ok(None);
+            };
+            let renewed: std::time::SystemTime = renewed.0.into();
+            let left = (renewed + Duration::from_secs(duration as u64))
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            let holds = pods.len() == 1 && pods[0].name_any() == holder;
+            Ok((holds && left > Duration::from_secs(5)).then_some(()))
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()> {
     let client = client().await?;
+    wait_fresh_lease(&client).await?;
     scale_operator(&client, 2).await?;
     let ns = TestNamespace::create(&client, "e2e-leader").await?;
     let menu = Menu::publish(&client, "e2e-leader", "9.0.0").await?;
@@ -198,16 +232,19 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
         assert_eq!(reconciles(&metrics(&standby)?), 0.0, "the standby reconciled");
         assert!(reconciles(&metrics(&leader)?) > 0.0);
 
-        // Freeze the leader past its lease: the standby takes over and reconciles a change
-        // made meanwhile.
+        // Freeze the leader past its lease (but not past its liveness probe, 3 x 10 s: the
+        // kubelet would restart it and prove nothing): the standby takes over and reconciles
+        // a change made meanwhile; the old leader, thawed, finds the lease gone and exits on
+        // its own (its container restarts and stands by) instead of reconciling.
         let frozen = PodRef::find(NS, &leader.name_any())?;
+        let log_before = std::fs::read_to_string(frozen.log_path("operator")).unwrap_or_default();
         let restarts_before = restarts(&leader);
         frozen.pause("operator")?;
         let paused = Instant::now();
         set_replicas(&client, &ns.name, "led", 1).await?;
         let took_over = wait_for(
             "the standby to take the lease",
-            Duration::from_secs(LEASE_SECONDS * 4),
+            Duration::from_secs(LEASE_SECONDS * 2),
             Duration::from_millis(200),
             || {
                 let client = client.clone();
@@ -217,38 +254,17 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
         )
         .await;
         let takeover = paused.elapsed();
-        let provisioned = async {
-            took_over?;
-            wait_for(
-                "the new leader to add the replica",
-                Duration::from_secs(180),
-                Duration::from_millis(500),
-                || {
-                    let client = client.clone();
-                    let ns = ns.name.clone();
-                    async move { Ok((members(&client, &ns, "led").await? == 2).then_some(())) }
-                },
-            )
-            .await?;
-            wait_state(&client, &ns.name, "led", ClusterState::Active, Duration::from_secs(180))
-                .await
-        }
-        .await;
         let woke = Instant::now();
         frozen.resume("operator")?;
-        provisioned?;
+        took_over?;
         println!(
             "frozen leader: standby holds the lease {:.1} s after the freeze (lease {LEASE_SECONDS} s)",
             takeover.as_secs_f64()
         );
-        assert!(reconciles(&metrics(&standby)?) > 0.0, "the new leader reconciles");
-
-        // The old leader, awake, finds the lease gone and exits (its container restarts and
-        // stands by) instead of reconciling.
         let old = wait_for(
-            "the woken leader to restart",
+            "the thawed leader to restart",
             Duration::from_secs(60),
-            Duration::from_millis(500),
+            Duration::from_millis(200),
             || {
                 let client = client.clone();
                 let name = leader.name_any();
@@ -260,9 +276,30 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
         )
         .await?;
         println!(
-            "woken leader restarted {:.1} s after SIGCONT",
+            "thawed leader exited {:.1} s after SIGCONT",
             woke.elapsed().as_secs_f64()
         );
+        let log = std::fs::read_to_string(frozen.log_path("operator"))?;
+        let new_lines = log.get(log_before.len()..).unwrap_or(&log);
+        assert!(
+            new_lines.contains("lost the leader lease"),
+            "the thawed leader exited for another reason than the lost lease:\n{new_lines}"
+        );
+        wait_for(
+            "the new leader to add the replica",
+            Duration::from_secs(180),
+            Duration::from_millis(500),
+            || {
+                let client = client.clone();
+                let ns = ns.name.clone();
+                async move { Ok((members(&client, &ns, "led").await? == 2).then_some(())) }
+            },
+        )
+        .await?;
+        wait_state(&client, &ns.name, "led", ClusterState::Active, Duration::from_secs(180))
+            .await?;
+        assert!(reconciles(&metrics(&standby)?) > 0.0, "the new leader reconciles");
+
         wait_ready_pods(&client, 2).await?;
         let (leader2, standby2) = roles(&client).await?;
         assert_eq!(leader2.name_any(), standby.name_any());
