@@ -43,6 +43,7 @@ before=$(pids_of)
 start=$SECONDS
 out=$(bash "$REPO/e2e/cluster.sh" up 2>&1); rc=$?
 echo "second up: ${rc} in $((SECONDS - start))s"
+[ "$rc" = 0 ] || { echo "second up said:"; tail -20 <<<"$out"; }
 check "second up succeeds" test "$rc" = 0
 check "second up builds nothing" bash -c "! grep -qE 'building Kubernetes|building etcd|Compiling' <<<\"\$1\"" _ "$out"
 check "second up restarts no control-plane process" test "$before" = "$(pids_of)"
