@@ -153,8 +153,15 @@ async fn roles(client: &Client) -> anyhow::Result<(Pod, Pod)> {
     .await
 }
 
-async fn members(client: &Client, ns: &str, name: &str) -> anyhow::Result<usize> {
-    Ok(member_pods(client, ns, name).await?.len())
+/// Waits until cluster `name` has `n` member pods (the leader of the moment made them).
+async fn wait_members(client: &Client, ns: &str, name: &str, n: usize) -> anyhow::Result<()> {
+    wait_for(
+        &format!("{ns}/{name} to have {n} members"),
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || async move { Ok((member_pods(client, ns, name).await?.len() == n).then_some(())) },
+    )
+    .await
 }
 
 async fn set_replicas(client: &Client, ns: &str, name: &str, n: i32) -> anyhow::Result<()> {
@@ -285,17 +292,7 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
             new_lines.contains("lost the leader lease"),
             "the thawed leader exited for another reason than the lost lease:\n{new_lines}"
         );
-        wait_for(
-            "the new leader to add the replica",
-            Duration::from_secs(180),
-            Duration::from_millis(500),
-            || {
-                let client = client.clone();
-                let ns = ns.name.clone();
-                async move { Ok((members(&client, &ns, "led").await? == 2).then_some(())) }
-            },
-        )
-        .await?;
+        wait_members(&client, &ns.name, "led", 2).await?;
         wait_state(&client, &ns.name, "led", ClusterState::Active, Duration::from_secs(180))
             .await?;
         assert!(reconciles(&metrics(&standby)?) > 0.0, "the new leader reconciles");
@@ -338,17 +335,7 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
             "the lease was left to expire ({handover:?}) instead of being released"
         );
         set_replicas(&client, &ns.name, "led", 0).await?;
-        wait_for(
-            "the new leader to retire the replica",
-            Duration::from_secs(180),
-            Duration::from_millis(500),
-            || {
-                let client = client.clone();
-                let ns = ns.name.clone();
-                async move { Ok((members(&client, &ns, "led").await? == 1).then_some(())) }
-            },
-        )
-        .await?;
+        wait_members(&client, &ns.name, "led", 1).await?;
         anyhow::Ok(())
     }
     .await;
