@@ -147,15 +147,29 @@ async fn reconciles_and_webhook_requests_are_exported_over_otlp() -> anyhow::Res
     )
     .await?;
     let before = received.lock().unwrap().len();
-    kubectl_run(&[
-        "-n",
-        &ns.name,
-        "annotate",
-        "valkeycluster",
-        "traced",
-        "e2e/touched=yes",
-        "--overwrite",
-    ])?;
+    // Right after the restart the API server may still route the (v1beta1) conversion call
+    // to the old pod's address: retry until the new pod answers.
+    wait_for(
+        "the annotation to be written",
+        Duration::from_secs(90),
+        Duration::from_secs(1),
+        || {
+            let ns = ns.name.clone();
+            async move {
+                kubectl_run(&[
+                    "-n",
+                    &ns,
+                    "annotate",
+                    "valkeycluster",
+                    "traced",
+                    "e2e/touched=yes",
+                    "--overwrite",
+                ])
+                .map(|_| Some(()))
+            }
+        },
+    )
+    .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = received.lock().unwrap().len();
     server.abort();
