@@ -51,8 +51,8 @@ no_ca_refused() {
 }
 check "no cert-manager and no caBundle: refused with what to set" no_ca_refused
 render --set webhook.certManager.enabled=false --set webhook.caBundle=Q0FDQQ== > "$tmp/plain.yaml"
-check "caBundle in 4 webhooks and 2 conversion webhooks, no cert-manager objects" \
-  bash -c "test \$(grep -c 'caBundle: Q0FDQQ==' '$tmp/plain.yaml') = 6 && ! grep -qE '^apiVersion: cert-manager.io|inject-ca-from:' '$tmp/plain.yaml'"
+check "caBundle in 5 webhooks and 2 conversion webhooks, no cert-manager objects" \
+  bash -c "test \$(grep -c 'caBundle: Q0FDQQ==' '$tmp/plain.yaml') = 7 && ! grep -qE '^apiVersion: cert-manager.io|inject-ca-from:' '$tmp/plain.yaml'"
 check "release namespace on every namespaced object and webhook service" \
   bash -c "! grep -n 'valkey-operator-system' '$tmp/plain.yaml' && test \$(grep -c 'namespace: ops' '$tmp/plain.yaml') -ge 14"
 
@@ -77,6 +77,24 @@ PY
 }
 "$HELM" template vo "$CHART" --namespace ops --kube-version "$K8S_VERSION" --show-only templates/crds.yaml > "$tmp/crds.yaml"
 check "the chart's CRDs are crds/ (annotations, labels and namespace aside)" same_crds
+
+served_versions() { # values... -> "kind:version=served" lines of the converting CRDs
+  "$HELM" template vo "$CHART" --kube-version "$K8S_VERSION" --show-only templates/crds.yaml "$@" \
+    | python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(sys.stdin):
+    if d and d["spec"].get("conversion", {}).get("strategy") == "Webhook":
+        for v in d["spec"]["versions"]:
+            print(f"{d["spec"]["names"]["kind"]}:{v["name"]}={v["served"]}")'
+}
+only_alpha_served() {
+  test "$(served_versions | sort | tr '\n' ' ')" = "ValkeyCluster:v1alpha1=True ValkeyCluster:v1beta1=False ValkeyConfig:v1alpha1=True ValkeyConfig:v1beta1=False "
+}
+beta_served_on_request() {
+  test "$(served_versions --set crds.serveV1beta1=true | grep -c '=True')" = 4
+}
+check "v1beta1 declared but not served by default (kubectl's preferred version stays v1alpha1)" only_alpha_served
+check "crds.serveV1beta1=true serves v1beta1 of both converting CRDs" beta_served_on_request
 
 certs_without_cert_manager() { # certs/generate.sh: a chain that verifies, the Service's names, a stable CA
   local ca1 ca2

@@ -238,6 +238,9 @@ controlplane_up() {
     --authorization-kubeconfig "$PKI/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false --v=1
   wait_for "the default service account token controller" 120 $KUBECTL -n default get serviceaccount default
+  # kubectl keeps discovery for 6 hours per server address; one left by an earlier cluster at
+  # this address (say, with v1beta1 still served) would pick the wrong default version.
+  rm -rf "$HOME/.kube/cache/discovery/${GATEWAY}_$APISERVER_PORT"
   log "control plane up: export KUBECONFIG=$LC_DIR/kubeconfig"
 }
 

@@ -462,80 +462,6 @@ async fn a_role_naming_an_unknown_command_is_denied_with_a_suggestion() -> anyho
     Ok(())
 }
 
-/// `kubectl get <resource> <name> [-n ns] -o json`, parsed.
-fn get_json(resource: &str, name: &str, ns: Option<&str>) -> anyhow::Result<serde_json::Value> {
-    let mut args = vec!["get", resource, name, "-o", "json"];
-    if let Some(ns) = ns {
-        args.extend(["-n", ns]);
-    }
-    Ok(serde_json::from_str(&kubectl_run(&args)?)?)
-}
-
-/// v1beta1 is served next to v1alpha1 through the operator's /convert: objects written in
-/// one version read back identically in the other and back, and lists come out converted.
-#[tokio::test]
-async fn v1beta1_objects_convert_both_ways_through_the_webhook() -> anyhow::Result<()> {
-    let client = client().await?;
-    webhook_serving().await?;
-    let ns = TestNamespace::create(&client, "e2e-convert").await?;
-    let cfg = format!("e2e-{}-beta", random_suffix(4));
-    // A config written as v1beta1 (`settings`) reads back as v1alpha1 (`valkey`).
-    let beta_config = json!({"apiVersion": "valkey.gomomento.com/v1beta1", "kind": "ValkeyConfig",
-        "metadata": {"name": cfg},
-        "spec": {"baseRef": "standard", "settings": {"maxmemory-policy": "allkeys-lfu"}}});
-    let out = kubectl_input(&["apply", "-f", "-"], &beta_config.to_string())?;
-    assert!(out.ok, "{}", out.stderr);
-    let alpha = get_json("valkeyconfigs.v1alpha1.valkey.gomomento.com", &cfg, None)?;
-    assert_eq!(
-        alpha["spec"]["valkey"],
-        json!({"maxmemory-policy": "allkeys-lfu"})
-    );
-    assert!(alpha["spec"].get("settings").is_none());
-
-    // A cluster written as v1beta1 (`topology`) reads back as v1alpha1 and again as v1beta1.
-    let beta_cluster = json!({"apiVersion": "valkey.gomomento.com/v1beta1", "kind": "ValkeyCluster",
-        "metadata": {"name": "beta", "namespace": ns.name},
-        "spec": {"configRef": cfg, "topology": {"shards": 1, "replicasPerShard": 0},
-                 "podAnnotations": {"team": "payments"}}});
-    let out = kubectl_input(&["apply", "-f", "-"], &beta_cluster.to_string())?;
-    assert!(out.ok, "{}", out.stderr);
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
-    let stored = api.get("beta").await?;
-    assert_eq!((stored.spec.shards, stored.spec.replicas_per_shard), (1, 0));
-    assert_eq!(stored.spec.config_ref, cfg);
-    let as_beta = get_json(
-        "valkeyclusters.v1beta1.valkey.gomomento.com",
-        "beta",
-        Some(&ns.name),
-    )?;
-    assert_eq!(as_beta["apiVersion"], "valkey.gomomento.com/v1beta1");
-    assert_eq!(
-        as_beta["spec"], beta_cluster["spec"],
-        "v1beta1 -> v1alpha1 -> v1beta1 is lossless"
-    );
-    // The object is served and run like any other: the operator reconciles it.
-    wait_active(&client, &ns.name, "beta").await?;
-    let listed = kubectl_run(&["get", "valkeyclusters.v1beta1.valkey.gomomento.com", "-A"])?;
-    assert!(listed.contains("beta"), "{listed}");
-    let status = get_json(
-        "valkeyclusters.v1beta1.valkey.gomomento.com",
-        "beta",
-        Some(&ns.name),
-    )?;
-    assert_eq!(status["status"]["state"], "Active", "status converts too");
-    // And an object written as v1alpha1 reads back identically through v1beta1 and back.
-    let alpha_spec = serde_json::to_value(&api.get("beta").await?.spec)?;
-    let again = get_json(
-        "valkeyclusters.v1alpha1.valkey.gomomento.com",
-        "beta",
-        Some(&ns.name),
-    )?;
-    assert_eq!(again["spec"], alpha_spec);
-    api.delete("beta", &Default::default()).await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    Ok(())
-}
-
 /// A setting the resolved image's Valkey version does not know is accepted (the platform team
 /// may be preparing an upgrade) and kubectl prints the warning with a suggestion; a known one
 /// gets no warning.
@@ -677,4 +603,83 @@ async fn usernames_stay_unique_once_config_and_cluster_bindings_merge() -> anyho
     ])?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &config).await?;
     result
+}
+
+const IMAGE_WEBHOOK: &str =
+    "admission webhook \"valkeyimages.valkey.gomomento.com\" denied the request";
+
+/// A repoint that moves a running cluster to an older Valkey: warned within a major version
+/// (naming the cluster and both versions), refused across one with the reason, for a
+/// ValkeyImage's version and for a ValkeyConfig's imageRef alike. Server-side dry runs: the
+/// webhook decides exactly as for a real write, and nothing rolls.
+#[tokio::test]
+async fn a_downgrade_repoint_is_warned_and_a_cross_major_one_refused() -> anyhow::Result<()> {
+    use valkey_e2e::workload::{Menu, config, image};
+    let client = client().await?;
+    webhook_serving().await?;
+    let ns = TestNamespace::create(&client, "e2e-downgrade").await?;
+    let menu = Menu::publish(&client, "e2e-down", "9.1.2").await?;
+    let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    clusters
+        .patch(
+            "shop",
+            &PatchParams::apply("e2e"),
+            &Patch::Apply(&json!({
+                "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+                "metadata": {"name": "shop", "namespace": ns.name},
+                "spec": {"configRef": menu.config, "shards": 1, "replicasPerShard": 0}})),
+        )
+        .await?;
+    wait_active(&client, &ns.name, "shop").await?;
+    let named = format!("\"{}/shop\"", ns.name);
+
+    // 9.1.2 -> 9.0.0: accepted, with a warning naming the cluster and the versions.
+    let down = image(&menu.image, "9.0.0").to_string();
+    let out = kubectl_input(&["apply", "--dry-run=server", "-f", "-"], &down)?;
+    assert!(out.ok, "accepted: {}", out.stderr);
+    assert!(
+        out.stderr.contains("Warning:")
+            && out.stderr.contains(&format!(
+                "rolls ValkeyCluster {named} (9.1.2 -> 9.0.0) down"
+            )),
+        "{}",
+        out.stderr
+    );
+
+    // 9.1.2 -> 8.1.4: refused, with the reason.
+    let cross = image(&menu.image, "8.1.4").to_string();
+    let out = kubectl_input(&["apply", "--dry-run=server", "-f", "-"], &cross)?;
+    assert!(!out.ok, "refused: {}", out.stdout);
+    assert!(
+        out.stderr.contains(IMAGE_WEBHOOK)
+            && out.stderr.contains(&format!("{named} (9.1.2 -> 8.1.4)"))
+            && out.stderr.contains("RDB format 80"),
+        "{}",
+        out.stderr
+    );
+
+    // The same through the config: pointing it at an 8.x image is refused.
+    let old_image = format!("{}-old", menu.image);
+    valkey_e2e::workload::apply(&client, "image", image(&old_image, "8.1.4")).await?;
+    let repoint = config(&menu.config, &old_image).to_string();
+    let out = kubectl_input(&["apply", "--dry-run=server", "-f", "-"], &repoint)?;
+    assert!(!out.ok, "refused: {}", out.stdout);
+    assert!(
+        out.stderr.contains(CONFIG_WEBHOOK)
+            && out.stderr.contains(&format!(
+                "ValkeyConfig \"{}\" would roll ValkeyCluster {named} (9.1.2 -> 8.1.4)",
+                menu.config
+            )),
+        "{}",
+        out.stderr
+    );
+    // Nothing rolled: still one member on 9.1.2.
+    let status = clusters.get("shop").await?.status.unwrap_or_default();
+    let versions: Vec<_> = status.nodes.iter().map(|n| n.version.clone()).collect();
+    assert_eq!(versions, vec![Some("9.1.2".to_string())]);
+
+    clusters.delete("shop", &Default::default()).await?;
+    delete_cluster_scoped::<valkey_operator::api::ValkeyImage>(&client, &old_image).await?;
+    menu.remove(&client).await?;
+    Ok(())
 }

@@ -34,11 +34,20 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     .collect()
 }
 
-/// One CRD serving several versions (v1alpha1 stored), converted by the operator's webhook.
+/// One CRD declaring several versions (v1alpha1 stored), converted by the operator's webhook.
 /// The CA bundle is filled in at install time (cert-manager's CA injector, or the local
 /// cluster's launcher).
+///
+/// Only the storage version is served by default. Kubernetes makes the highest served version
+/// the group's preferred one (beta sorts above alpha), and every kubectl command that names no
+/// version uses it: serving v1beta1 would turn `kubectl patch -p '{"spec":{"shards":4}}'` into a
+/// silent no-op (the field is pruned) and show users a shape no doc uses. The chart's
+/// `crds.serveV1beta1` opts in; conversion is configured either way.
 fn converted(versions: Vec<CustomResourceDefinition>) -> CustomResourceDefinition {
     let mut crd = merge_crds(versions, VERSION).expect("the versions of a kind merge");
+    for version in &mut crd.spec.versions {
+        version.served = version.name == VERSION;
+    }
     crd.spec.conversion = Some(CustomResourceConversion {
         strategy: "Webhook".into(),
         webhook: Some(WebhookConversion {

@@ -40,6 +40,36 @@ impl Catalog for MapCatalog {
     }
 }
 
+/// Refuses a resolution that would roll members to an older **major** Valkey version than any
+/// of them runs (`running`: the versions of the cluster's current members). Replication goes
+/// down only within a major version (Valkey 9 replicates in RDB format 80, which Valkey 8 and
+/// earlier cannot load), so such a rollout could only stall with every shard a copy short. The
+/// admission webhook refuses the repoint itself; this holds when it was not asked (failure
+/// policy Ignore) or the cluster was created after the repoint.
+pub fn refuse_major_downgrade<'a>(
+    resolved: &ResolvedConfig,
+    running: impl IntoIterator<Item = &'a str>,
+) -> Result<(), ResolveError> {
+    fn major(version: &str) -> Option<u64> {
+        version.split('.').next()?.trim().parse().ok()
+    }
+    let Some(target) = major(&resolved.image.version) else {
+        return Ok(());
+    };
+    let newest = running
+        .into_iter()
+        .filter_map(|v| major(v).map(|m| (m, v)))
+        .max_by_key(|(m, _)| *m);
+    match newest {
+        Some((m, version)) if m > target => Err(ResolveError::MajorDowngrade {
+            image: resolved.image_ref.clone(),
+            running: version.to_string(),
+            resolved: resolved.image.version.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Resources a node gets when no config in the chain sets them.
 pub const DEFAULT_CPU: &str = "1";
 pub const DEFAULT_MEMORY: &str = "1Gi";
@@ -72,13 +102,36 @@ pub enum Referrer {
 /// Why a chain does not resolve. Each message names the broken link and says how to fix it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ResolveError {
-    ConfigNotFound { name: String, referrer: Referrer },
-    Cycle { chain: Vec<String> },
-    TooDeep { chain: Vec<String> },
-    NoImageRef { chain: Vec<String> },
-    ImageNotFound { image: String, config: String },
-    RoleNotFound { role: String, username: String },
-    DuplicateUsername { username: String },
+    ConfigNotFound {
+        name: String,
+        referrer: Referrer,
+    },
+    Cycle {
+        chain: Vec<String>,
+    },
+    TooDeep {
+        chain: Vec<String>,
+    },
+    NoImageRef {
+        chain: Vec<String>,
+    },
+    ImageNotFound {
+        image: String,
+        config: String,
+    },
+    RoleNotFound {
+        role: String,
+        username: String,
+    },
+    DuplicateUsername {
+        username: String,
+    },
+    /// The resolved image is of an older major version than members already run.
+    MajorDowngrade {
+        image: String,
+        running: String,
+        resolved: String,
+    },
 }
 
 impl ResolveError {
@@ -92,6 +145,7 @@ impl ResolveError {
             ResolveError::ImageNotFound { .. } => "ImageNotFound",
             ResolveError::RoleNotFound { .. } => "RoleNotFound",
             ResolveError::DuplicateUsername { .. } => "DuplicateUsername",
+            ResolveError::MajorDowngrade { .. } => "MajorVersionDowngrade",
         }
     }
 }
@@ -143,6 +197,14 @@ impl fmt::Display for ResolveError {
             ResolveError::DuplicateUsername { username } => write!(
                 f,
                 "ACL user \"{username}\" is bound both by the ValkeyConfig and by the ValkeyCluster; usernames must be unique across both, rename one"
+            ),
+            ResolveError::MajorDowngrade {
+                image,
+                running,
+                resolved,
+            } => write!(
+                f,
+                "members run Valkey {running} but the config now resolves to ValkeyImage \"{image}\" with Valkey {resolved}, an older major version whose replicas cannot load the data a {running} primary sends; the cluster keeps running as it is: point the config back at a {running}-compatible image, or move this cluster to a config of its own"
             ),
         }
     }
@@ -625,6 +687,30 @@ mod tests {
                 role: "ro".into(),
                 username: "metrics".into()
             }
+        );
+    }
+
+    #[test]
+    fn a_resolution_to_an_older_major_than_members_run_is_refused() {
+        let c = seed_catalog();
+        let resolved = resolve_config(&c, "standard").unwrap(); // valkey 9.0.0
+        assert_eq!(
+            refuse_major_downgrade(&resolved, ["9.1.2", "9.0.0"]),
+            Ok(())
+        );
+        assert_eq!(refuse_major_downgrade(&resolved, []), Ok(()));
+        assert_eq!(
+            refuse_major_downgrade(&resolved, ["8.1.4"]),
+            Ok(()),
+            "upgrades roll"
+        );
+        let err = refuse_major_downgrade(&resolved, ["9.0.0", "10.0.1"]).unwrap_err();
+        assert_eq!(err.reason(), "MajorVersionDowngrade");
+        let message = err.to_string();
+        assert!(
+            message.contains("members run Valkey 10.0.1")
+                && message.contains("ValkeyImage \"valkey-9-0\" with Valkey 9.0.0"),
+            "{message}"
         );
     }
 }

@@ -6,5 +6,5 @@ pub mod conf;
 
 pub use chain::{
     Catalog, MapCatalog, MenuRef, ResolveError, ResolvedConfig, menu_refs, merge_bindings,
-    resolve_config, resolve_roles,
+    refuse_major_downgrade, resolve_config, resolve_roles,
 };

@@ -1,5 +1,6 @@
 //! The webhook server: HTTPS (axum + rustls, ring provider) on every replica, next to the
-//! controllers. Validating admission for ValkeyNode, ValkeyCluster, ValkeyConfig and ValkeyRole under
+//! controllers. Validating admission for ValkeyNode, ValkeyCluster, ValkeyConfig, ValkeyRole and
+//! ValkeyImage under
 //! `/validate/<kind>`; see `webhooks/validating.yaml` for how the API server calls it and
 //! `docs/webhooks.md` for the rules.
 //!
@@ -30,7 +31,7 @@ use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionRe
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
-use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyNode, ValkeyRole};
+use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
 use admission::MenuSource;
 use admission::node::NodePolicy;
 
@@ -69,6 +70,7 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .route("/validate/valkeycluster", post(validate_cluster))
         .route("/validate/valkeyconfig", post(validate_config))
         .route("/validate/valkeyrole", post(validate_role))
+        .route("/validate/valkeyimage", post(validate_image))
         .route(crate::api::crd::CONVERSION_PATH, post(convert))
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -217,6 +219,23 @@ async fn validate_role(State(state): State<Arc<WebhookState>>, body: Bytes) -> R
             started,
             admission::role::validate(&req),
         ),
+        Err(r) => r,
+    }
+}
+
+#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeyimage"))]
+async fn validate_image(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    match parse_review::<ValkeyImage>(&body) {
+        Ok(req) => {
+            let (menu, clusters) = tokio::join!(state.menu.snapshot(), state.menu.clusters());
+            respond(
+                &state.metrics,
+                "ValkeyImage",
+                started,
+                admission::image::validate(&req, &menu, &clusters),
+            )
+        }
         Err(r) => r,
     }
 }
@@ -484,7 +503,7 @@ mod tests {
             bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4096),
             cut in 0usize..4096,
             flip in 0usize..4096,
-            path in proptest::sample::select(vec!["/validate/valkeynode", "/validate/valkeycluster", "/validate/valkeyconfig", "/validate/valkeyrole", "/convert"]),
+            path in proptest::sample::select(vec!["/validate/valkeynode", "/validate/valkeycluster", "/validate/valkeyconfig", "/validate/valkeyrole", "/validate/valkeyimage", "/convert"]),
         ) {
             let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
             rt.block_on(async {

@@ -29,7 +29,9 @@ use crate::driver::parse::NodeId;
 use crate::driver::{FailoverMode, MemberAddr, SetSlot, SlotMigrationRequest};
 use crate::plan::{self, Action, Member, MigrationMethod, MoveMethod, MoveTarget, Phase, Topology};
 use crate::resolve::acl::{OperatorCredentials, file_revision, render_acl_file};
-use crate::resolve::{ResolveError, merge_bindings, resolve_config, resolve_roles};
+use crate::resolve::{
+    ResolveError, merge_bindings, refuse_major_downgrade, resolve_config, resolve_roles,
+};
 
 /// The cluster controller's view of the world: shared context plus the member stores.
 pub struct ClusterContext {
@@ -47,12 +49,15 @@ pub struct Resolved {
     ),
 }
 
-/// Resolve step (pure over the catalog): config chain, bindings, roles.
-pub fn resolve(
+/// Resolve step (pure over the catalog): config chain, bindings, roles; never to an older major
+/// version than a member runs (`running`).
+pub fn resolve<'a>(
     cluster: &ValkeyCluster,
     catalog: &impl crate::resolve::Catalog,
+    running: impl IntoIterator<Item = &'a str>,
 ) -> Result<Resolved, ResolveError> {
     let config = resolve_config(catalog, &cluster.spec.config_ref)?;
+    refuse_major_downgrade(&config, running)?;
     let bindings = merge_bindings(&config.acl, &cluster.spec.acl)?;
     let roles = resolve_roles(catalog, &bindings)?;
     Ok(Resolved {
@@ -89,7 +94,9 @@ pub async fn reconcile(
     let name = cluster.name_any();
 
     // Resolve. A broken reference blocks the cluster and touches nothing that runs.
-    let resolved = match resolve(&cluster, &ctx.catalog) {
+    let members = cluster_nodes(&cctx.nodes, &namespace, &name);
+    let running = members.iter().map(|n| n.spec.version.as_str());
+    let resolved = match resolve(&cluster, &ctx.catalog, running) {
         Ok(r) => r,
         Err(err) => {
             info!(cluster = %object_key(cluster.as_ref()), reason = err.reason(), "blocked: {err}");

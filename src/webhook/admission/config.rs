@@ -11,12 +11,15 @@
 //!   the container memory it is accepted **with a warning**: replication buffers, client
 //!   buffers and fork copy-on-write need the rest. Configs that inherit from this one and
 //!   would break the same rule after this change get a warning naming them.
+//! - A change that moves running clusters to an older Valkey (a new `imageRef` or `baseRef`)
+//!   is warned about within a major version and denied across one ([`super::downgrade`]).
 //! - A menu that cannot be read never fails the request: accepted with a warning.
 
 use kube::ResourceExt;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::{ClusterUsernames, Clusters, Menu, allow_with_warnings, deny, lookup_warning};
+use super::downgrade::{Verdict, downgrades, verdict};
+use super::{ClusterSummary, Clusters, Menu, allow_with_warnings, deny, lookup_warning};
 use crate::api::ValkeyConfig;
 use crate::resolve::chain::{DEFAULT_MEMORY, chain_as_far_as_it_resolves, config_bindings};
 use crate::resolve::{Catalog, MapCatalog, ResolveError, resolve_config};
@@ -112,7 +115,7 @@ fn check_memory(name: &str, view: &MemoryView) -> MemoryVerdict {
 /// change.
 #[derive(Debug, PartialEq, Eq)]
 struct UsernameClash<'a> {
-    cluster: &'a ClusterUsernames,
+    cluster: &'a ClusterSummary,
     username: String,
     /// The change touches this cluster's config bindings (else the clash was there before).
     new: bool,
@@ -124,7 +127,7 @@ fn username_clashes<'a>(
     before: &impl Catalog,
     after: &impl Catalog,
     name: &str,
-    clusters: &'a [ClusterUsernames],
+    clusters: &'a [ClusterSummary],
 ) -> Vec<UsernameClash<'a>> {
     let mut clashes = Vec::new();
     for cluster in clusters {
@@ -151,21 +154,16 @@ fn username_clashes<'a>(
 
 /// `ValkeyClusters "ns/a", "ns/b", 3 more bind` (the verb agrees with the count).
 fn name_clusters(clashes: &[&UsernameClash], verb: (&str, &str)) -> String {
-    const SHOWN: usize = 5;
-    let mut names: Vec<String> = clashes
+    let names = clashes
         .iter()
-        .take(SHOWN)
         .map(|c| format!("\"{}/{}\"", c.cluster.namespace, c.cluster.name))
         .collect();
-    if clashes.len() > SHOWN {
-        names.push(format!("{} more", clashes.len() - SHOWN));
-    }
     let (noun, verb) = if clashes.len() == 1 {
         ("ValkeyCluster", verb.0)
     } else {
         ("ValkeyClusters", verb.1)
     };
-    format!("{noun} {} {verb}", names.join(", "))
+    format!("{noun} {} {verb}", super::name_some(names))
 }
 
 /// The rule.
@@ -281,6 +279,15 @@ pub fn validate(
             Err(error) => warnings.push(format!(
                 "usernames were not checked against the ValkeyClusters using ValkeyConfig {name:?} (the webhook could not list them: {error})"
             )),
+        }
+        // A repoint to an older image: warned within a major version, denied across one.
+        if let Ok(clusters) = clusters {
+            let moves = downgrades(before, &catalog, clusters);
+            match verdict(&format!("ValkeyConfig {name:?}"), &moves) {
+                Verdict::Fine => {}
+                Verdict::Warn(w) => warnings.push(w),
+                Verdict::Deny(message) => return deny(req, message, warnings),
+            }
         }
     }
     allow_with_warnings(req, warnings)
@@ -510,12 +517,13 @@ mod tests {
         })
     }
 
-    fn cluster(namespace: &str, name: &str, config: &str, usernames: &[&str]) -> ClusterUsernames {
-        ClusterUsernames {
+    fn cluster(namespace: &str, name: &str, config: &str, usernames: &[&str]) -> ClusterSummary {
+        ClusterSummary {
             namespace: namespace.into(),
             name: name.into(),
             config_ref: config.into(),
             usernames: usernames.iter().map(|u| u.to_string()).collect(),
+            versions: Vec::new(),
         }
     }
 

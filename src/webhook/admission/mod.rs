@@ -6,6 +6,8 @@
 
 pub mod cluster;
 pub mod config;
+pub mod downgrade;
+pub mod image;
 pub mod node;
 pub mod role;
 pub mod settings;
@@ -46,19 +48,22 @@ pub fn deny<K: Resource>(
 /// could not be read. A lookup failure never fails a request; it becomes a warning.
 pub type Menu = Result<MapCatalog, String>;
 
-/// A ValkeyCluster as the ValkeyConfig rules see it: which config it names and which usernames
-/// it binds in its own `spec.acl` (merged with its config's bindings, they must stay unique).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterUsernames {
+/// A ValkeyCluster as the menu rules see it: which config it names, which usernames it binds
+/// in its own `spec.acl` (merged with its config's bindings, they must stay unique) and which
+/// Valkey versions its members run (a repoint must not move it to an older one unnoticed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterSummary {
     pub namespace: String,
     pub name: String,
     pub config_ref: String,
     pub usernames: Vec<String>,
+    /// `status.nodes[].version`, as observed by the operator.
+    pub versions: Vec<String>,
 }
 
-impl From<&ValkeyCluster> for ClusterUsernames {
+impl From<&ValkeyCluster> for ClusterSummary {
     fn from(cluster: &ValkeyCluster) -> Self {
-        ClusterUsernames {
+        ClusterSummary {
             namespace: cluster.namespace().unwrap_or_default(),
             name: cluster.name_any(),
             config_ref: cluster.spec.config_ref.clone(),
@@ -68,12 +73,18 @@ impl From<&ValkeyCluster> for ClusterUsernames {
                 .iter()
                 .map(|b| b.username.clone())
                 .collect(),
+            versions: cluster
+                .status
+                .iter()
+                .flat_map(|s| &s.nodes)
+                .filter_map(|n| n.version.clone())
+                .collect(),
         }
     }
 }
 
 /// Every ValkeyCluster's usernames, or why they could not be read.
-pub type Clusters = Result<Vec<ClusterUsernames>, String>;
+pub type Clusters = Result<Vec<ClusterSummary>, String>;
 
 /// Where the webhook reads the menu from.
 pub trait MenuSource: Send + Sync {
@@ -126,7 +137,7 @@ impl MenuSource for ApiMenu {
                 .await
                 .map_err(|_| format!("the API server did not answer within {:?}", self.timeout))?
                 .map_err(|e| e.to_string())?;
-            Ok(list.iter().map(ClusterUsernames::from).collect())
+            Ok(list.iter().map(ClusterSummary::from).collect())
         })
     }
 }
@@ -240,6 +251,18 @@ impl MenuSource for FixedMenu {
     fn clusters(&self) -> BoxFuture<'_, Clusters> {
         Box::pin(async move { Ok(Vec::new()) })
     }
+}
+
+/// `a, b, c, d, e, 3 more`: the first five of a list, and how many were left out (a message
+/// naming hundreds of clusters helps nobody).
+pub fn name_some(names: Vec<String>) -> String {
+    const SHOWN: usize = 5;
+    let total = names.len();
+    let mut shown: Vec<String> = names.into_iter().take(SHOWN).collect();
+    if total > SHOWN {
+        shown.push(format!("{} more", total - SHOWN));
+    }
+    shown.join(", ")
 }
 
 /// The warning added when the menu could not be read.

@@ -1,0 +1,131 @@
+//! ValkeyImage: a write that moves running clusters to an older Valkey (the `version` of an
+//! image they use goes down, or an image they wait for reappears older) is warned about within
+//! a major version and denied across one; see [`super::downgrade`]. Everything else about an
+//! image is checked by its CRD schema. A menu or cluster list that cannot be read never fails
+//! the request: accepted with a warning.
+
+use kube::ResourceExt;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+
+use super::downgrade::{Verdict, downgrades, verdict};
+use super::{Clusters, Menu, allow_with_warnings, deny};
+use crate::api::ValkeyImage;
+
+/// The rule.
+pub fn validate(
+    req: &AdmissionRequest<ValkeyImage>,
+    menu: &Menu,
+    clusters: &Clusters,
+) -> AdmissionResponse {
+    let Some(image) = req.object.as_ref() else {
+        return allow_with_warnings(req, vec![]);
+    };
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return allow_with_warnings(req, vec![]);
+    }
+    let name = image.name_any();
+    let (before, clusters) = match (menu, clusters) {
+        (Ok(before), Ok(clusters)) => (before, clusters),
+        (Err(error), _) | (_, Err(error)) => {
+            return allow_with_warnings(
+                req,
+                vec![format!(
+                    "not checked for clusters it would move to an older Valkey (the webhook could not read the menu or the ValkeyClusters: {error})"
+                )],
+            );
+        }
+    };
+    let mut after = before.clone();
+    after.images.insert(name.clone(), image.spec.clone());
+    let moves = downgrades(before, &after, clusters);
+    match verdict(&format!("ValkeyImage {name:?}"), &moves) {
+        Verdict::Fine => allow_with_warnings(req, vec![]),
+        Verdict::Warn(w) => allow_with_warnings(req, vec![w]),
+        Verdict::Deny(message) => deny(req, message, vec![]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ValkeyConfigSpec, ValkeyImageSpec};
+    use crate::resolve::MapCatalog;
+    use crate::webhook::admission::ClusterSummary;
+    use crate::webhook::admission::fixtures::request;
+
+    fn menu(version: &str) -> MapCatalog {
+        let mut m = MapCatalog::default();
+        m.images.insert(
+            "valkey-9".into(),
+            ValkeyImageSpec {
+                repository: "valkey/valkey".into(),
+                tag: version.into(),
+                digest: None,
+                version: version.into(),
+            },
+        );
+        m.configs.insert(
+            "standard".into(),
+            ValkeyConfigSpec {
+                base_ref: None,
+                image_ref: Some("valkey-9".into()),
+                resources: None,
+                valkey: Default::default(),
+                acl: None,
+            },
+        );
+        m
+    }
+
+    fn clusters() -> Clusters {
+        Ok(vec![ClusterSummary {
+            namespace: "shop".into(),
+            name: "cart".into(),
+            config_ref: "standard".into(),
+            versions: vec!["9.1.2".into()],
+            ..Default::default()
+        }])
+    }
+
+    /// The fixture updates ValkeyImage "valkey-9" to `version`.
+    fn update_to(version: &str) -> AdmissionRequest<ValkeyImage> {
+        request::<ValkeyImage>("valkeyimage-update.json", |v| {
+            v["request"]["object"]["spec"]["version"] = version.into();
+            v["request"]["object"]["spec"]["tag"] = version.into();
+        })
+    }
+
+    #[test]
+    fn repointing_down_within_the_major_version_is_warned() {
+        let resp = validate(&update_to("9.0.0"), &Ok(menu("9.1.2")), &clusters());
+        assert!(resp.allowed);
+        let w = resp.warnings.unwrap().join("\n");
+        assert!(
+            w.contains(
+                "ValkeyImage \"valkey-9\" rolls ValkeyCluster \"shop/cart\" (9.1.2 -> 9.0.0)"
+            ),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn repointing_down_across_a_major_version_is_denied() {
+        let resp = validate(&update_to("8.1.4"), &Ok(menu("9.1.2")), &clusters());
+        assert!(!resp.allowed);
+        assert_eq!(resp.result.code, 403);
+        assert!(
+            resp.result.message.contains("(9.1.2 -> 8.1.4)"),
+            "{}",
+            resp.result.message
+        );
+    }
+
+    #[test]
+    fn upgrades_pass_silently_and_lookup_failures_only_warn() {
+        let resp = validate(&update_to("9.2.0"), &Ok(menu("9.1.2")), &clusters());
+        assert!(resp.allowed && resp.warnings.is_none());
+        let resp = validate(&update_to("8.1.4"), &Err("timeout".into()), &clusters());
+        assert!(resp.allowed);
+        assert!(resp.warnings.unwrap()[0].contains("timeout"));
+    }
+}
