@@ -85,7 +85,7 @@ import sys, yaml
 for d in yaml.safe_load_all(sys.stdin):
     if d and d["spec"].get("conversion", {}).get("strategy") == "Webhook":
         for v in d["spec"]["versions"]:
-            print(f"{d["spec"]["names"]["kind"]}:{v["name"]}={v["served"]}")'
+            print("%s:%s=%s" % (d["spec"]["names"]["kind"], v["name"], v["served"]))'
 }
 only_alpha_served() {
   test "$(served_versions | sort | tr '\n' ' ')" = "ValkeyCluster:v1alpha1=True ValkeyCluster:v1beta1=False ValkeyConfig:v1alpha1=True ValkeyConfig:v1beta1=False "
