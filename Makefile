@@ -45,9 +45,9 @@ e2e:
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e \
 	  --test api_e2e --test kubelet --test provisioning --test webhook --test kubectl --test acl --test rollout --test scaling --test failures \
 	  -- --test-threads=$(E2E_THREADS)
-	@# Node stops and pauses last: they disturb every pod on the stopped node; leader freezes
+	@# Node stops, pauses and drains last: they disturb every pod on the node; leader freezes
 	@# the operator itself; traces restarts it.
-	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test conversion --test kubelet_faults --test leader --test traces -- --test-threads=1
+	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test conversion --test drain --test kubelet_faults --test leader --test traces -- --test-threads=1
 
 ## chart-test: lint and render checks of charts/valkey-operator, plain-manifest drift
 chart-test:

@@ -648,6 +648,7 @@ fn operator_service_account_has_what_it_needs_and_no_more() {
         ("patch", "valkeyclusters/status"),
         ("list", "valkeyconfigs"),
         ("create", "pods"),
+        ("patch", "pods/status"),
         ("create", "secrets"),
         ("create", "poddisruptionbudgets.policy"),
         ("create", "events.events.k8s.io"),

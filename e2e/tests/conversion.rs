@@ -136,6 +136,27 @@ impl Drop for V1beta1Served {
     }
 }
 
+/// Waits until a v1beta1 list answers (`served`) or is refused (not served).
+async fn wait_served(kubectl: &Kubectl, served: bool) -> anyhow::Result<()> {
+    wait_for(
+        &format!("v1beta1 served: {served}"),
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || async {
+            let out = kubectl.run(
+                &["get", "valkeyclusters.v1beta1.valkey.gomomento.com", "-A"],
+                None,
+            )?;
+            if out.ok == served {
+                Ok(Some(()))
+            } else {
+                bail!("{}{}", out.stdout, out.stderr)
+            }
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 async fn with_v1beta1_served_objects_convert_both_ways_through_the_webhook() -> anyhow::Result<()> {
     let client = client().await?;
@@ -168,23 +189,7 @@ async fn with_v1beta1_served_objects_convert_both_ways_through_the_webhook() -> 
 
     let served = V1beta1Served::on()?;
     // Discovery and the conversion webhook answer once the API server has the new version.
-    wait_for(
-        "v1beta1 served and converted",
-        Duration::from_secs(120),
-        Duration::from_secs(1),
-        || async {
-            let out = kubectl.run(
-                &["get", "valkeyclusters.v1beta1.valkey.gomomento.com", "-A"],
-                None,
-            )?;
-            if out.ok {
-                Ok(Some(()))
-            } else {
-                bail!("{}", out.stderr)
-            }
-        },
-    )
-    .await?;
+    wait_served(&kubectl, true).await?;
 
     let ns = TestNamespace::create(&client, "e2e-convert").await?;
     let cfg = format!("e2e-{}-beta", random_suffix(4));
@@ -256,22 +261,6 @@ async fn with_v1beta1_served_objects_convert_both_ways_through_the_webhook() -> 
 
     // Turning it off again loses nothing: objects are stored as v1alpha1.
     drop(served);
-    wait_for(
-        "v1beta1 no longer served",
-        Duration::from_secs(60),
-        Duration::from_secs(1),
-        || async {
-            let out = kubectl.run(
-                &["get", "valkeyclusters.v1beta1.valkey.gomomento.com", "-A"],
-                None,
-            )?;
-            if out.ok {
-                bail!("still served")
-            } else {
-                Ok(Some(()))
-            }
-        },
-    )
-    .await?;
+    wait_served(&kubectl, false).await?;
     Ok(())
 }

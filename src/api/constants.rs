@@ -105,3 +105,9 @@ pub fn is_forced_setting(key: &str) -> bool {
 pub fn is_reserved_annotation(key: &str) -> bool {
     key.starts_with(RESERVED_PREFIX)
 }
+
+/// Pod readiness gate of every member: True only while the member holds its shard's data (a
+/// primary owning slots, or a replica whose initial sync is done). The operator sets it; the
+/// kubelet counts the pod Ready only with it, so the PodDisruptionBudget allows the next
+/// eviction, and the client Service routes to the member, only once a replacement has synced.
+pub const CONDITION_HOLDS_DATA: &str = "valkey.gomomento.com/holds-data";

@@ -138,19 +138,48 @@ pub fn headless_service(cluster: &ValkeyCluster) -> Service {
     }
 }
 
-/// At most one member of the cluster voluntarily disrupted at a time.
+/// The members' PodDisruptionBudget: at most one member of the cluster voluntarily disrupted
+/// (evicted by `kubectl drain`, the cluster autoscaler, ...) at a time, and none while one is
+/// already missing or syncing.
+///
+/// An integer `minAvailable`: the disruption controller needs the pods' controller to
+/// implement the scale subresource for `maxUnavailable` (or a percentage), and ValkeyNode does
+/// not; with `maxUnavailable` the PDB reports `SyncFailed` and allows no eviction at all, so
+/// every drain hangs. Counted against the desired members (`shards x (1 + replicasPerShard)`):
+/// a surge member of a rollout is one more healthy pod, a missing one is one fewer.
+///
+/// A cluster without replicas has no second copy of any shard: evicting a member would lose its
+/// shard's data, so nothing is evicted (`minAvailable` = every member); drains wait until the
+/// cluster has replicas (`replicasPerShard: 1`).
 pub fn pdb(cluster: &ValkeyCluster) -> PodDisruptionBudget {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     let name = cluster.metadata.name.clone().unwrap_or_default();
     PodDisruptionBudget {
         metadata: meta(cluster, names::pdb(&name), "members"),
-        spec: Some(
-            serde_json::from_value(json!({
-                "maxUnavailable": 1,
-                "selector": {"matchLabels": names::member_selector(&name)},
-            }))
-            .expect("valid pdb spec"),
-        ),
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(pdb_min_available(
+                cluster.spec.shards,
+                cluster.spec.replicas_per_shard,
+            ))),
+            selector: Some(LabelSelector {
+                match_labels: Some(names::member_selector(&name)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         status: None,
+    }
+}
+
+/// Healthy members the PDB keeps: all but one, or all when shards have no replica.
+pub fn pdb_min_available(shards: i32, replicas_per_shard: i32) -> i32 {
+    let desired = shards.max(0) * (1 + replicas_per_shard.max(0));
+    if replicas_per_shard > 0 {
+        desired - 1
+    } else {
+        desired
     }
 }
 
@@ -280,6 +309,27 @@ mod tests {
         let owner = &n.metadata.owner_references.unwrap()[0];
         assert_eq!(owner.kind, "ValkeyCluster");
         assert_eq!(owner.controller, Some(true));
+    }
+
+    #[test]
+    fn the_pdb_keeps_all_members_but_one_with_an_integer_min_available() {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let spec = pdb(&cluster()).spec.unwrap();
+        // maxUnavailable needs a scale subresource ValkeyNode does not have: never set it.
+        assert_eq!(spec.max_unavailable, None);
+        assert_eq!(
+            spec.min_available,
+            Some(IntOrString::Int(5)),
+            "3 x (1 + 1) - 1"
+        );
+        assert_eq!(
+            spec.selector.unwrap().match_labels.unwrap(),
+            names::member_selector("my-cluster")
+        );
+        assert_eq!(pdb_min_available(4, 2), 11);
+        // Without replicas an eviction would lose a shard: nothing is evicted.
+        assert_eq!(pdb_min_available(3, 0), 3);
+        assert_eq!(pdb_min_available(1, 1), 1);
     }
 
     #[test]

@@ -21,7 +21,9 @@ use rand::distr::Alphanumeric;
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::api::constants::{ANNOTATION_SLOT_MIGRATION, CLUSTER_BUS_PORT, LABEL_CLUSTER};
+use crate::api::constants::{
+    ANNOTATION_SLOT_MIGRATION, CLUSTER_BUS_PORT, CONDITION_HOLDS_DATA, LABEL_CLUSTER,
+};
 use crate::api::{Lifecycle, ValkeyCluster, ValkeyNode};
 use crate::controller::{CLUSTER_MANAGER, Context, Error, names, object_key};
 use crate::driver::migrate::{KeyMove, move_slot_by_keys};
@@ -136,6 +138,7 @@ pub async fn reconcile(
         &build::spec_hash(&desired_spec),
     )
     .await;
+    publish_holds_data(ctx, &namespace, &observed, &cctx.pods).await;
     let topology = Topology {
         cluster: name.clone(),
         shards: cluster.spec.shards.max(0) as usize,
@@ -202,6 +205,55 @@ async fn acl_events(ctx: &Context, cluster: &ValkeyCluster, progress: &acl::AclP
 }
 
 /// ValkeyNodes of one cluster from the store, by name.
+/// Sets each answering member's holds-data readiness gate (pod condition
+/// [`CONDITION_HOLDS_DATA`]) to what its Valkey reports, where it changed. The gate keeps an
+/// empty or syncing member out of the PodDisruptionBudget's healthy count and out of the client
+/// Service, so a drain evicts the next member only once the last one's replacement has synced.
+/// A failed write is logged and retried next reconcile: it only delays readiness.
+async fn publish_holds_data(
+    ctx: &Context,
+    namespace: &str,
+    observed: &[observe::Observed],
+    pods: &Store<Pod>,
+) {
+    use kube::runtime::reflector::ObjectRef;
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    for o in observed {
+        let (Some(view), Some(pod_name)) = (&o.member.view, &o.pod) else {
+            continue;
+        };
+        let Some(pod) = pods.get(&ObjectRef::new(pod_name).within(namespace)) else {
+            continue;
+        };
+        let holds = observe::holds_data(view);
+        if observe::holds_data_condition(&pod) == Some(holds) {
+            continue;
+        }
+        let (status, reason, message) = if holds {
+            (
+                "True",
+                "HoldsData",
+                "owns slots, or is a replica in sync with its primary",
+            )
+        } else {
+            (
+                "False",
+                "NoData",
+                "owns no slots and is not an in-sync replica",
+            )
+        };
+        let patch = serde_json::json!({"status": {"conditions": [{
+            "type": CONDITION_HOLDS_DATA, "status": status, "reason": reason, "message": message,
+        }]}});
+        if let Err(e) = api
+            .patch_status(pod_name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+        {
+            warn!(pod = %pod_name, error = %e, "could not set the holds-data readiness gate");
+        }
+    }
+}
+
 pub fn cluster_nodes(
     store: &Store<ValkeyNode>,
     namespace: &str,

@@ -26,14 +26,16 @@ pub struct Observed {
     pub version: Option<String>,
 }
 
-/// The pod's client address once it runs and is ready.
+/// The pod's client address once its container runs and answers (`ContainersReady`: the
+/// pod's own `Ready` also waits for the holds-data gate, which the operator sets only after
+/// reaching the member).
 pub fn ready_address(pod: &Pod) -> Option<MemberAddr> {
     let status = pod.status.as_ref()?;
     let ready = status
         .conditions
         .as_ref()?
         .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+        .any(|c| c.type_ == "ContainersReady" && c.status == "True");
     if pod.metadata.deletion_timestamp.is_some() || !ready {
         return None;
     }
@@ -41,6 +43,24 @@ pub fn ready_address(pod: &Pod) -> Option<MemberAddr> {
         .pod_ip
         .as_ref()
         .map(|ip| MemberAddr::new(ip.clone(), CLIENT_PORT))
+}
+
+/// Whether a member holds its shard's data: a primary owning slots, or a replica whose link
+/// to its primary is up and whose initial sync is done. An empty member (new, replacing a lost
+/// one, or retiring) does not, whatever its container says.
+pub fn holds_data(view: &MemberView) -> bool {
+    !view.slots.is_empty() || (view.primary_id.is_some() && view.replica_in_sync)
+}
+
+/// The holds-data condition of a pod: `Some(true/false)` once set, `None` before.
+pub fn holds_data_condition(pod: &Pod) -> Option<bool> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == crate::api::constants::CONDITION_HOLDS_DATA)
+        .map(|c| c.status == "True")
 }
 
 /// Reduces a member's observation to what planning needs; `now` (Unix seconds) dates the

@@ -134,6 +134,9 @@ pub fn pod(node: &ValkeyNode, pod_annotations: &BTreeMap<String, String>) -> Pod
         "automountServiceAccountToken": false,
         "terminationGracePeriodSeconds": 30,
         "restartPolicy": "Always",
+        // Ready = the container answers AND the member holds its shard's data (set by the
+        // cluster controller): an empty or syncing member never counts for the PDB.
+        "readinessGates": [{"conditionType": crate::api::constants::CONDITION_HOLDS_DATA}],
         "nodeSelector": node.spec.placement.node_selector,
         "affinity": affinity,
         "topologySpreadConstraints": spread,
@@ -207,6 +210,10 @@ mod tests {
         assert_eq!(limits["memory"].0, "2Gi");
         assert_eq!(spec.node_selector.unwrap()["disk"], "ssd");
         assert_eq!(spec.subdomain.as_deref(), Some("my-cluster-nodes"));
+        assert_eq!(
+            spec.readiness_gates.unwrap()[0].condition_type,
+            crate::api::constants::CONDITION_HOLDS_DATA
+        );
     }
 
     #[test]
