@@ -98,7 +98,10 @@ bridge_up() {
     ip link add "$BRIDGE" type bridge
     log "created bridge $BRIDGE"
   fi
-  ip addr show dev "$BRIDGE" | grep -q "inet $BRIDGE_CIDR" || ip addr add "$BRIDGE_CIDR" dev "$BRIDGE"
+  # Capture first: `ip ... | grep -q` under pipefail fails when grep exits at the first match
+  # and ip gets SIGPIPE, which added the address a second time ("Address already assigned").
+  local addrs; addrs=$(ip addr show dev "$BRIDGE")
+  [[ $addrs == *"inet $BRIDGE_CIDR"* ]] || ip addr add "$BRIDGE_CIDR" dev "$BRIDGE"
   ip link set "$BRIDGE" up
 }
 
@@ -287,8 +290,13 @@ project_up() {
     -f "$REPO/manifests/rbac/product-team.yaml" >/dev/null
   log "persona RBAC installed"
   if [ "${LC_SAMPLES:-1}" = 1 ]; then
-    $KUBECTL apply --server-side -f "$REPO/manifests/samples/" >/dev/null
-    log "samples applied; watch them with: kubectl get valkey -A"
+    # Samples are for the first start: objects that exist (perhaps edited by the user since,
+    # e.g. `kubectl patch` of a cluster) are left as they are, never fought over.
+    local out errors
+    out=$($KUBECTL create -f "$REPO/manifests/samples/" 2>&1) || true
+    errors=$(grep -i 'error' <<<"$out" | grep -v 'AlreadyExists' || true)
+    [ -z "$errors" ] || die "samples could not be created: $errors"
+    log "samples created (existing ones left as they are); watch them with: kubectl get valkey -A"
     $KUBECTL -n my-app wait --for=jsonpath='{.status.state}'=Active valkeycluster/my-cluster --timeout=180s >/dev/null \
       && log "my-app/my-cluster is Active" || log "my-app/my-cluster is not Active yet: kubectl -n my-app describe valkeycluster my-cluster"
   fi
@@ -302,6 +310,9 @@ project_up() {
 operator_up() {
   local ns=valkey-operator-system
   $KUBECTL create namespace "$ns" --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
+  # Like a production cluster: the operator's namespace admits only `restricted` pods.
+  $KUBECTL label namespace "$ns" --overwrite pod-security.kubernetes.io/enforce=restricted \
+    pod-security.kubernetes.io/enforce-version=latest >/dev/null
   local whsvc=valkey-operator-webhook.$ns.svc
   gen_cert webhook "/CN=$whsvc" \
     "DNS:valkey-operator-webhook,DNS:valkey-operator-webhook.$ns,DNS:$whsvc,DNS:$whsvc.cluster.local"
@@ -339,7 +350,8 @@ cleanup_stale() {
     if ! is_running "$name"; then rm -f "$f"; STALE=1; fi
   done
   if ! is_running vk-kubelet; then
-    if ip netns list 2>/dev/null | grep -q '^vkp-' || ip -o link show 2>/dev/null | grep -q ': vkh'; then
+    local netns links; netns=$(ip netns list 2>/dev/null || true); links=$(ip -o link show 2>/dev/null || true)
+    if grep -q '^vkp-' <<<"$netns" || grep -q ': vkh' <<<"$links"; then
       log "removing pod namespaces and links left by a previous run"
       local ns link
       for ns in $(ip netns list | awk '{print $1}' | grep '^vkp-' || true); do

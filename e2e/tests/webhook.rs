@@ -202,6 +202,29 @@ async fn valkeynodes_are_written_by_the_operator_only_and_it_still_manages_them(
     assert!(!out.ok, "spec edit as cluster-admin must be denied");
     assert!(out.stderr.contains("immutable"), "{}", out.stderr);
 
+    // So is a status edit: lifecycle and node id are what the operator plans from.
+    let out = kubectl_outcome(&[
+        "-n",
+        &ns.name,
+        "patch",
+        "valkeynode",
+        &name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"lifecycle":"Leaving"}}"#,
+    ])?;
+    assert!(!out.ok, "status edit as cluster-admin must be denied");
+    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "the status of ValkeyNode {}/{name} is written by valkey-operator only",
+            ns.name
+        )),
+        "{}",
+        out.stderr
+    );
+
     // A product-team user, even with RBAC that (wrongly) lets them create ValkeyNodes, is
     // denied by the webhook.
     let user = format!("dev-{}@product.example", random_suffix(4));

@@ -122,6 +122,23 @@ pub struct ValkeyNodeSpec {
     /// Name of the TLS Secret when the cluster uses TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_secret_ref: Option<String>,
+
+    /// Whether the member's Valkey may be restarted in place when its process dies (OOM kill,
+    /// SIGKILL, crash) or its pod is recreated: only when it keeps its data across a restart
+    /// (`appendonly yes`), or when its shard has no replica that could copy an empty dataset
+    /// from it. Otherwise (`false`) a dead process is never brought back under its old identity
+    /// (pod `restartPolicy: Never`, a lost pod is not recreated): the operator promotes the
+    /// shard's most up-to-date replica and replaces the member. Unset on members created
+    /// before this field existed: restarted in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_in_place: Option<bool>,
+}
+
+impl ValkeyNodeSpec {
+    /// Restarted in place (see `restart_in_place`); members from before the field: yes.
+    pub fn restarts_in_place(&self) -> bool {
+        self.restart_in_place.unwrap_or(true)
+    }
 }
 
 /// Resolved placement of one member.

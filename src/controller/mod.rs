@@ -132,6 +132,16 @@ pub enum Error {
     Driver(#[from] crate::driver::DriverError),
     #[error("{0}")]
     Invalid(String),
+    /// An object the operator would create exists and is not this cluster's: it is left
+    /// untouched and the cluster is blocked until the name is free.
+    #[error(
+        "{kind} {namespace}/{name} already exists and was not created by valkey-operator for this ValkeyCluster; the operator leaves it untouched. Rename or delete that {kind}, or give the ValkeyCluster another name"
+    )]
+    NameTaken {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
 }
 
 impl Error {
@@ -140,6 +150,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Driver(_) => "valkey",
             Error::Invalid(_) => "invalid",
+            Error::NameTaken { .. } => "name_taken",
         }
     }
 }

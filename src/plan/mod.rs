@@ -107,6 +107,10 @@ pub struct Member {
     pub view: Option<MemberView>,
     /// Why its pod does not run, when Kubernetes says (ImagePullBackOff, Unschedulable, ...).
     pub pod_problem: Option<String>,
+    /// Its Valkey is gone for good and will not come back under its identity (the process
+    /// died and is not restarted in place, or the pod was lost and is not recreated): never
+    /// waited for; its shard's replica takes over and a new member replaces it.
+    pub gone: Option<String>,
 }
 
 impl Member {
@@ -121,6 +125,7 @@ impl Member {
             addr: None,
             view: None,
             pod_problem: None,
+            gone: None,
         }
     }
 
@@ -346,6 +351,18 @@ pub fn plan(topology: &Topology) -> Plan {
             _ => format!("creating {} member(s)", creates.len()),
         };
         return Plan::new(changing, creates, message);
+    }
+
+    // 2a. Members gone for good are never waited for: each gone primary's most up-to-date
+    //     replica takes over at once, and a gone member owning no slots is retired (step 1
+    //     then creates its replacement).
+    let gone: Vec<&Member> = members
+        .iter()
+        .copied()
+        .filter(|m| m.gone.is_some())
+        .collect();
+    if !gone.is_empty() {
+        return replace_gone(&members, &gone);
     }
 
     // 2. Every member runs and answers. A new member still starting is progress; an established
@@ -901,6 +918,72 @@ fn failures(
         });
     }
     (!actions.is_empty()).then(|| Plan::new(Phase::Degraded, actions, notes.join("; ")))
+}
+
+/// Members whose Valkey is gone for good (see [`Member::gone`]), judged from the members that
+/// answer: a gone primary that still owns slots hands them to its most up-to-date replica
+/// (`FORCE` with a majority of slot-owning primaries alive, `TAKEOVER` without one); a gone
+/// member that owns none is retired. A gone primary with no answering replica is waited for by
+/// name (its data went with it, unless a replica comes back).
+fn replace_gone(members: &[&Member], gone: &[&Member]) -> Plan {
+    let answering: Vec<&Member> = members
+        .iter()
+        .copied()
+        .filter(|m| m.view.is_some() && m.addr.is_some())
+        .collect();
+    let views = || answering.iter().filter_map(|m| m.view.as_ref());
+    let slot_owners: BTreeSet<NodeId> = views()
+        .flat_map(|v| {
+            let own = (!v.slots.is_empty()).then(|| v.id.clone());
+            v.slot_owners.iter().cloned().chain(own)
+        })
+        .collect();
+    let live: BTreeSet<NodeId> = views().map(|v| v.id.clone()).collect();
+    let mut actions = Vec::new();
+    let mut notes = Vec::new();
+    let mut retire = Vec::new();
+    for g in gone {
+        let reason = g.gone.as_deref().unwrap_or("gone");
+        let Some(id) = g.id().filter(|id| slot_owners.contains(id)) else {
+            notes.push(format!("{} is gone ({reason}); replacing it", g.name));
+            retire.push(g.name.clone());
+            continue;
+        };
+        let best = answering
+            .iter()
+            .copied()
+            .filter(|m| m.view.as_ref().and_then(|v| v.primary_id.as_ref()) == Some(&id))
+            .max_by(|a, b| {
+                let off = |m: &Member| m.view.as_ref().map_or(0, |v| v.repl_offset);
+                off(a).cmp(&off(b)).then_with(|| b.name.cmp(&a.name))
+            });
+        let Some((best, addr)) = best.and_then(|b| b.addr.clone().map(|a| (b, a))) else {
+            notes.push(format!(
+                "shard {}: its primary {} is gone ({reason}) and no replica of it answers",
+                g.shard, g.name
+            ));
+            continue;
+        };
+        let alive = slot_owners.iter().filter(|o| live.contains(*o)).count();
+        let mode = if alive * 2 > slot_owners.len() {
+            FailoverMode::Force
+        } else {
+            FailoverMode::Takeover
+        };
+        notes.push(format!(
+            "shard {}: its primary {} is gone ({reason}); promoting {}",
+            g.shard, g.name, best.name
+        ));
+        actions.push(Action::Failover {
+            member: addr,
+            shard: best.shard,
+            mode,
+        });
+    }
+    if !retire.is_empty() {
+        actions.push(Action::MarkLeaving { names: retire });
+    }
+    Plan::new(Phase::Degraded, actions, notes.join("; "))
 }
 
 /// First 8 characters of a node id, the way people quote them.

@@ -75,6 +75,7 @@ impl Sim {
                         repl_offset: 0,
                     }),
                     pod_problem: None,
+                    gone: None,
                 })
                 .collect(),
         }
@@ -748,4 +749,124 @@ fn rollout_progress_counts_shards_and_members() {
         sim.gossip();
     }
     panic!("the rollout never reached shard 1");
+}
+
+/// A formed 3 x 1 cluster whose shard 0 primary (c-0-0) is gone for good: its process died
+/// without persistence (pod Failed) and it answers nothing.
+fn primary_gone(shards: usize) -> Topology {
+    let mut sim = Sim::default();
+    form(&mut sim, shards, 1, |_| usize::MAX);
+    let mut t = sim.topology(shards, 1);
+    assert!(!t.members[0].view.as_ref().unwrap().slots.is_empty());
+    t.members[0].view = None;
+    t.members[0].addr = None;
+    t.members[0].gone = Some("its Valkey process exited (Error, exit code 137)".into());
+    t
+}
+
+#[test]
+fn a_primary_gone_for_good_is_not_waited_for_its_replica_is_promoted_at_once() {
+    let t = primary_gone(3);
+    let replica = t.members[1].addr.clone().unwrap();
+    let p = plan(&t);
+    assert_eq!(p.phase, Phase::Degraded);
+    assert_eq!(
+        p.actions,
+        vec![Action::Failover {
+            member: replica,
+            shard: 0,
+            mode: FailoverMode::Force
+        }],
+        "{}",
+        p.message
+    );
+    assert!(
+        p.message
+            .contains("its primary c-0-0 is gone (its Valkey process exited")
+            && p.message.contains("promoting c-0-1"),
+        "{}",
+        p.message
+    );
+    // A single shard has no majority to vote: TAKEOVER.
+    let p = plan(&primary_gone(1));
+    assert!(matches!(
+        p.actions[..],
+        [Action::Failover {
+            mode: FailoverMode::Takeover,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn a_gone_member_owning_no_slots_is_retired_and_replaced() {
+    // After the promotion: the replica owns shard 0, the gone member nothing.
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    let primary = sim.nodes["c-0-0"].addr.clone();
+    let replica = sim.nodes["c-0-1"].addr.clone();
+    sim.apply(&Action::Failover {
+        member: replica,
+        shard: 0,
+        mode: FailoverMode::Force,
+    });
+    sim.gossip();
+    let mut t = sim.topology(3, 1);
+    let gone = t
+        .members
+        .iter_mut()
+        .find(|m| m.addr.as_ref() == Some(&primary))
+        .unwrap();
+    gone.view = None;
+    gone.addr = None;
+    gone.gone = Some("its pod was lost".into());
+    let p = plan(&t);
+    assert_eq!(
+        p.actions,
+        vec![Action::MarkLeaving {
+            names: vec!["c-0-0".into()]
+        }],
+        "{}",
+        p.message
+    );
+    // Retired, it is replaced: a new member for shard 0 first.
+    t.members[0].lifecycle = Lifecycle::Leaving;
+    let p = plan(&t);
+    assert!(
+        matches!(&p.actions[..], [Action::CreateNode { shard: 0, .. }]),
+        "{:?}",
+        p.actions
+    );
+}
+
+#[test]
+fn a_gone_replica_is_retired_without_touching_its_primary() {
+    let mut sim = Sim::default();
+    form(&mut sim, 2, 1, |_| usize::MAX);
+    let mut t = sim.topology(2, 1);
+    let replica = t
+        .members
+        .iter_mut()
+        .find(|m| m.view.as_ref().unwrap().primary_id.is_some())
+        .unwrap();
+    let name = replica.name.clone();
+    replica.view = None;
+    replica.addr = None;
+    replica.gone = Some("its Valkey process exited (OOMKilled, exit code 137)".into());
+    let p = plan(&t);
+    assert_eq!(p.actions, vec![Action::MarkLeaving { names: vec![name] }]);
+}
+
+#[test]
+fn a_gone_primary_without_an_answering_replica_is_reported_not_forced() {
+    let mut t = primary_gone(3);
+    t.members[1].view = None;
+    t.members[1].addr = None;
+    let p = plan(&t);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        p.message.contains("no replica of it answers"),
+        "{}",
+        p.message
+    );
 }

@@ -62,7 +62,26 @@ pub fn desired_node_spec(
             zone_spread: Some(placement.zone_spread.unwrap_or(default_zone_spread)),
         },
         tls_secret_ref: cluster.spec.tls.as_ref().map(|t| t.secret_ref.clone()),
+        restart_in_place: Some(restarts_in_place(
+            &resolved.valkey,
+            cluster.spec.replicas_per_shard,
+        )),
     }
+}
+
+/// A member may come back in place after its process died only if it keeps its data
+/// (`appendonly yes`: every acknowledged write is in the append-only file), or if its shard has
+/// no replica: then nobody can copy an empty dataset from it, and restarting is the only way
+/// the shard serves again. Otherwise a restarted primary would come back empty under its old
+/// node id and its replicas would resynchronise from it, emptying the shard.
+pub fn restarts_in_place(
+    settings: &std::collections::BTreeMap<String, String>,
+    replicas_per_shard: i32,
+) -> bool {
+    let appendonly = settings
+        .get("appendonly")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("yes"));
+    appendonly || replicas_per_shard <= 0
 }
 
 /// Hash of what makes two members interchangeable: everything in the spec except the shard
@@ -284,6 +303,21 @@ mod tests {
         assert_eq!(spec.resources.memory.as_deref(), Some("2Gi"));
         assert_eq!(spec.valkey["maxmemory"], "1500mb");
         assert_eq!(spec.placement.zone_spread, Some(ZoneSpread::BestEffort));
+    }
+
+    #[test]
+    fn only_members_that_keep_their_data_or_have_no_replica_restart_in_place() {
+        let spec = desired_node_spec(&cluster(), &resolved("9.0.0"), ZoneSpread::BestEffort);
+        assert_eq!(
+            spec.restart_in_place,
+            Some(false),
+            "default settings, 1 replica"
+        );
+        let aof = BTreeMap::from([("appendonly".to_string(), "Yes".to_string())]);
+        assert!(restarts_in_place(&aof, 1));
+        assert!(restarts_in_place(&BTreeMap::new(), 0));
+        let no = BTreeMap::from([("appendonly".to_string(), "no".to_string())]);
+        assert!(!restarts_in_place(&no, 2));
     }
 
     #[test]

@@ -102,24 +102,32 @@ pub async fn reconcile(
         Ok(r) => r,
         Err(err) => {
             info!(cluster = %object_key(cluster.as_ref()), reason = err.reason(), "blocked: {err}");
-            status::publish(ctx, &cluster, status::blocked(&cluster, &err, &cctx.nodes)).await?;
+            let cause = status::Blocker {
+                condition: "ConfigResolved",
+                reason: err.reason(),
+                message: &err.to_string(),
+            };
+            status::publish(ctx, &cluster, status::blocked(&cluster, cause, &cctx.nodes)).await?;
             return Ok(Requeue::requeue(Duration::from_secs(60)));
         }
     };
 
-    // Build and apply the cluster-wide objects.
-    let credentials = ensure_operator_secret(ctx, &cluster).await?;
-    let (bindings, roles) = &resolved.acl_file_inputs;
-    let acl_file = render_acl_file(bindings, roles, &credentials);
-    apply(
-        ctx,
-        &namespace,
-        build::acl_secret(&cluster, &acl_file, &credentials),
-    )
-    .await?;
-    apply(ctx, &namespace, build::headless_service(&cluster)).await?;
-    apply(ctx, &namespace, build::client_service(&cluster)).await?;
-    apply(ctx, &namespace, build::pdb(&cluster)).await?;
+    // Build and apply the cluster-wide objects. A name taken by an object that is not this
+    // cluster's blocks it; that object is never touched.
+    let (credentials, acl_file) = match apply_cluster_objects(ctx, &cluster, &resolved).await {
+        Ok(applied) => applied,
+        Err(err @ Error::NameTaken { .. }) => {
+            info!(cluster = %object_key(cluster.as_ref()), "blocked: {err}");
+            let cause = status::Blocker {
+                condition: "ObjectsOwned",
+                reason: "NameTaken",
+                message: &err.to_string(),
+            };
+            status::publish(ctx, &cluster, status::blocked(&cluster, cause, &cctx.nodes)).await?;
+            return Ok(Requeue::requeue(Duration::from_secs(30)));
+        }
+        Err(err) => return Err(err),
+    };
 
     // Observe: members from the store, their pods, and what each Valkey says.
     let desired_spec =
@@ -538,6 +546,16 @@ where
 {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
     let name = obj.meta().name.clone().unwrap_or_default();
+    if let Some(existing) = api.get_opt(&name).await? {
+        let owner = obj
+            .meta()
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.as_str());
+        ensure_ours(&existing, owner)?;
+    }
     Ok(api
         .patch(
             &name,
@@ -545,6 +563,62 @@ where
             &Patch::Apply(&obj),
         )
         .await?)
+}
+
+/// The cluster-wide objects: operator credentials, ACL Secret, Services, PDB. Returns the
+/// credentials and the rendered ACL file.
+async fn apply_cluster_objects(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    resolved: &Resolved,
+) -> Result<(OperatorCredentials, String), Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let credentials = ensure_operator_secret(ctx, cluster).await?;
+    let (bindings, roles) = &resolved.acl_file_inputs;
+    let acl_file = render_acl_file(bindings, roles, &credentials);
+    apply(
+        ctx,
+        &namespace,
+        build::acl_secret(cluster, &acl_file, &credentials),
+    )
+    .await?;
+    apply(ctx, &namespace, build::headless_service(cluster)).await?;
+    apply(ctx, &namespace, build::client_service(cluster)).await?;
+    apply(ctx, &namespace, build::pdb(cluster)).await?;
+    Ok((credentials, acl_file))
+}
+
+/// Refuses to write over `existing` unless this cluster (the controller owner `obj` names)
+/// created it: the operator never adopts a tenant's object that happens to have the name.
+fn ensure_ours<K: Resource<DynamicType = ()>>(
+    existing: &K,
+    obj_owner: Option<&str>,
+) -> Result<(), Error> {
+    let owner = existing
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str());
+    if owner.is_some() && owner == obj_owner {
+        return Ok(());
+    }
+    Err(Error::NameTaken {
+        kind: kind_name::<K>(),
+        namespace: existing.meta().namespace.clone().unwrap_or_default(),
+        name: existing.meta().name.clone().unwrap_or_default(),
+    })
+}
+
+fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {
+    match K::kind(&()).as_ref() {
+        "Service" => "Service",
+        "Secret" => "Secret",
+        "ConfigMap" => "ConfigMap",
+        "PodDisruptionBudget" => "PodDisruptionBudget",
+        _ => "object",
+    }
 }
 
 /// The operator's passwords: generated once, then read back from the Secret (never
@@ -557,7 +631,11 @@ async fn ensure_operator_secret(
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret_name = names::operator_secret(&cluster.name_any());
     let existing = match api.get_opt(&secret_name).await? {
-        Some(s) => s,
+        Some(s) => {
+            // Credentials from a Secret somebody else put there would be theirs to know.
+            ensure_ours(&s, cluster.meta().uid.as_deref())?;
+            s
+        }
         None => {
             let generated = OperatorCredentials {
                 operator_password: random_password(),
@@ -609,4 +687,45 @@ pub fn error_policy(
         .metrics
         .reconcile_failed("cluster", error.metric_label());
     Requeue::requeue(Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod ownership_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn service(owner: Option<(&str, bool)>) -> Service {
+        let mut s = Service::default();
+        s.metadata.name = Some("taken".into());
+        s.metadata.namespace = Some("team".into());
+        s.metadata.owner_references = owner.map(|(uid, controller)| {
+            vec![OwnerReference {
+                uid: uid.into(),
+                controller: Some(controller),
+                ..Default::default()
+            }]
+        });
+        s
+    }
+
+    #[test]
+    fn only_objects_this_cluster_controls_are_written() {
+        assert!(ensure_ours(&service(Some(("uid-1", true))), Some("uid-1")).is_ok());
+        for foreign in [
+            service(None),
+            service(Some(("uid-2", true))),
+            service(Some(("uid-1", false))),
+        ] {
+            let err = ensure_ours(&foreign, Some("uid-1")).unwrap_err();
+            assert_eq!(err.metric_label(), "name_taken");
+            assert!(
+                err.to_string().starts_with(
+                    "Service team/taken already exists and was not created by valkey-operator"
+                ),
+                "{err}"
+            );
+        }
+        assert!(ensure_ours(&service(None), None).is_err());
+    }
 }

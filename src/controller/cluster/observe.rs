@@ -63,6 +63,41 @@ pub fn holds_data_condition(pod: &Pod) -> Option<bool> {
         .map(|c| c.status == "True")
 }
 
+/// Why a member's Valkey is gone for good, if it is: the member keeps no data across a restart
+/// (see `ValkeyNodeSpec::restart_in_place`) and its process exited (pod `Failed`, never
+/// restarted in place) or its pod was lost after the member had an identity (never recreated).
+pub fn gone(node: &ValkeyNode, pod: Option<&Pod>) -> Option<String> {
+    if node.spec.restarts_in_place() {
+        return None;
+    }
+    let had_identity = node
+        .status
+        .as_ref()
+        .and_then(|s| s.node_id.as_ref())
+        .is_some();
+    let Some(pod) = pod else {
+        return had_identity
+            .then(|| "its pod was lost (deleted, evicted or its node removed)".into());
+    };
+    let status = pod.status.as_ref()?;
+    if !matches!(status.phase.as_deref(), Some("Failed" | "Succeeded")) {
+        return None;
+    }
+    let terminated = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find_map(|c| c.state.as_ref()?.terminated.as_ref());
+    Some(match terminated {
+        Some(t) => format!(
+            "its Valkey process exited ({}, exit code {})",
+            t.reason.as_deref().unwrap_or("no reason given"),
+            t.exit_code
+        ),
+        None => "its pod failed".into(),
+    })
+}
+
 /// Reduces a member's observation to what planning needs; `now` (Unix seconds) dates the
 /// migration jobs.
 pub fn view(obs: &MemberObservation, now: i64) -> MemberView {
@@ -235,7 +270,16 @@ pub async fn members(
                     .map(crate::driver::parse::NodeId),
                 addr,
                 view,
-                pod_problem: pod.as_deref().and_then(pod_problem),
+                pod_problem: pod.as_deref().and_then(pod_problem).or_else(|| {
+                    // No pod because the API server refuses it: the node controller says why.
+                    node.status
+                        .as_ref()
+                        .and_then(|s| s.message.clone())
+                        .filter(|m| {
+                            pod.is_none() && m.starts_with(crate::controller::node::POD_REFUSED)
+                        })
+                }),
+                gone: gone(node, pod.as_deref()),
             },
             pod: pod.map(|p| p.name_any()),
             role,

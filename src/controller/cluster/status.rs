@@ -17,7 +17,6 @@ use crate::api::{
 };
 use crate::controller::{CLUSTER_MANAGER, Context, Error};
 use crate::plan::{Phase, Plan};
-use crate::resolve::ResolveError;
 
 fn condition(
     type_: &str,
@@ -52,11 +51,12 @@ fn previous_conditions(cluster: &ValkeyCluster) -> Vec<Condition> {
         .unwrap_or_default()
 }
 
-/// Status of a cluster whose references do not resolve. The node list is kept (the members
-/// keep running); the message says which link is broken and how to fix it.
+/// Status of a blocked cluster (a reference does not resolve, or a name it needs is taken).
+/// The node list is kept (the members keep running); the message says what is wrong and how to
+/// fix it.
 pub fn blocked(
     cluster: &ValkeyCluster,
-    err: &ResolveError,
+    cause: Blocker<'_>,
     nodes: &Store<ValkeyNode>,
 ) -> ValkeyClusterStatus {
     let generation = cluster.metadata.generation;
@@ -66,7 +66,7 @@ pub fn blocked(
         &cluster.namespace().unwrap_or_default(),
         &cluster.name_any(),
     );
-    let message = err.to_string();
+    let message = cause.message.to_string();
     ValkeyClusterStatus {
         state: Some(ClusterState::Blocked),
         message: Some(message.clone()),
@@ -74,9 +74,9 @@ pub fn blocked(
         // The members keep the ACL revision they loaded: carry that condition over.
         conditions: [
             condition(
-                "ConfigResolved",
+                cause.condition,
                 false,
-                err.reason(),
+                cause.reason,
                 &message,
                 generation,
                 &previous,
@@ -105,6 +105,15 @@ pub fn blocked(
                     .collect()
             }),
     }
+}
+
+/// Why a cluster is blocked: the condition that turns False (`ConfigResolved` for a broken
+/// menu reference, `ObjectsOwned` for a name taken by someone else's object), its reason and
+/// the message for status.
+pub struct Blocker<'a> {
+    pub condition: &'a str,
+    pub reason: &'a str,
+    pub message: &'a str,
 }
 
 /// Condition type recording the ACL revision the members have loaded.

@@ -15,6 +15,9 @@ use crate::resolve::conf::{MemberConf, paths, render_valkey_conf, sha256_hex};
 
 /// Annotation on the pod: hash of the valkey.conf it was started with.
 pub const CONFIG_HASH_ANNOTATION: &str = "valkey.gomomento.com/config-hash";
+/// User and group of the `valkey` user in the official images; members run as it.
+pub const VALKEY_UID: i64 = 999;
+
 /// ConfigMap key holding valkey.conf.
 pub const CONFIG_KEY: &str = "valkey.conf";
 
@@ -132,8 +135,21 @@ pub fn pod(node: &ValkeyNode, pod_annotations: &BTreeMap<String, String>) -> Pod
         "subdomain": names::headless_service(&cluster),
         "enableServiceLinks": false,
         "automountServiceAccountToken": false,
+        // The `restricted` Pod Security Standard: non-root (the valkey user of the official
+        // images), no privilege escalation, no capabilities, the runtime's seccomp profile, a
+        // read-only root filesystem (Valkey writes only to the data volume, group-owned by
+        // fsGroup).
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": VALKEY_UID,
+            "runAsGroup": VALKEY_UID,
+            "fsGroup": VALKEY_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "terminationGracePeriodSeconds": 30,
-        "restartPolicy": "Always",
+        // A member without its data must not come back under its old identity (its replicas
+        // would copy the empty dataset): see ValkeyNodeSpec::restart_in_place.
+        "restartPolicy": if node.spec.restarts_in_place() { "Always" } else { "Never" },
         // Ready = the container answers AND the member holds its shard's data (set by the
         // cluster controller): an empty or syncing member never counts for the PDB.
         "readinessGates": [{"conditionType": crate::api::constants::CONDITION_HOLDS_DATA}],
@@ -154,6 +170,12 @@ pub fn pod(node: &ValkeyNode, pod_annotations: &BTreeMap<String, String>) -> Pod
             "readinessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "periodSeconds": 2, "failureThreshold": 3},
             "livenessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 6},
             "volumeMounts": mounts,
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": true,
+                "runAsNonRoot": true,
+            },
         }],
         "volumes": volumes,
     });
@@ -192,6 +214,7 @@ mod tests {
                     zone_spread: Some(zone_spread),
                 },
                 tls_secret_ref: None,
+                restart_in_place: Some(false),
             },
         );
         n.metadata.namespace = Some("my-app".into());
@@ -213,6 +236,51 @@ mod tests {
         assert_eq!(
             spec.readiness_gates.unwrap()[0].condition_type,
             crate::api::constants::CONDITION_HOLDS_DATA
+        );
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    }
+
+    #[test]
+    fn pods_meet_the_restricted_pod_security_standard() {
+        let spec = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new())
+            .spec
+            .unwrap();
+        let pod_sc = spec.security_context.unwrap();
+        assert_eq!(pod_sc.run_as_non_root, Some(true));
+        assert_eq!(pod_sc.run_as_user, Some(VALKEY_UID));
+        assert_eq!(pod_sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        for c in &spec.containers {
+            let sc = c.security_context.as_ref().unwrap();
+            assert_eq!(sc.allow_privilege_escalation, Some(false));
+            assert_eq!(
+                sc.capabilities.as_ref().unwrap().drop,
+                Some(vec!["ALL".to_string()])
+            );
+            assert_eq!(sc.read_only_root_filesystem, Some(true));
+        }
+        // Writable volumes only where Valkey writes.
+        let writable: Vec<_> = spec.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.read_only != Some(true))
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(writable, vec![paths::DATA_DIR]);
+    }
+
+    #[test]
+    fn a_member_that_keeps_its_data_is_restarted_in_place() {
+        let mut n = node(ZoneSpread::BestEffort, &[]);
+        n.spec.restart_in_place = Some(true);
+        let spec = pod(&n, &BTreeMap::new()).spec.unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        n.spec.restart_in_place = None;
+        let spec = pod(&n, &BTreeMap::new()).spec.unwrap();
+        assert_eq!(
+            spec.restart_policy.as_deref(),
+            Some("Always"),
+            "members from before"
         );
     }
 

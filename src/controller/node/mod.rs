@@ -49,11 +49,43 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     match pods.get_opt(&name).await? {
+        None if !node.spec.restarts_in_place()
+            && node
+                .status
+                .as_ref()
+                .and_then(|s| s.node_id.as_ref())
+                .is_some() =>
+        {
+            // The member had an identity and keeps no data: a new pod would be an empty node
+            // at an address its replicas may still replicate from. The cluster controller
+            // promotes a replica and replaces the member instead.
+            info!(node = %object_key(node.as_ref()), "pod lost; not recreated, the member is replaced");
+        }
         None => {
             let pod = build::pod(&node, &annotations);
             match pods.create(&PostParams::default(), &pod).await {
-                Ok(_) => info!(node = %object_key(node.as_ref()), "created pod"),
+                Ok(_) => {
+                    info!(node = %object_key(node.as_ref()), "created pod");
+                    set_refusal(&ctx, &node, None).await?;
+                }
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
+                // Refused by admission (Pod Security, a quota, a policy engine): say why where
+                // the cluster's status and the node's show it, and retry calmly.
+                Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+                    warn!(node = %object_key(node.as_ref()), error = %e.message, "the API server refused the pod");
+                    if set_refusal(&ctx, &node, Some(&e.message)).await? {
+                        let note = format!("{POD_REFUSED}{}", e.message);
+                        let note = format!("member {name}: {note}");
+                        crate::controller::cluster::status::warning(
+                            &ctx,
+                            &cluster,
+                            "PodRefused",
+                            &note,
+                        )
+                        .await;
+                    }
+                    return Ok(Requeue::requeue(Duration::from_secs(30)));
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -76,6 +108,33 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
         Some(_) => {}
     }
     Ok(Requeue::requeue(Duration::from_secs(300)))
+}
+
+/// Prefix of a ValkeyNode's `status.message` while the API server refuses its pod.
+pub const POD_REFUSED: &str = "the API server refused its pod: ";
+
+/// Records (or clears) why the API server refused the member's pod in the node's status;
+/// whether that changed it.
+async fn set_refusal(
+    ctx: &Context,
+    node: &ValkeyNode,
+    refusal: Option<&str>,
+) -> Result<bool, Error> {
+    let current = node.status.as_ref().and_then(|s| s.message.as_deref());
+    let wanted = refusal.map(|r| format!("{POD_REFUSED}{r}"));
+    let refused_before = current.is_some_and(|m| m.starts_with(POD_REFUSED));
+    if wanted.as_deref() == current || (wanted.is_none() && !refused_before) {
+        return Ok(false);
+    }
+    let api: Api<ValkeyNode> =
+        Api::namespaced(ctx.client.clone(), &node.namespace().unwrap_or_default());
+    api.patch_status(
+        &node.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"message": wanted}})),
+    )
+    .await?;
+    Ok(true)
 }
 
 pub fn error_policy(node: Arc<ValkeyNode>, error: &Error, ctx: Arc<Context>) -> Requeue {

@@ -4,8 +4,8 @@
 //! delete them and update their metadata (owner references, finalizers), so deleting a
 //! ValkeyCluster or its namespace keeps working.
 //!
-//! The webhook is registered for the `valkeynodes` resource only, not `valkeynodes/status`:
-//! status writes never reach it.
+//! The webhook is registered for `valkeynodes` and `valkeynodes/status`: the status (lifecycle,
+//! node id) is what the operator plans from, so only the operator writes it either.
 
 use kube::ResourceExt;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
@@ -76,6 +76,15 @@ pub fn validate(req: &AdmissionRequest<ValkeyNode>, policy: &NodePolicy) -> Admi
     if user == policy.operator {
         return allow_with_warnings(req, vec![]);
     }
+    if req.sub_resource.as_deref() == Some("status") {
+        return deny(
+            req,
+            format!(
+                "the status of ValkeyNode {namespace}/{name} is written by valkey-operator only: {user:?} may not change it (its lifecycle and node id are what the operator plans failovers and replacements from); read it with kubectl get valkeynode {name} -n {namespace} -o yaml"
+            ),
+            vec![],
+        );
+    }
     if matches!(req.operation, Operation::Delete | Operation::Update)
         && policy.system_controllers.contains(&user)
     {
@@ -111,6 +120,30 @@ mod tests {
 
     fn as_user(user: &str) -> impl FnOnce(&mut serde_json::Value) + '_ {
         move |v| v["request"]["userInfo"]["username"] = user.into()
+    }
+
+    #[test]
+    fn only_the_operator_writes_a_node_status() {
+        let status_update = |user: &'static str| {
+            request::<ValkeyNode>("valkeynode-update-metadata.json", move |v| {
+                v["request"]["userInfo"]["username"] = user.into();
+                v["request"]["subResource"] = "status".into();
+                v["request"]["object"]["status"] = serde_json::json!({"lifecycle": "Leaving"});
+            })
+        };
+        let resp = validate(&status_update("system:masters-admin"), &policy());
+        assert!(!resp.allowed);
+        assert!(
+            resp.result
+                .message
+                .contains("is written by valkey-operator only"),
+            "{}",
+            resp.result.message
+        );
+        // Not even Kubernetes' own controllers, which may edit metadata.
+        let gc = "system:serviceaccount:kube-system:generic-garbage-collector";
+        assert!(!validate(&status_update(gc), &policy()).allowed);
+        assert!(validate(&status_update(OPERATOR), &policy()).allowed);
     }
 
     #[test]

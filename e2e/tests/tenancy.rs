@@ -1,0 +1,201 @@
+//! Tenants doing odd things in their own namespace: an object the operator would create that
+//! already exists (a team's own Service named like the new cluster) is left untouched and the
+//! cluster is Blocked with a message naming it; freeing the name unblocks it by itself.
+#![cfg(feature = "e2e")]
+
+use std::time::Duration;
+
+use anyhow::bail;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use valkey_e2e::harness::{TestNamespace, client};
+use valkey_e2e::valkey::wait_state;
+use valkey_e2e::workload::{Menu, apply, cluster};
+use valkey_operator::api::{ClusterState, ValkeyCluster};
+
+#[tokio::test]
+async fn a_service_of_the_team_named_like_the_cluster_is_untouched_and_blocks_it()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-tenant").await?;
+    let menu = Menu::publish(&client, "e2e-tenant", "9.0.0").await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    let theirs: Service = serde_json::from_value(json!({
+        "metadata": {"name": "taken", "labels": {"team": "web"}},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }))?;
+    services.create(&PostParams::default(), &theirs).await?;
+
+    apply(
+        &client,
+        &ns.name,
+        cluster(&ns.name, "taken", &menu.config, 1, 0),
+    )
+    .await?;
+    let blocked = wait_state(
+        &client,
+        &ns.name,
+        "taken",
+        ClusterState::Blocked,
+        Duration::from_secs(60),
+    )
+    .await?;
+    let message = blocked
+        .status
+        .unwrap_or_default()
+        .message
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "Service {}/taken already exists and was not created by valkey-operator",
+            ns.name
+        )),
+        "{message}"
+    );
+    // Untouched: same selector, no owner, no label of ours.
+    let after = services.get("taken").await?;
+    assert_eq!(
+        after.spec.as_ref().and_then(|s| s.selector.clone()),
+        theirs.spec.as_ref().and_then(|s| s.selector.clone())
+    );
+    assert!(after.metadata.owner_references.is_none(), "{after:?}");
+    assert_eq!(after.metadata.labels, theirs.metadata.labels);
+
+    // Freeing the name unblocks the cluster without touching it.
+    services.delete("taken", &Default::default()).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "taken",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let ours = services.get("taken").await?;
+    let owner = ours.metadata.owner_references.unwrap_or_default();
+    if owner.first().map(|o| o.kind.as_str()) != Some("ValkeyCluster") {
+        bail!("the cluster's own Service is owned by it: {owner:?}");
+    }
+    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .delete("taken", &Default::default())
+        .await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// A namespace enforcing the `restricted` Pod Security Standard (what many clusters enforce
+/// for tenants) admits the members' pods: the cluster goes Active and serves.
+#[tokio::test]
+async fn a_cluster_in_a_restricted_namespace_goes_active_and_serves() -> anyhow::Result<()> {
+    use fred::prelude::*;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-restricted").await?;
+    valkey_e2e::harness::kubectl_run(&[
+        "label",
+        "namespace",
+        &ns.name,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    ])?;
+    let menu = Menu::publish(&client, "e2e-restricted", "9.0.0").await?;
+    apply(
+        &client,
+        &ns.name,
+        cluster(&ns.name, "strict", &menu.config, 1, 1),
+    )
+    .await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "strict",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let valkey = valkey_e2e::workload::cluster_client(&client, &ns.name, "strict").await?;
+    valkey
+        .set::<(), _, _>("restricted", "ok", None, None, false)
+        .await?;
+    let got: String = valkey.get("restricted").await?;
+    assert_eq!(got, "ok");
+    let _ = valkey.quit().await;
+    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .delete("strict", &Default::default())
+        .await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// A pod the API server refuses (here a ResourceQuota allowing no pods) is not a silent
+/// "waiting for members": the cluster's message names the member and the API server's reason,
+/// and removing the quota lets it form without any edit.
+#[tokio::test]
+async fn a_refused_pod_shows_its_reason_in_the_cluster_status() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-refused").await?;
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns.name);
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}))?;
+    quotas.create(&PostParams::default(), &quota).await?;
+    let menu = Menu::publish(&client, "e2e-refused", "9.0.0").await?;
+    apply(
+        &client,
+        &ns.name,
+        cluster(&ns.name, "refused", &menu.config, 1, 0),
+    )
+    .await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let message = valkey_e2e::harness::wait_for(
+        "the refusal in the cluster's message",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let api = api.clone();
+            async move {
+                let m = api
+                    .get("refused")
+                    .await?
+                    .status
+                    .and_then(|s| s.message)
+                    .unwrap_or_default();
+                if m.contains("the API server refused its pod") {
+                    Ok(Some(m))
+                } else {
+                    bail!("{m}")
+                }
+            }
+        },
+    )
+    .await?;
+    assert!(
+        message.contains("refused-0-0") && message.contains("quota"),
+        "{message}"
+    );
+    let events = valkey_e2e::harness::kubectl_run(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        "--field-selector",
+        "reason=PodRefused",
+        "-o",
+        "name",
+    ])?;
+    assert!(!events.trim().is_empty(), "a PodRefused Event");
+    quotas.delete("no-pods", &Default::default()).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "refused",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    api.delete("refused", &Default::default()).await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
