@@ -70,6 +70,8 @@ pub struct Context {
     pub election: Option<leader::Election>,
     /// One driver per Valkey cluster (each has its own operator password).
     drivers: Mutex<HashMap<String, (String, Arc<FredDriver>)>>,
+    /// Consecutive failed reconciles per object (`controller/namespace/name`), for backoff.
+    failures: std::sync::Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
@@ -96,7 +98,25 @@ impl Context {
             menu_synced: std::sync::atomic::AtomicBool::new(false),
             election,
             drivers: Mutex::new(HashMap::new()),
+            failures: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How long to wait before retrying an object whose reconcile just failed: 5 s after the
+    /// first failure, doubling with each consecutive one, at most a minute, so a cluster that
+    /// keeps failing (API refusing, Valkey unreachable) does not hammer either. Watch events
+    /// (a pod turning ready, a spec change) still reconcile at once.
+    pub fn failure_backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = failures.entry(key.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        backoff_after(*n)
+    }
+
+    /// A reconcile succeeded: the next failure starts the backoff again.
+    pub fn reconciled(&self, key: &str) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures.remove(key);
     }
 
     /// The driver for a cluster, authenticated as the operator's ACL user.
@@ -121,6 +141,15 @@ impl Context {
     pub async fn forget_driver(&self, key: &str) {
         self.drivers.lock().await.remove(key);
     }
+}
+
+/// Delay before the retry after `failures` consecutive failures (1-based).
+pub fn backoff_after(failures: u32) -> Duration {
+    const FIRST: Duration = Duration::from_secs(5);
+    const MAX: Duration = Duration::from_secs(60);
+    FIRST
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(MAX)
 }
 
 /// Why a reconcile failed. Each variant has a metric label.
@@ -158,4 +187,16 @@ impl Error {
 /// Namespace/name key of an object.
 pub fn object_key<K: ResourceExt>(obj: &K) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_up_to_a_minute() {
+        let delays: Vec<u64> = (1..=6).map(|n| backoff_after(n).as_secs()).collect();
+        assert_eq!(delays, vec![5, 10, 20, 40, 60, 60]);
+        assert_eq!(backoff_after(u32::MAX), Duration::from_secs(60));
+    }
 }

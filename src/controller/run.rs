@@ -170,11 +170,37 @@ pub async fn run(
         }
     });
 
+    // A successful reconcile resets the object's failure backoff (error_policy grows it).
     let clusters_done = cluster_controller
-        .run(cluster::reconcile, cluster::error_policy, cluster_ctx)
+        .run(
+            |cluster, cctx| async move {
+                let key = format!(
+                    "cluster/{}",
+                    crate::controller::object_key(cluster.as_ref())
+                );
+                let result = cluster::reconcile(cluster, cctx.clone()).await;
+                if result.is_ok() {
+                    cctx.ctx.reconciled(&key);
+                }
+                result
+            },
+            cluster::error_policy,
+            cluster_ctx,
+        )
         .for_each(|_| futures::future::ready(()));
     let nodes_done = node_controller
-        .run(node::reconcile, node::error_policy, ctx.clone())
+        .run(
+            |node, ctx| async move {
+                let key = format!("node/{}", crate::controller::object_key(node.as_ref()));
+                let result = node::reconcile(node, ctx.clone()).await;
+                if result.is_ok() {
+                    ctx.reconciled(&key);
+                }
+                result
+            },
+            node::error_policy,
+            ctx.clone(),
+        )
         .for_each(|_| futures::future::ready(()));
     tokio::join!(clusters_done, nodes_done);
     Ok(())

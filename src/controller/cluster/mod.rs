@@ -80,8 +80,9 @@ pub async fn reconcile(
     let ctx = &cctx.ctx;
     let _timer = ctx.metrics.reconcile_timer("cluster");
     if cluster.meta().deletion_timestamp.is_some() {
-        // Owner references remove everything the cluster created.
+        // Owner references remove everything the cluster created; drop what memory holds.
         ctx.forget_driver(&object_key(cluster.as_ref())).await;
+        ctx.reconciled(&format!("cluster/{}", object_key(cluster.as_ref())));
         ctx.metrics.rollout(&object_key(cluster.as_ref()), false);
         return Ok(Requeue::await_change());
     }
@@ -682,11 +683,13 @@ pub fn error_policy(
     error: &Error,
     cctx: Arc<ClusterContext>,
 ) -> Requeue {
-    warn!(cluster = %object_key(cluster.as_ref()), "reconcile failed: {error}");
+    let key = object_key(cluster.as_ref());
+    let retry = cctx.ctx.failure_backoff(&format!("cluster/{key}"));
+    warn!(cluster = %key, error = %error, retry_in = ?retry, "reconcile failed");
     cctx.ctx
         .metrics
         .reconcile_failed("cluster", error.metric_label());
-    Requeue::requeue(Duration::from_secs(5))
+    Requeue::requeue(retry)
 }
 
 #[cfg(test)]

@@ -63,9 +63,13 @@ pub fn holds_data_condition(pod: &Pod) -> Option<bool> {
         .map(|c| c.status == "True")
 }
 
+/// Seconds past a deleted pod's grace period after which it counts as stuck terminating.
+pub const STUCK_TERMINATING_MARGIN_SECS: i64 = 15;
+
 /// Why a member's Valkey is gone for good, if it is: the member keeps no data across a restart
 /// (see `ValkeyNodeSpec::restart_in_place`) and its process exited (pod `Failed`, never
-/// restarted in place) or its pod was lost after the member had an identity (never recreated).
+/// restarted in place), its pod was lost after the member had an identity (never recreated),
+/// or its pod is stuck terminating on a node that does not answer.
 pub fn gone(node: &ValkeyNode, pod: Option<&Pod>) -> Option<String> {
     if node.spec.restarts_in_place() {
         return None;
@@ -79,6 +83,17 @@ pub fn gone(node: &ValkeyNode, pod: Option<&Pod>) -> Option<String> {
         return had_identity
             .then(|| "its pod was lost (deleted, evicted or its node removed)".into());
     };
+    if let Some(deleted) = &pod.metadata.deletion_timestamp {
+        // Deleted, yet still there well past its grace period: its kubelet does not answer
+        // (node down or cut off). Whatever runs there is not coming back as this member.
+        let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30);
+        let waited = k8s_openapi::jiff::Timestamp::now()
+            .duration_since(deleted.0)
+            .as_secs();
+        return (waited > grace + STUCK_TERMINATING_MARGIN_SECS).then(|| {
+            format!("its pod has been terminating for {waited} s; its node does not answer")
+        });
+    }
     let status = pod.status.as_ref()?;
     if !matches!(status.phase.as_deref(), Some("Failed" | "Succeeded")) {
         return None;
@@ -288,4 +303,114 @@ pub async fn members(
         }
     }))
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Resources, ValkeyNodeSpec};
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn node(restart_in_place: Option<bool>, node_id: Option<&str>) -> ValkeyNode {
+        let mut n = ValkeyNode::new(
+            "c-0-0",
+            ValkeyNodeSpec {
+                cluster_name: "c".into(),
+                shard: 0,
+                role_hint: None,
+                config_ref: "standard".into(),
+                image_ref: "valkey".into(),
+                image: "valkey/valkey:9.0.0".into(),
+                version: "9.0.0".into(),
+                resources: Resources::default(),
+                valkey: Default::default(),
+                config_hash: None,
+                placement: Default::default(),
+                tls_secret_ref: None,
+                restart_in_place,
+            },
+        );
+        n.status = Some(crate::api::ValkeyNodeStatus {
+            node_id: node_id.map(Into::into),
+            ..Default::default()
+        });
+        n
+    }
+
+    fn failed_pod() -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some("Failed".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "valkey".into(),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: 137,
+                            reason: Some("OOMKilled".into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_member_without_persistence_whose_process_died_is_gone() {
+        let why = gone(&node(Some(false), Some("abc")), Some(&failed_pod())).unwrap();
+        assert_eq!(why, "its Valkey process exited (OOMKilled, exit code 137)");
+        // Restarted in place (appendonly, or no replica): never gone, the kubelet restarts it.
+        assert_eq!(
+            gone(&node(Some(true), Some("abc")), Some(&failed_pod())),
+            None
+        );
+        assert_eq!(gone(&node(None, Some("abc")), Some(&failed_pod())), None);
+    }
+
+    #[test]
+    fn a_lost_pod_is_gone_only_once_the_member_had_an_identity() {
+        assert!(gone(&node(Some(false), Some("abc")), None).is_some());
+        assert_eq!(
+            gone(&node(Some(false), None), None),
+            None,
+            "not created yet"
+        );
+        let running = Pod {
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(gone(&node(Some(false), Some("abc")), Some(&running)), None);
+    }
+
+    #[test]
+    fn a_pod_stuck_terminating_past_its_grace_period_is_gone() {
+        let mut pod = Pod::default();
+        pod.metadata.deletion_grace_period_seconds = Some(30);
+        let ago = |s: i64| {
+            Time(
+                k8s_openapi::jiff::Timestamp::now()
+                    .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(s))
+                    .unwrap(),
+            )
+        };
+        pod.metadata.deletion_timestamp = Some(ago(10));
+        assert_eq!(
+            gone(&node(Some(false), Some("abc")), Some(&pod)),
+            None,
+            "still in grace"
+        );
+        pod.metadata.deletion_timestamp = Some(ago(60));
+        let why = gone(&node(Some(false), Some("abc")), Some(&pod)).unwrap();
+        assert!(why.contains("terminating for 6"), "{why}");
+    }
 }

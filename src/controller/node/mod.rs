@@ -138,7 +138,9 @@ async fn set_refusal(
 }
 
 pub fn error_policy(node: Arc<ValkeyNode>, error: &Error, ctx: Arc<Context>) -> Requeue {
-    warn!(node = %object_key(node.as_ref()), "reconcile failed: {error}");
+    let key = object_key(node.as_ref());
+    let retry = ctx.failure_backoff(&format!("node/{key}"));
+    warn!(node = %key, error = %error, retry_in = ?retry, "reconcile failed");
     ctx.metrics.reconcile_failed("node", error.metric_label());
-    Requeue::requeue(Duration::from_secs(5))
+    Requeue::requeue(retry)
 }
