@@ -30,8 +30,8 @@ status:
 tools:
 	bash e2e/tools/install.sh
 
-## test: the whole suite (unit, real-Valkey driver tests, then e2e on a fresh local cluster)
-test: tools unit chart-test
+## test: the whole suite (lint, unit, real-Valkey driver tests, then e2e on a fresh local cluster)
+test: tools lint unit chart-test
 	bash e2e/cluster.sh down
 	set -o pipefail; trap 'bash e2e/cluster.sh down' EXIT; \
 	  bash e2e/cluster.sh up && $(MAKE) --no-print-directory e2e && bash e2e/launcher-test.sh
@@ -63,9 +63,10 @@ crds:
 	cargo run --quiet --bin valkey-operator -- crd --out-dir crds
 	cp crds/*.yaml charts/valkey-operator/files/crds/
 
+## lint: rustfmt and clippy (warnings are errors), the e2e suites included
 lint:
 	cargo fmt --all --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --features valkey-operator/e2e,valkey-e2e/e2e -- -D warnings
 
 ## bench: figures, not tests (the local cluster must be up: make up)
 bench:
