@@ -87,6 +87,7 @@ fn role() -> impl Strategy<Value = ValkeyRoleSpec> {
                 .zip(acc.iter().rev())
                 .map(|(c, a)| CommandRule {
                     name: c.to_string(),
+                    subcommand: None,
                     access: *a,
                 })
                 .collect(),

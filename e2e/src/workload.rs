@@ -332,3 +332,84 @@ impl Menu {
         crate::harness::delete_cluster_scoped::<ValkeyImage>(client, &self.image).await
     }
 }
+
+/// Writes `<prefix>:<i>` = `<i>` for i < `count` through a cluster client, then waits until
+/// every replica's replication offset equals its primary's: every key is on two members.
+pub async fn write_confirmed(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    prefix: &str,
+    count: usize,
+) -> anyhow::Result<()> {
+    let valkey = cluster_client(client, ns, name).await?;
+    for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
+        try_join_all(chunk.iter().map(|i| {
+            valkey.set::<(), _, _>(format!("{prefix}:{i}"), i.to_string(), None, None, false)
+        }))
+        .await?;
+    }
+    let _ = valkey.quit().await;
+    let driver = crate::valkey::operator_driver(client, ns, name).await?;
+    let pods = crate::valkey::member_pods(client, ns, name).await?;
+    let addrs: Vec<valkey_operator::driver::MemberAddr> = pods
+        .iter()
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .map(|ip| valkey_operator::driver::MemberAddr::new(ip, 6379))
+        .collect();
+    crate::harness::wait_for(
+        "every replica to hold every key",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let (driver, addrs) = (&driver, &addrs);
+            async move {
+                use valkey_operator::driver::ClusterDriver;
+                for addr in addrs {
+                    let obs = driver.observe(addr).await?;
+                    let r = &obs.replication;
+                    if r.role == valkey_operator::driver::parse::Role::Primary
+                        && r.connected_replicas
+                            .iter()
+                            .any(|c| c.offset != r.repl_offset)
+                    {
+                        anyhow::bail!(
+                            "{addr}: primary at {}, replicas {:?}",
+                            r.repl_offset,
+                            r.connected_replicas
+                        );
+                    }
+                }
+                Ok(Some(()))
+            }
+        },
+    )
+    .await
+}
+
+/// How many of the keys [`write_confirmed`] wrote do not read back.
+pub async fn missing_confirmed(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    prefix: &str,
+    count: usize,
+) -> anyhow::Result<usize> {
+    let valkey = cluster_client(client, ns, name).await?;
+    let mut missing = 0;
+    for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
+        let got: Vec<Option<String>> = try_join_all(
+            chunk
+                .iter()
+                .map(|i| valkey.get::<Option<String>, _>(format!("{prefix}:{i}"))),
+        )
+        .await?;
+        missing += chunk
+            .iter()
+            .zip(got)
+            .filter(|(i, v)| v.as_deref() != Some(i.to_string().as_str()))
+            .count();
+    }
+    let _ = valkey.quit().await;
+    Ok(missing)
+}

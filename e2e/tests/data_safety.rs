@@ -11,15 +11,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use fred::prelude::*;
 use kube::{Api, Client};
 
 use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, wait_for};
-use valkey_e2e::valkey::{operator_driver, wait_state};
-use valkey_e2e::workload::{Menu, Writer, apply, cluster, cluster_client};
+use valkey_e2e::valkey::wait_state;
+use valkey_e2e::workload::{Menu, Writer, apply, cluster};
 use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
-use valkey_operator::driver::{ClusterDriver, MemberAddr};
 
 const NAME: &str = "safe";
 const KEYS: usize = 3_000;
@@ -45,62 +43,12 @@ async fn members_with(
     Ok(out)
 }
 
-/// Writes `safe:<round>:<i>` for i < KEYS and waits until every replica's offset equals its
-/// primary's: every key is on two members before the fault.
 async fn write_confirmed(client: &Client, ns: &str, round: &str) -> anyhow::Result<()> {
-    let valkey = cluster_client(client, ns, NAME).await?;
-    for i in 0..KEYS {
-        valkey
-            .set::<(), _, _>(
-                format!("safe:{round}:{i}"),
-                i.to_string(),
-                None,
-                None,
-                false,
-            )
-            .await?;
-    }
-    let _ = valkey.quit().await;
-    let driver = operator_driver(client, ns, NAME).await?;
-    let primaries = members_with(client, ns, NodeRole::Primary).await?;
-    wait_for(
-        "every replica to hold every key",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            let (driver, primaries, client) = (&driver, &primaries, client.clone());
-            async move {
-                for (shard, _, pod) in primaries {
-                    let ip = PodRef::find(ns, pod)?.ip()?;
-                    let obs = driver
-                        .observe(&MemberAddr::new(ip.to_string(), 6379))
-                        .await?;
-                    let offset = obs.replication.repl_offset;
-                    let replicas = &obs.replication.connected_replicas;
-                    if replicas.is_empty() || replicas.iter().any(|r| r.offset != offset) {
-                        bail!("shard {shard}: primary at {offset}, replicas {replicas:?}");
-                    }
-                }
-                let _ = client;
-                Ok(Some(()))
-            }
-        },
-    )
-    .await
+    valkey_e2e::workload::write_confirmed(client, ns, NAME, &format!("safe:{round}"), KEYS).await
 }
 
-/// How many of the confirmed keys of `round` do not read back.
 async fn missing(client: &Client, ns: &str, round: &str) -> anyhow::Result<usize> {
-    let valkey = cluster_client(client, ns, NAME).await?;
-    let mut missing = 0;
-    for i in 0..KEYS {
-        let got: Option<String> = valkey.get(format!("safe:{round}:{i}")).await?;
-        if got.as_deref() != Some(i.to_string().as_str()) {
-            missing += 1;
-        }
-    }
-    let _ = valkey.quit().await;
-    Ok(missing)
+    valkey_e2e::workload::missing_confirmed(client, ns, NAME, &format!("safe:{round}"), KEYS).await
 }
 
 /// Waits for the cluster to notice, then for Active with every member replaced that `gone`

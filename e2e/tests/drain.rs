@@ -83,9 +83,13 @@ async fn draining_each_node_in_turn_loses_nothing_and_leaves_the_cluster_active(
     ensure!(nodes.len() >= 3, "three nodes to drain: {nodes:?}");
     let _uncordon = Uncordon(nodes.clone());
 
-    let writer = Writer::start(&client, &ns.name, NAME).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Keys confirmed on both copies of their shard before the first drain must all be there
+    // after the last one; each drain also runs under its own verifying writer (a writer's
+    // cluster client knows the members it started with, and three drains replace them all).
+    valkey_e2e::workload::write_confirmed(&client, &ns.name, NAME, "drain", 3000).await?;
     for node in &nodes {
+        let writer = Writer::start(&client, &ns.name, NAME).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let t = Instant::now();
         let out = kubectl()
             .args([
@@ -136,12 +140,18 @@ async fn draining_each_node_in_turn_loses_nothing_and_leaves_the_cluster_active(
             t.elapsed()
         );
         kubectl_run(&["uncordon", node])?;
+        let report = writer.finish(&client, &ns.name, NAME).await?;
+        println!(
+            "drain {node}: {} acknowledged writes, 0 lost, longest pause {:?}",
+            report.acknowledged.len(),
+            report.longest_pause
+        );
     }
-    let report = writer.finish(&client, &ns.name, NAME).await?;
-    println!(
-        "drains: {} acknowledged writes, 0 lost, longest pause {:?}",
-        report.acknowledged.len(),
-        report.longest_pause
+    let missing =
+        valkey_e2e::workload::missing_confirmed(&client, &ns.name, NAME, "drain", 3000).await?;
+    ensure!(
+        missing == 0,
+        "{missing} of 3000 confirmed keys lost over the drains"
     );
     let cordoned = kubectl_run(&[
         "get",

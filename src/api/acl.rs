@@ -6,10 +6,13 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::validation::{ACL_PATTERN, ACL_USERNAME, DNS1123_SUBDOMAIN, SHA256_HEX, unique_by_rule};
+use super::validation::{
+    ACL_PATTERN, ACL_USERNAME, DNS1123_SUBDOMAIN, SHA256_HEX, reserved_username_rule,
+    unique_by_rule,
+};
 
-/// Maximum number of bindings in one `acl` list.
-pub const MAX_BINDINGS: usize = 32;
+/// Maximum number of bindings in one `acl` list (Momento's documented limit).
+pub const MAX_BINDINGS: usize = 64;
 /// Maximum number of password hashes per user (rotation keeps old and new at once).
 pub const MAX_PASSWORD_HASHES: usize = 8;
 
@@ -18,12 +21,16 @@ pub const MAX_PASSWORD_HASHES: usize = 8;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AclBinding {
-    /// Valkey username. Letters, digits, '.', '_', ':', '@' and '-', at most 64 characters, no
-    /// spaces; names starting with '_' are reserved for the operator. Naming `default` enables
-    /// Valkey's default user with these permissions (it is disabled otherwise). Must be unique
-    /// within the list and across the config's and the cluster's bindings.
-    #[schemars(length(max = 64))]
-    #[x_kube(validation = ACL_USERNAME.rule("username"))]
+    /// Valkey username. Letters, digits, '.', '_', ':', '@' and '-', at most 128 characters, no
+    /// spaces; names starting with `_valkey-` are reserved for the operator's own users. Naming
+    /// `default` enables Valkey's default user with these permissions (it is disabled
+    /// otherwise). Must be unique within the list and across the config's and the cluster's
+    /// bindings.
+    #[schemars(length(max = 128))]
+    #[x_kube(
+        validation = ACL_USERNAME.rule("username"),
+        validation = reserved_username_rule()
+    )]
     pub username: String,
 
     /// SHA-256 hashes (64 lowercase hex characters) of the passwords this user may
@@ -37,8 +44,8 @@ pub struct AclBinding {
     pub password_hashes: Vec<String>,
 
     /// What this user may do: each entry grants the commands of one ValkeyRole on the given
-    /// key and channel patterns.
-    #[schemars(length(min = 1, max = 8))]
+    /// key and channel patterns (at most 16).
+    #[schemars(length(min = 1, max = 16))]
     pub permissions: Vec<AclPermission>,
 }
 
@@ -57,7 +64,8 @@ pub struct AclPermission {
     #[schemars(length(max = 16))]
     pub keys: Vec<KeyPermission>,
 
-    /// Pub/Sub channel patterns the role's commands may use. Empty: no channels.
+    /// Pub/Sub channel patterns the role's commands may use, each a string (`events:*`) or
+    /// `{pattern: events:*}`. Empty: no channels.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub channels: Vec<ChannelPermission>,
@@ -71,12 +79,16 @@ pub struct KeyPermission {
     #[schemars(length(max = 256))]
     #[x_kube(validation = ACL_PATTERN.rule("pattern"))]
     pub pattern: String,
-    /// `read` (rendered `%R~pattern`), `write` (`%W~pattern`) or `readwrite` (`~pattern`).
+    /// `read` (rendered `%R~pattern`), `write` (`%W~pattern`) or `readwrite` (`~pattern`,
+    /// the default).
+    #[serde(default)]
     pub access: KeyAccess,
 }
 
 /// Access mode on a key pattern.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum KeyAccess {
     /// Read-only access (`%R~`).
@@ -84,17 +96,53 @@ pub enum KeyAccess {
     /// Write-only access (`%W~`).
     Write,
     /// Read and write access (`~`).
+    #[default]
     Readwrite,
 }
 
-/// A Pub/Sub channel glob pattern.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
-#[serde(rename_all = "camelCase")]
+/// A Pub/Sub channel glob pattern, rendered `&pattern`. Written either as a plain string
+/// (`events:*`, Momento's documented shape) or as `{pattern: events:*}`; both mean the same.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ChannelPermission {
-    /// Glob pattern over channel names, for example `events:*` (rendered `&pattern`).
-    #[schemars(length(max = 256))]
-    #[x_kube(validation = ACL_PATTERN.rule("pattern"))]
+    /// Glob pattern over channel names, for example `events:*`.
     pub pattern: String,
+}
+
+impl<'de> Deserialize<'de> for ChannelPermission {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Shape {
+            Plain(String),
+            Object { pattern: String },
+        }
+        match Shape::deserialize(d)? {
+            Shape::Plain(pattern) | Shape::Object { pattern } => Ok(ChannelPermission { pattern }),
+        }
+    }
+}
+
+impl schemars::JsonSchema for ChannelPermission {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ChannelPermission".into()
+    }
+
+    /// A string or an object: a structural CRD schema cannot say "one of two types", so the
+    /// item keeps whatever it is given and the admission webhook checks it (a string, or an
+    /// object with a `pattern`, either a printable-ASCII glob of at most 256 characters).
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A channel glob pattern: a string such as events:* or {pattern: events:*}.",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    }
+}
+
+impl ChannelPermission {
+    /// Whether the pattern is one Valkey's ACL file can take.
+    pub fn is_valid(&self) -> bool {
+        ACL_PATTERN.is_match(&self.pattern)
+    }
 }
 
 /// The rule put on every `acl` list: usernames are unique.

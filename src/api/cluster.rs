@@ -39,8 +39,8 @@ use super::validation::{
     printcolumn(name = "MESSAGE", type_ = "string", json_path = ".status.message", priority = 1),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
-#[x_kube(validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
-    .message("spec.tls is immutable: TLS can only be chosen when the ValkeyCluster is created; it cannot be added, removed or changed afterwards (create a new ValkeyCluster instead)")
+#[x_kube(validation = Rule::new("has(self.tls) == has(oldSelf.tls)")
+    .message("spec.tls cannot be added or removed after creation: a cluster is TLS-only or plaintext for its whole life (create a new ValkeyCluster instead); tls.secretRef may change, which rotates to that Secret")
     .field_path(".tls")
     .reason(Reason::FieldValueForbidden))]
 #[serde(rename_all = "camelCase")]
@@ -57,16 +57,17 @@ pub struct ValkeyClusterSpec {
     #[schemars(range(min = 1, max = 500))]
     pub shards: i32,
 
-    /// Replicas per shard, 0 to 5 (default 1). Each replica is placed apart from its primary
-    /// where the nodes allow it; with 0 a lost primary loses its shard's data.
+    /// Replicas per shard, 0 or more (default 1; more than 5 is accepted with a warning).
+    /// Each replica is placed apart from its primary where the nodes allow it; with 0 a lost
+    /// primary loses its shard's data.
     #[serde(default = "default_replicas_per_shard")]
-    #[schemars(range(min = 0, max = 5))]
+    #[schemars(range(min = 0))]
     pub replicas_per_shard: i32,
 
     /// Per-cluster ACL bindings, added to the platform-level bindings of the config.
     /// Usernames must be unique across both.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[schemars(length(max = 64))]
     #[x_kube(
         validation = unique_usernames_rule(),
         merge_strategy = ListMerge::Map(vec!["username".into()])
@@ -151,6 +152,9 @@ pub enum ClusterState {
     Degraded,
     /// The cluster is being deleted.
     Deleting,
+    /// The spec cannot work as given (for example a TLS Secret that is not a usable
+    /// certificate); fix the referenced object or the spec.
+    Invalid,
 }
 
 /// One member of a Valkey cluster as the operator last observed it.

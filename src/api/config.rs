@@ -7,8 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::acl::{AclBinding, unique_usernames_rule};
 use super::validation::{
-    DNS1123_SUBDOMAIN, forced_settings_rule, positive_quantity_rule, setting_keys_rule,
-    setting_values_rule,
+    DNS1123_SUBDOMAIN, positive_quantity_rule, setting_keys_rule, setting_values_rule,
 };
 
 /// A configuration menu item (platform team): which allowlisted image, how much CPU and
@@ -36,8 +35,6 @@ use super::validation::{
     printcolumn(name = "MEMORY", type_ = "string", json_path = ".spec.resources.memory", priority = 1),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
-#[x_kube(validation = Rule::new("has(self.imageRef) || has(self.baseRef)")
-    .message("spec must set imageRef or baseRef: a ValkeyConfig needs an image, directly or inherited"))]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyConfigSpec {
     /// Name of the ValkeyConfig this one inherits from. Fields set here win; `valkey` settings
@@ -66,12 +63,11 @@ pub struct ValkeyConfigSpec {
     /// Settings the operator forces (cluster-enabled, port, cluster-port, bind, dir,
     /// cluster-config-file, aclfile, requirepass, masteruser/masterauth, replicaof,
     /// replica-announce-*, cluster-announce-*, tls-*, daemonize, include, rename-command) are
-    /// refused.
+    /// accepted with an admission warning and ignored: the operator's value wins.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "super::validation::settings_map_schema")]
     #[x_kube(
         validation = setting_keys_rule("valkey"),
-        validation = forced_settings_rule("valkey"),
         validation = setting_values_rule("valkey")
     )]
     pub valkey: BTreeMap<String, String>,
@@ -80,7 +76,7 @@ pub struct ValkeyConfigSpec {
     /// bindings are added to them). Set here, it replaces the base's bindings entirely; an
     /// empty list removes them. Unset: inherited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32))]
+    #[schemars(length(max = 64))]
     #[x_kube(
         validation = unique_usernames_rule(),
         merge_strategy = ListMerge::Map(vec!["username".into()])

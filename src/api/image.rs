@@ -3,7 +3,7 @@
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::{IMAGE_DIGEST, IMAGE_REPOSITORY, IMAGE_TAG, SEMVER};
+use super::validation::{IMAGE_DIGEST, IMAGE_REPOSITORY, IMAGE_TAG};
 
 /// An allowlisted Valkey container image (platform team). ValkeyConfigs reference it by name
 /// in `spec.imageRef`; if no ValkeyImage of that name exists, clusters using the config cannot
@@ -63,10 +63,10 @@ pub struct ValkeyImageSpec {
     #[x_kube(validation = IMAGE_DIGEST.rule("digest"))]
     pub digest: Option<String>,
 
-    /// Valkey version the image provides, as a semantic version (for example `9.0.0`). The
-    /// operator uses it to choose features (for example atomic slot migration from 9.0).
-    #[schemars(length(max = 128))]
-    #[x_kube(validation = SEMVER.rule("version"))]
+    /// Valkey version the image provides, for example `9.0.0` (a free string, as in Momento's
+    /// API; `MAJOR.MINOR[.PATCH]` is what the operator reads to choose features such as atomic
+    /// slot migration from 9.0 and to check downgrades; anything else is taken as unknown).
+    #[schemars(length(min = 1, max = 128))]
     pub version: String,
 }
 

@@ -3,7 +3,7 @@
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::{CATEGORY_NAME, COMMAND_NAME, unique_by_rule};
+use super::validation::{CATEGORY_NAME, COMMAND_NAME, SUBCOMMAND_NAME, unique_by_rule};
 
 /// A reusable set of Valkey command permissions (platform team), for example
 /// `cache-readwrite` or `metrics-readonly`. Roles hold commands and categories only; users,
@@ -29,8 +29,6 @@ use super::validation::{CATEGORY_NAME, COMMAND_NAME, unique_by_rule};
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("size(self.commands) + size(self.categories) > 0")
-    .message("spec must grant or deny at least one command or category"))]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyRoleSpec {
     /// ACL categories (without `@`), each allowed or denied, for example
@@ -40,25 +38,46 @@ pub struct ValkeyRoleSpec {
     #[x_kube(validation = unique_by_rule("categories", "name"))]
     pub categories: Vec<CategoryRule>,
 
-    /// Commands, each allowed or denied, lowercase, with an optional subcommand as
-    /// `command|subcommand` (for example `config|get`). Applied after `categories`.
+    /// Commands, each allowed or denied, with an optional subcommand as `command|subcommand`
+    /// in `name` (for example `config|get`) or in `subcommand`. Applied after `categories`.
+    /// A role with no rules grants nothing.
     #[serde(default)]
     #[schemars(length(max = 128))]
-    #[x_kube(validation = unique_by_rule("commands", "name"))]
+    #[x_kube(validation = Rule::new(
+        "self.all(x, self.exists_one(y, y.name == x.name && (has(y.subcommand) ? y.subcommand : '') == (has(x.subcommand) ? x.subcommand : '')))"
+    ).message("commands must not contain two entries with the same name and subcommand").reason(Reason::FieldValueDuplicate))]
     pub commands: Vec<CommandRule>,
 }
 
 /// A command permission.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.subcommand) || !self.name.contains('|')")
+    .message("give the subcommand either in name (command|subcommand) or in subcommand, not both"))]
 #[serde(rename_all = "camelCase")]
 pub struct CommandRule {
-    /// Command name, lowercase, optionally `command|subcommand` (for example `get`,
-    /// `client|setname`).
+    /// Command name, optionally `command|subcommand` (for example `get`, `client|setname`);
+    /// any case, rendered lowercase.
     #[schemars(length(max = 128))]
     #[x_kube(validation = COMMAND_NAME.rule("name"))]
     pub name: String,
+    /// Subcommand of `name` (Momento's shape): `{name: cluster, subcommand: info}` means
+    /// `cluster|info`. Not together with a `|` in `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = SUBCOMMAND_NAME.rule("subcommand"))]
+    pub subcommand: Option<String>,
     /// `allow` (rendered `+name`) or `deny` (`-name`).
     pub access: RuleAccess,
+}
+
+impl CommandRule {
+    /// `command` or `command|subcommand`, lowercase, as Valkey's ACL file takes it.
+    pub fn full_name(&self) -> String {
+        match &self.subcommand {
+            Some(sub) => format!("{}|{}", self.name, sub).to_lowercase(),
+            None => self.name.to_lowercase(),
+        }
+    }
 }
 
 /// A category permission.

@@ -18,8 +18,8 @@ use super::config::{Resources, ValkeyConfigStatus};
 use super::constants::DEFAULT_REPLICAS_PER_SHARD;
 use super::placement::Placement;
 use super::validation::{
-    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, forced_settings_rule, qualified_keys_rule,
-    reserved_annotations_rule, setting_keys_rule, setting_values_rule,
+    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, qualified_keys_rule, reserved_annotations_rule,
+    setting_keys_rule, setting_values_rule,
 };
 
 /// A sharded Valkey cluster (cluster mode) in this namespace; see the v1alpha1 version.
@@ -44,8 +44,8 @@ use super::validation::{
     printcolumn(name = "MESSAGE", type_ = "string", json_path = ".status.message", priority = 1),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
-#[x_kube(validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
-    .message("spec.tls is immutable: TLS can only be chosen when the ValkeyCluster is created; it cannot be added, removed or changed afterwards (create a new ValkeyCluster instead)")
+#[x_kube(validation = Rule::new("has(self.tls) == has(oldSelf.tls)")
+    .message("spec.tls cannot be added or removed after creation: a cluster is TLS-only or plaintext for its whole life (create a new ValkeyCluster instead); tls.secretRef may change, which rotates to that Secret")
     .field_path(".tls")
     .reason(Reason::FieldValueForbidden))]
 #[serde(rename_all = "camelCase")]
@@ -60,7 +60,7 @@ pub struct ValkeyClusterSpec {
 
     /// Per-cluster ACL bindings, added to the platform-level bindings of the config.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[schemars(length(max = 64))]
     #[x_kube(
         validation = unique_usernames_rule(),
         merge_strategy = ListMerge::Map(vec!["username".into()])
@@ -94,9 +94,9 @@ pub struct Topology {
     #[schemars(range(min = 1, max = 500))]
     pub shards: i32,
 
-    /// Replicas per shard, 0 to 5 (default 1).
+    /// Replicas per shard, 0 or more (default 1; more than 5 is accepted with a warning).
     #[serde(default = "default_replicas_per_shard")]
-    #[schemars(range(min = 0, max = 5))]
+    #[schemars(range(min = 0))]
     pub replicas_per_shard: i32,
 }
 
@@ -125,8 +125,6 @@ fn default_replicas_per_shard() -> i32 {
     printcolumn(name = "MEMORY", type_ = "string", json_path = ".spec.resources.memory", priority = 1),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
-#[x_kube(validation = Rule::new("has(self.imageRef) || has(self.baseRef)")
-    .message("spec must set imageRef or baseRef: a ValkeyConfig needs an image, directly or inherited"))]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyConfigSpec {
     /// Name of the ValkeyConfig this one inherits from.
@@ -150,14 +148,13 @@ pub struct ValkeyConfigSpec {
     #[schemars(schema_with = "super::validation::settings_map_schema")]
     #[x_kube(
         validation = setting_keys_rule("settings"),
-        validation = forced_settings_rule("settings"),
         validation = setting_values_rule("settings")
     )]
     pub settings: BTreeMap<String, String>,
 
     /// Platform-level ACL bindings applied to every Valkey cluster using this config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32))]
+    #[schemars(length(max = 64))]
     #[x_kube(
         validation = unique_usernames_rule(),
         merge_strategy = ListMerge::Map(vec!["username".into()])

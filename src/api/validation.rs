@@ -101,13 +101,6 @@ pub static CLUSTER_NAME: Pattern = Pattern::new(
      with a letter and ending with a letter or digit",
 );
 
-/// Semantic version 2.0.0 (no leading `v`).
-pub static SEMVER: Pattern = Pattern::new(
-    "^(0|[1-9][0-9]*)[.](0|[1-9][0-9]*)[.](0|[1-9][0-9]*)(-[0-9A-Za-z-]+([.][0-9A-Za-z-]+)*)?([+][0-9A-Za-z-]+([.][0-9A-Za-z-]+)*)?$",
-    128,
-    "a semantic version MAJOR.MINOR.PATCH (for example 9.0.0 or 9.1.0-rc1), without a leading 'v'",
-);
-
 /// Container image repository, optionally with a registry host and port.
 pub static IMAGE_REPOSITORY: Pattern = Pattern::new(
     "^(([a-zA-Z0-9-]+([.][a-zA-Z0-9-]+)+|localhost)(:[0-9]+)?/|[a-zA-Z0-9-]+:[0-9]+/)?[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$",
@@ -138,14 +131,25 @@ pub static SHA256_HEX: Pattern = Pattern::new(
      `printf '%s' \"$PASSWORD\" | sha256sum`)",
 );
 
-/// Valkey ACL username as bindings may use it. Names starting with `_` are reserved for the
-/// operator's own users.
+/// Valkey ACL username as bindings may use it: Momento's documented shape (up to 128 of
+/// `[a-zA-Z0-9_-]`, a leading `_` allowed) plus '.', ':' and '@'. Names starting with
+/// [`RESERVED_USERNAME_PREFIX`] are the operator's own users ([`reserved_username_rule`]).
 pub static ACL_USERNAME: Pattern = Pattern::new(
-    "^[A-Za-z0-9][A-Za-z0-9._:@-]*$",
-    64,
-    "a valid ACL username: at most 64 letters, digits, '.', '_', ':', '@' or '-', starting with a \
-     letter or digit (no spaces; names starting with '_' are reserved for the operator)",
+    "^[A-Za-z0-9_][A-Za-z0-9._:@-]*$",
+    128,
+    "a valid ACL username: at most 128 letters, digits, '.', '_', ':', '@' or '-', not starting \
+     with '.', ':', '@' or '-' (no spaces)",
 );
+
+/// Usernames of the operator's own ACL users start with this; bindings may not.
+pub const RESERVED_USERNAME_PREFIX: &str = "_valkey-";
+
+/// A binding may not take a name of the operator's own users.
+pub fn reserved_username_rule() -> Rule {
+    Rule::new(format!("!self.startsWith('{RESERVED_USERNAME_PREFIX}')")).msg(format!(
+        "username must not start with {RESERVED_USERNAME_PREFIX}: that prefix is reserved for the operator's own users"
+    ))
+}
 
 /// Key or channel glob pattern: printable ASCII without spaces.
 pub static ACL_PATTERN: Pattern = Pattern::new(
@@ -154,19 +158,27 @@ pub static ACL_PATTERN: Pattern = Pattern::new(
     "a non-empty glob pattern of printable ASCII characters without spaces (for example app:*)",
 );
 
-/// Valkey command name, optionally with one subcommand (`config|get`).
+/// Valkey command name, optionally with one subcommand (`config|get`); any case (Valkey's
+/// command names are case-insensitive; the operator renders them lowercase).
 pub static COMMAND_NAME: Pattern = Pattern::new(
-    "^[a-z][a-z0-9._-]*([|][a-z][a-z0-9._-]*)?$",
+    "^[a-zA-Z][a-zA-Z0-9._-]*([|][a-zA-Z][a-zA-Z0-9._-]*)?$",
     128,
-    "a lowercase Valkey command name, optionally with a subcommand as command|subcommand \
+    "a Valkey command name, optionally with a subcommand as command|subcommand \
      (for example get or config|get)",
 );
 
-/// Valkey ACL category name, without the leading `@`.
-pub static CATEGORY_NAME: Pattern = Pattern::new(
-    "^[a-z][a-z0-9-]*$",
+/// A subcommand given on its own (Momento's `subcommand` field).
+pub static SUBCOMMAND_NAME: Pattern = Pattern::new(
+    "^[a-zA-Z][a-zA-Z0-9._-]*$",
     64,
-    "a lowercase ACL category name without the leading '@' (for example read, write, keyspace)",
+    "a Valkey subcommand name (for example info, or setname)",
+);
+
+/// Valkey ACL category name, without the leading `@`; any case.
+pub static CATEGORY_NAME: Pattern = Pattern::new(
+    "^[a-zA-Z][a-zA-Z0-9_-]*$",
+    64,
+    "an ACL category name without the leading '@' (for example read, write, keyspace)",
 );
 
 /// Valkey setting name as used in valkey.conf.

@@ -217,11 +217,11 @@ pub fn role_rules(role: &ValkeyRoleSpec) -> Vec<String> {
     };
     role.categories
         .iter()
-        .map(|c| format!("{}@{}", sign(c.access), c.name))
+        .map(|c| format!("{}@{}", sign(c.access), c.name.to_lowercase()))
         .chain(
             role.commands
                 .iter()
-                .map(|c| format!("{}{}", sign(c.access), c.name)),
+                .map(|c| format!("{}{}", sign(c.access), c.full_name())),
         )
         .collect()
 }
@@ -242,6 +242,7 @@ mod tests {
                 }],
                 commands: vec![CommandRule {
                     name: "keys".into(),
+                    subcommand: None,
                     access: RuleAccess::Deny,
                 }],
             },
@@ -343,6 +344,33 @@ mod tests {
             &roles(),
         );
         assert!(line.contains("(&events:* +@read -keys)"), "{line}");
+    }
+
+    #[test]
+    fn a_subcommand_given_on_its_own_renders_as_command_pipe_subcommand() {
+        // Momento's shape {name: cluster, subcommand: info}: +cluster|info, never +cluster.
+        let role = ValkeyRoleSpec {
+            categories: vec![CategoryRule {
+                name: "READ".into(),
+                access: RuleAccess::Allow,
+            }],
+            commands: vec![
+                CommandRule {
+                    name: "CLUSTER".into(),
+                    subcommand: Some("Info".into()),
+                    access: RuleAccess::Allow,
+                },
+                CommandRule {
+                    name: "config|get".into(),
+                    subcommand: None,
+                    access: RuleAccess::Allow,
+                },
+            ],
+        };
+        assert_eq!(
+            role_rules(&role),
+            vec!["+@read", "+cluster|info", "+config|get"]
+        );
     }
 
     #[test]

@@ -80,6 +80,35 @@ mod tests {
     const A: &str = "valkey.gomomento.com/v1alpha1";
     const B: &str = "valkey.gomomento.com/v1beta1";
 
+    /// Every Momento-shaped fixture (e2e/fixtures/momento) of a converted kind survives
+    /// v1alpha1 -> v1beta1 -> v1alpha1 unchanged, and reads back as our typed object.
+    #[test]
+    fn momento_shaped_fixtures_round_trip_through_v1beta1() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/fixtures/momento");
+        let mut converted = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            let object: Value = serde_yaml::from_str(&text).unwrap();
+            let kind = object["kind"].as_str().unwrap().to_string();
+            if kind != "ValkeyCluster" && kind != "ValkeyConfig" {
+                continue;
+            }
+            let beta = convert(&object, B).unwrap();
+            assert_eq!(beta["apiVersion"], B);
+            assert_eq!(convert(&beta, A).unwrap(), object, "{kind} round trip");
+            match kind.as_str() {
+                "ValkeyCluster" => {
+                    serde_json::from_value::<crate::api::ValkeyCluster>(object).unwrap();
+                }
+                _ => {
+                    serde_json::from_value::<crate::api::ValkeyConfig>(object).unwrap();
+                }
+            }
+            converted += 1;
+        }
+        assert!(converted >= 5, "the fixture set has clusters and configs");
+    }
+
     #[test]
     fn a_cluster_groups_its_topology_in_v1beta1() {
         let alpha = json!({"apiVersion": A, "kind": "ValkeyCluster",

@@ -6,8 +6,11 @@
 //! - A username bound both by the cluster and by its config is denied when the cluster's `acl`
 //!   is being set or changed (it could never resolve); when the config introduced the clash
 //!   later, unrelated edits of the cluster are accepted with a warning.
-//! - `spec.tls` cannot be added, removed or changed after creation (CEL says so too; this is
-//!   defence in depth for API servers that skip CEL, for example with `--feature-gates`).
+//! - `spec.tls` cannot be added or removed after creation (CEL says so too; this is defence in
+//!   depth for API servers that skip CEL); `tls.secretRef` may change (a rotation).
+//! - Channel entries of the bindings (a string or `{pattern}`, which the schema cannot check)
+//!   must be printable-ASCII globs: denied otherwise.
+//! - More than 5 replicas per shard is accepted with a warning (Momento's API has no bound).
 //! - A menu that cannot be read never fails the request: accepted with a warning.
 
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
@@ -29,7 +32,7 @@ pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &Menu) -> Admission
         .as_ref()
         .filter(|_| req.operation == Operation::Update);
     if let Some(old) = old
-        && old.spec.tls != cluster.spec.tls
+        && old.spec.tls.is_some() != cluster.spec.tls.is_some()
     {
         let describe = |tls: &Option<crate::api::TlsSpec>| match tls {
             Some(t) => format!("TLS with Secret {:?}", t.secret_ref),
@@ -38,19 +41,31 @@ pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &Menu) -> Admission
         return deny(
             req,
             format!(
-                "spec.tls is immutable: this ValkeyCluster was created with {} and cannot change to {}; create a new ValkeyCluster to change TLS",
+                "spec.tls cannot be added or removed: this ValkeyCluster was created with {} and cannot change to {}; create a new ValkeyCluster to change that (tls.secretRef may change)",
                 describe(&old.spec.tls),
                 describe(&cluster.spec.tls)
             ),
             vec![],
         );
     }
+    if let Some(problem) = super::invalid_channels("spec.acl", &cluster.spec.acl) {
+        return deny(req, problem, vec![]);
+    }
 
+    let mut warnings = Vec::new();
+    if cluster.spec.replicas_per_shard > 5 {
+        warnings.push(format!(
+            "replicasPerShard {} is more than 5: every write is replicated to each replica and every member needs its own memory and CPU; make sure this is intended",
+            cluster.spec.replicas_per_shard
+        ));
+    }
     let catalog = match menu {
         Ok(catalog) => catalog,
-        Err(error) => return allow_with_warnings(req, vec![lookup_warning(error)]),
+        Err(error) => {
+            warnings.push(lookup_warning(error));
+            return allow_with_warnings(req, warnings);
+        }
     };
-    let mut warnings = Vec::new();
     let config_bindings = match resolve_config(catalog, &cluster.spec.config_ref) {
         Ok(resolved) => resolved.acl,
         Err(e) => {
@@ -193,13 +208,15 @@ mod tests {
     }
 
     #[test]
-    fn tls_cannot_be_added_removed_or_changed_after_creation() {
+    fn tls_cannot_be_added_or_removed_after_creation_but_its_secret_may_change() {
         // The fixture's old object has no TLS; the new one adds it.
         let req = request::<ValkeyCluster>("valkeycluster-update-tls.json", |_| {});
         let resp = validate(&req, &Ok(menu()));
         assert!(!resp.allowed);
         assert!(
-            resp.result.message.contains("spec.tls is immutable"),
+            resp.result
+                .message
+                .contains("spec.tls cannot be added or removed"),
             "{}",
             resp.result.message
         );
@@ -217,6 +234,41 @@ mod tests {
                 v["request"]["object"]["spec"]["tls"].clone();
         });
         assert!(validate(&req, &Err("down".into())).allowed);
+        // Another Secret: a rotation (Momento's operator allows it too).
+        let req = request::<ValkeyCluster>("valkeycluster-update-tls.json", |v| {
+            v["request"]["oldObject"]["spec"]["tls"] = serde_json::json!({"secretRef": "old-tls"});
+        });
+        assert!(validate(&req, &Ok(menu())).allowed);
+    }
+
+    #[test]
+    fn malformed_channel_entries_are_denied_and_many_replicas_warned() {
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+            v["request"]["object"]["spec"]["acl"][0]["permissions"][0]["channels"] =
+                serde_json::json!(["events:*", {"pattern": "has space"}]);
+        });
+        let resp = validate(&req, &Ok(menu()));
+        assert!(!resp.allowed);
+        assert!(
+            resp.result
+                .message
+                .contains("spec.acl[0].permissions[0].channels[1] must be"),
+            "{}",
+            resp.result.message
+        );
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+            v["request"]["object"]["spec"]["acl"][0]["permissions"][0]["channels"] =
+                serde_json::json!(["events:*", {"pattern": "orders:*"}]);
+            v["request"]["object"]["spec"]["replicasPerShard"] = 8.into();
+        });
+        let resp = validate(&req, &Ok(menu()));
+        assert!(resp.allowed, "{}", resp.result.message);
+        assert!(
+            resp.warnings
+                .unwrap()
+                .iter()
+                .any(|w| w.contains("replicasPerShard 8 is more than 5"))
+        );
     }
 
     #[test]

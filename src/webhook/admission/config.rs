@@ -180,6 +180,18 @@ pub fn validate(
     }
     let name = config.name_any();
     let mut warnings = Vec::new();
+    if let Some(problem) =
+        super::invalid_channels("spec.acl", config.spec.acl.as_deref().unwrap_or_default())
+    {
+        return deny(req, problem, warnings);
+    }
+    // Settings the operator forces are accepted (Momento's API accepts them) but never used:
+    // say so instead of silently overriding them.
+    for key in crate::api::validation::forced_keys_in(config.spec.valkey.keys()) {
+        warnings.push(format!(
+            "valkey.{key} is ignored: the operator sets {key} itself (forced setting; see docs/api.md)"
+        ));
+    }
 
     // The menu as it will be once this write is stored.
     let catalog = match menu {
@@ -356,6 +368,38 @@ mod tests {
         let resp = validate(&with_spec(|_| {}), &Ok(menu()), &Ok(vec![]));
         assert!(resp.allowed, "{:?}", resp.result);
         assert_eq!(resp.warnings, None);
+    }
+
+    #[test]
+    fn forced_settings_are_accepted_with_a_warning_that_they_are_ignored() {
+        let resp = validate(
+            &with_spec(|s| {
+                s["valkey"]["port"] = "7000".into();
+                s["valkey"]["tls-port"] = "7001".into();
+            }),
+            &Ok(menu()),
+            &Ok(vec![]),
+        );
+        assert!(resp.allowed, "{}", resp.result.message);
+        let w = resp.warnings.unwrap().join("\n");
+        assert!(
+            w.contains("valkey.port is ignored: the operator sets port itself")
+                && w.contains("valkey.tls-port is ignored"),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn a_config_with_neither_image_nor_base_is_accepted_with_a_warning() {
+        let req = request::<ValkeyConfig>("valkeyconfig-create.json", |v| {
+            let spec = &mut v["request"]["object"]["spec"];
+            spec.as_object_mut().unwrap().remove("baseRef");
+            spec.as_object_mut().unwrap().remove("imageRef");
+        });
+        let resp = validate(&req, &Ok(menu()), &Ok(vec![]));
+        assert!(resp.allowed, "{}", resp.result.message);
+        let w = resp.warnings.unwrap().join("\n");
+        assert!(w.contains("sets spec.imageRef"), "{w}");
     }
 
     #[test]

@@ -265,6 +265,25 @@ pub fn name_some(names: Vec<String>) -> String {
     shown.join(", ")
 }
 
+/// The first channel entry of `bindings` that is not a printable-ASCII glob (the CRD schema
+/// cannot check entries that may be a string or an object), as a denial message.
+pub fn invalid_channels(field: &str, bindings: &[crate::api::AclBinding]) -> Option<String> {
+    for (b, binding) in bindings.iter().enumerate() {
+        for (p, permission) in binding.permissions.iter().enumerate() {
+            for (c, channel) in permission.channels.iter().enumerate() {
+                if !channel.is_valid() {
+                    return Some(format!(
+                        "{field}[{b}].permissions[{p}].channels[{c}] must be {} (a string, or {{pattern: ...}}), got {:?}",
+                        crate::api::validation::ACL_PATTERN.describe,
+                        channel.pattern
+                    ));
+                }
+            }
+        }
+    }
+    None
+}
+
 /// The warning added when the menu could not be read.
 pub fn lookup_warning(error: &str) -> String {
     format!(

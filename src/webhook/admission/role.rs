@@ -108,7 +108,7 @@ pub fn validate(req: &AdmissionRequest<ValkeyRole>) -> AdmissionResponse {
     let t = table();
     let mut problems = Vec::new();
     for (i, c) in role.spec.categories.iter().enumerate() {
-        if !t.categories.contains(&c.name) {
+        if !t.categories.contains(&c.name.to_lowercase()) {
             problems.push(unknown(
                 "ACL category (see ACL CAT)",
                 &format!("spec.categories[{i}].name"),
@@ -118,22 +118,28 @@ pub fn validate(req: &AdmissionRequest<ValkeyRole>) -> AdmissionResponse {
         }
     }
     for (i, c) in role.spec.commands.iter().enumerate() {
-        if !t.commands.contains(&c.name) {
-            let what = if c.name.contains('|') {
-                "command|subcommand"
-            } else {
-                "command"
+        let full = c.full_name();
+        if !t.commands.contains(&full) {
+            let (what, field) = match (&c.subcommand, c.name.contains('|')) {
+                (Some(_), _) => (
+                    "command|subcommand",
+                    format!("spec.commands[{i}] (name|subcommand)"),
+                ),
+                (None, true) => ("command|subcommand", format!("spec.commands[{i}].name")),
+                (None, false) => ("command", format!("spec.commands[{i}].name")),
             };
-            problems.push(unknown(
-                what,
-                &format!("spec.commands[{i}].name"),
-                &c.name,
-                &t.commands,
-            ));
+            problems.push(unknown(what, &field, &full, &t.commands));
         }
     }
+    let mut warnings = Vec::new();
+    if role.spec.categories.is_empty() && role.spec.commands.is_empty() {
+        warnings.push(format!(
+            "ValkeyRole {:?} has no rules: users bound to it can run no command",
+            role.metadata.name.clone().unwrap_or_default()
+        ));
+    }
     if problems.is_empty() {
-        allow_with_warnings(req, vec![])
+        allow_with_warnings(req, warnings)
     } else {
         deny(req, problems.join("; "), vec![])
     }
