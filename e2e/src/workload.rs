@@ -357,25 +357,29 @@ pub async fn write_confirmed(
         .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
         .map(|ip| valkey_operator::driver::MemberAddr::new(ip, 6379))
         .collect();
+    // Each primary's offset once the keys are written: a replica at or past it has them all,
+    // whatever else (a concurrent writer, pings) came after.
+    use valkey_operator::driver::ClusterDriver;
+    use valkey_operator::driver::parse::Role;
+    let mut targets = Vec::new();
+    for addr in &addrs {
+        let r = driver.observe(addr).await?.replication;
+        if r.role == Role::Primary && !r.connected_replicas.is_empty() {
+            targets.push((addr.clone(), r.repl_offset));
+        }
+    }
     crate::harness::wait_for(
         "every replica to hold every key",
         Duration::from_secs(60),
         Duration::from_millis(200),
         || {
-            let (driver, addrs) = (&driver, &addrs);
+            let (driver, targets) = (&driver, &targets);
             async move {
-                use valkey_operator::driver::ClusterDriver;
-                for addr in addrs {
-                    let obs = driver.observe(addr).await?;
-                    let r = &obs.replication;
-                    if r.role == valkey_operator::driver::parse::Role::Primary
-                        && r.connected_replicas
-                            .iter()
-                            .any(|c| c.offset != r.repl_offset)
-                    {
+                for (addr, target) in targets {
+                    let r = driver.observe(addr).await?.replication;
+                    if r.connected_replicas.iter().any(|c| c.offset < *target) {
                         anyhow::bail!(
-                            "{addr}: primary at {}, replicas {:?}",
-                            r.repl_offset,
+                            "{addr}: replicas {:?} short of offset {target}",
                             r.connected_replicas
                         );
                     }
