@@ -91,18 +91,23 @@ async fn draining_each_node_in_turn_loses_nothing_and_leaves_the_cluster_active(
         let writer = Writer::start(&client, &ns.name, NAME).await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let t = Instant::now();
-        let out = kubectl()
-            .args([
-                "drain",
-                node,
-                "--ignore-daemonsets",
-                "--delete-emptydir-data",
-                // Leftover bare pods of other suites would refuse the drain; PDBs still hold.
-                "--force",
-                "--timeout=600s",
-            ])
-            .output()
-            .context("kubectl drain")?;
+        // On a blocking thread: the writer shares this test's runtime and must keep writing.
+        let drained_node = node.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            kubectl()
+                .args([
+                    "drain",
+                    &drained_node,
+                    "--ignore-daemonsets",
+                    "--delete-emptydir-data",
+                    // Leftover bare pods of other suites would refuse the drain; PDBs still hold.
+                    "--force",
+                    "--timeout=600s",
+                ])
+                .output()
+        })
+        .await?
+        .context("kubectl drain")?;
         ensure!(
             out.status.success(),
             "kubectl drain {node}: {}",
