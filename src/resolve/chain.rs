@@ -126,6 +126,12 @@ pub enum ResolveError {
     DuplicateUsername {
         username: String,
     },
+    /// A binding the API server should have refused (it skipped CEL, or an object predates a
+    /// rule): never rendered into an ACL file, where a newline would start another user.
+    InvalidBinding {
+        username: String,
+        problem: String,
+    },
     /// The resolved image is of an older major version than members already run.
     MajorDowngrade {
         image: String,
@@ -146,6 +152,7 @@ impl ResolveError {
             ResolveError::RoleNotFound { .. } => "RoleNotFound",
             ResolveError::DuplicateUsername { .. } => "DuplicateUsername",
             ResolveError::MajorDowngrade { .. } => "MajorVersionDowngrade",
+            ResolveError::InvalidBinding { .. } => "InvalidBinding",
         }
     }
 }
@@ -197,6 +204,10 @@ impl fmt::Display for ResolveError {
             ResolveError::DuplicateUsername { username } => write!(
                 f,
                 "ACL user \"{username}\" is bound both by the ValkeyConfig and by the ValkeyCluster; usernames must be unique across both, rename one"
+            ),
+            ResolveError::InvalidBinding { username, problem } => write!(
+                f,
+                "ACL binding {username:?} is not valid ({problem}); it is not applied: fix the binding in the ValkeyConfig or ValkeyCluster"
             ),
             ResolveError::MajorDowngrade {
                 image,
@@ -299,7 +310,45 @@ pub fn merge_bindings(
         }
         merged.push(binding.clone());
     }
+    for binding in &merged {
+        check_binding(binding)?;
+    }
     Ok(merged)
+}
+
+/// The rules the CRD schema states for a binding, checked again before anything is rendered
+/// (defence in depth: an API server that skipped CEL must not let a newline or a space start
+/// another ACL rule or user).
+pub fn check_binding(binding: &AclBinding) -> Result<(), ResolveError> {
+    use crate::api::validation::{ACL_PATTERN, ACL_USERNAME, RESERVED_USERNAME_PREFIX, SHA256_HEX};
+    let invalid = |problem: String| ResolveError::InvalidBinding {
+        username: binding.username.clone(),
+        problem,
+    };
+    ACL_USERNAME
+        .check("username", &binding.username)
+        .map_err(invalid)?;
+    if binding.username.starts_with(RESERVED_USERNAME_PREFIX) {
+        return Err(invalid(format!(
+            "usernames starting with {RESERVED_USERNAME_PREFIX} are the operator's own"
+        )));
+    }
+    for hash in &binding.password_hashes {
+        SHA256_HEX.check("passwordHashes", hash).map_err(invalid)?;
+    }
+    for permission in &binding.permissions {
+        for key in &permission.keys {
+            ACL_PATTERN
+                .check("keys[].pattern", &key.pattern)
+                .map_err(invalid)?;
+        }
+        for channel in &permission.channels {
+            ACL_PATTERN
+                .check("channels[]", &channel.pattern)
+                .map_err(invalid)?;
+        }
+    }
+    Ok(())
 }
 
 /// Looks up every role the bindings name.
@@ -712,5 +761,25 @@ mod tests {
                 && message.contains("ValkeyImage \"valkey-9-0\" with Valkey 9.0.0"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_binding_the_api_server_should_have_refused_is_never_rendered() {
+        for (username, pattern) in [
+            ("app\nuser evil on nopass ~* +@all", "app:*"),
+            ("app with space", "app:*"),
+            ("_valkey-operator", "app:*"),
+            ("app", "app:* ~*"),
+        ] {
+            let mut b = binding(username, "rw");
+            b.permissions[0].keys = vec![crate::api::KeyPermission {
+                pattern: pattern.into(),
+                access: crate::api::KeyAccess::Readwrite,
+            }];
+            let err = merge_bindings(&[], &[b]).unwrap_err();
+            assert_eq!(err.reason(), "InvalidBinding", "{username:?} {pattern:?}");
+            assert!(err.to_string().contains("it is not applied"), "{err}");
+        }
+        assert!(merge_bindings(&[], &[binding("_svc-reader", "rw")]).is_ok());
     }
 }
