@@ -184,6 +184,7 @@ fn run(
         });
         let controllers = valkey_operator::controller::run::run(
             client.clone(),
+            namespace.clone(),
             settings,
             metrics.clone(),
             election.clone(),

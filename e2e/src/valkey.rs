@@ -51,14 +51,20 @@ pub async fn member_pods(client: &Client, ns: &str, cluster: &str) -> anyhow::Re
         .items)
 }
 
-/// A driver authenticated as the operator, with the password from the Secret it generated.
+/// The operator's namespace on the local cluster.
+pub const OPERATOR_NAMESPACE: &str = "valkey-operator-system";
+
+/// A driver authenticated as the operator, with the password from the Secret it generated (in
+/// its own namespace: `<namespace>.<cluster>.credentials`).
 pub async fn operator_driver(
     client: &Client,
     ns: &str,
     cluster: &str,
 ) -> anyhow::Result<FredDriver> {
-    let secret = Api::<Secret>::namespaced(client.clone(), ns)
-        .get(&format!("{cluster}-operator"))
+    let secret = Api::<Secret>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .get(&valkey_operator::controller::names::credentials_secret(
+            ns, cluster,
+        ))
         .await?;
     let password = String::from_utf8(
         secret.data.context("operator Secret has no data")?["operator-password"]

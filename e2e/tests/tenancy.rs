@@ -199,3 +199,97 @@ async fn a_refused_pod_shows_its_reason_in_the_cluster_status() -> anyhow::Resul
     menu.remove(&client).await?;
     Ok(())
 }
+
+/// The namespace's editors (the aggregated `edit` role, which reads and deletes Secrets) never
+/// see the operator's credentials, which live in the operator's namespace; deleting every
+/// Secret of the namespace does not lock the operator out: a scale-out still completes.
+#[tokio::test]
+async fn tenant_editors_cannot_read_the_operator_credentials_or_lock_it_out() -> anyhow::Result<()>
+{
+    use valkey_e2e::harness::kubectl_run;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-editors").await?;
+    let menu = Menu::publish(&client, "e2e-editors", "9.0.0").await?;
+    apply(
+        &client,
+        &ns.name,
+        cluster(&ns.name, "locked", &menu.config, 1, 1),
+    )
+    .await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "locked",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let dev = "dev@team.example";
+    kubectl_run(&[
+        "create",
+        "rolebinding",
+        "dev-edit",
+        "-n",
+        &ns.name,
+        "--clusterrole=edit",
+        "--user",
+        dev,
+    ])?;
+    let secrets = kubectl_run(&["get", "secrets", "-n", &ns.name, "-o", "json", "--as", dev])?;
+    assert!(
+        !secrets.contains("operator-password"),
+        "the namespace holds no operator password: {secrets}"
+    );
+    let can = valkey_e2e::harness::kubectl()
+        .args([
+            "auth",
+            "can-i",
+            "get",
+            "secrets",
+            "-n",
+            valkey_e2e::valkey::OPERATOR_NAMESPACE,
+            "--as",
+            dev,
+        ])
+        .output()?;
+    assert_eq!(String::from_utf8_lossy(&can.stdout).trim(), "no");
+
+    // Every Secret of the namespace deleted by an editor; the operator still scales.
+    kubectl_run(&["delete", "secrets", "--all", "-n", &ns.name, "--as", dev])?;
+    apply(
+        &client,
+        &ns.name,
+        cluster(&ns.name, "locked", &menu.config, 2, 1),
+    )
+    .await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    valkey_e2e::harness::wait_for(
+        "the scale-out to 2 shards",
+        Duration::from_secs(300),
+        Duration::from_secs(1),
+        || {
+            let api = api.clone();
+            async move {
+                let c = api.get("locked").await?;
+                let s = c.status.unwrap_or_default();
+                if s.state == Some(ClusterState::Active)
+                    && s.observed_generation == c.metadata.generation
+                    && s.nodes.len() == 4
+                {
+                    Ok(Some(()))
+                } else {
+                    bail!(
+                        "{:?} {} members: {}",
+                        s.state,
+                        s.nodes.len(),
+                        s.message.unwrap_or_default()
+                    )
+                }
+            }
+        },
+    )
+    .await?;
+    api.delete("locked", &Default::default()).await?;
+    menu.remove(&client).await?;
+    Ok(())
+}

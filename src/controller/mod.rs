@@ -59,6 +59,9 @@ impl Catalog for StoreCatalog {
 /// Everything a reconcile needs.
 pub struct Context {
     pub client: Client,
+    /// The operator's own namespace: where each cluster's operator credentials are kept, out
+    /// of reach of the tenant namespace's editors.
+    pub operator_namespace: String,
     pub catalog: StoreCatalog,
     pub settings: Settings,
     pub recorder: Recorder,
@@ -77,6 +80,7 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: Client,
+        operator_namespace: String,
         catalog: StoreCatalog,
         settings: Settings,
         metrics: Arc<Metrics>,
@@ -91,6 +95,7 @@ impl Context {
         );
         Context {
             client,
+            operator_namespace,
             catalog,
             settings,
             recorder,

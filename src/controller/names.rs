@@ -23,9 +23,17 @@ pub fn acl_secret(cluster: &str) -> String {
     format!("{cluster}-acl")
 }
 
-/// Secret with the passwords of the operator's own ACL users (generated once).
+/// Where clusters created by earlier versions kept the operator's passwords (in the cluster's
+/// namespace); moved to [`credentials_secret`] on the next reconcile.
 pub fn operator_secret(cluster: &str) -> String {
     format!("{cluster}-operator")
+}
+
+/// Secret with the passwords of the operator's own ACL users (generated once), in the
+/// operator's namespace: `<namespace>.<cluster>.credentials` (a DNS subdomain; both parts are
+/// DNS labels, so no two clusters share one).
+pub fn credentials_secret(namespace: &str, cluster: &str) -> String {
+    format!("{namespace}.{cluster}.credentials")
 }
 
 /// PodDisruptionBudget: `<cluster>`.

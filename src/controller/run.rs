@@ -37,6 +37,7 @@ fn clusters_using(
 /// Runs both controllers until shutdown.
 pub async fn run(
     client: Client,
+    operator_namespace: String,
     settings: Settings,
     metrics: Arc<Metrics>,
     election: Option<crate::controller::leader::Election>,
@@ -78,6 +79,7 @@ pub async fn run(
     };
     let ctx = Arc::new(Context::new(
         client.clone(),
+        operator_namespace,
         catalog.clone(),
         settings,
         metrics.clone(),
@@ -141,6 +143,35 @@ pub async fn run(
         synced_ctx.menu_synced.store(true, Ordering::Release);
         ready_metrics.ready.store(true, Ordering::Relaxed);
         info!("caches synced; reconciling");
+    });
+
+    // Credentials Secrets (in this namespace, not owned: owners cannot span namespaces) of
+    // clusters that are gone are deleted: once the cluster cache has listed, then every 5 min.
+    let sweep_clusters = clusters.clone();
+    let sweep_ctx = ctx.clone();
+    tokio::spawn(async move {
+        if sweep_clusters.wait_until_ready().await.is_err() {
+            return;
+        }
+        loop {
+            let live: std::collections::BTreeSet<String> = sweep_clusters
+                .state()
+                .iter()
+                .filter_map(|c| c.metadata.uid.clone())
+                .collect();
+            match cluster::sweep_credentials(
+                &sweep_ctx.client,
+                &sweep_ctx.operator_namespace,
+                &live,
+            )
+            .await
+            {
+                Ok(0) => {}
+                Ok(n) => info!(deleted = n, "deleted credentials of clusters that are gone"),
+                Err(e) => tracing::warn!(error = %e, "could not sweep credentials Secrets"),
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(300)).await;
+        }
     });
 
     // Clusters per state, recomputed from the cache (correct across operator restarts).

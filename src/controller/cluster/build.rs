@@ -17,6 +17,10 @@ use crate::resolve::conf::{
     ACL_FILE_KEY, REPLICATION_AUTH_KEY, render_replication_auth, sha256_hex,
 };
 
+/// Labels of a credentials Secret naming its cluster (there is no cross-namespace owner).
+pub const CREDENTIALS_NAMESPACE_LABEL: &str = "valkey.gomomento.com/cluster-namespace";
+pub const CREDENTIALS_UID_LABEL: &str = "valkey.gomomento.com/cluster-uid";
+
 /// Keys of the operator Secret.
 pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
@@ -203,10 +207,32 @@ pub fn pdb_min_available(shards: i32, replicas_per_shard: i32) -> i32 {
 }
 
 /// The Secret holding the operator's generated passwords.
-pub fn operator_secret(cluster: &ValkeyCluster, credentials: &OperatorCredentials) -> Secret {
+/// The Secret holding the operator's generated passwords for `cluster`, in the operator's
+/// namespace: tenants who may read Secrets in their own namespace (the aggregated `edit` and
+/// `admin` roles) never see the password of a user that can rewrite ACLs, and cannot delete it
+/// (a new password would lock the operator out of the running members). A Secret cannot be
+/// owned across namespaces: it carries the cluster's namespace, name and uid as labels, and
+/// the operator deletes it once that cluster is gone.
+pub fn credentials_secret(
+    cluster: &ValkeyCluster,
+    operator_namespace: &str,
+    credentials: &OperatorCredentials,
+) -> Secret {
     let name = cluster.metadata.name.clone().unwrap_or_default();
+    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
+    let mut labels = names::cluster_labels(&name, "credentials");
+    labels.insert(CREDENTIALS_NAMESPACE_LABEL.into(), namespace.clone());
+    labels.insert(
+        CREDENTIALS_UID_LABEL.into(),
+        cluster.metadata.uid.clone().unwrap_or_default(),
+    );
     Secret {
-        metadata: meta(cluster, names::operator_secret(&name), "credentials"),
+        metadata: ObjectMeta {
+            name: Some(names::credentials_secret(&namespace, &name)),
+            namespace: Some(operator_namespace.to_string()),
+            labels: Some(labels),
+            ..Default::default()
+        },
         type_: Some("Opaque".into()),
         string_data: Some(
             [

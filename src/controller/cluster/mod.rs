@@ -622,52 +622,113 @@ fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {
     }
 }
 
-/// The operator's passwords: generated once, then read back from the Secret (never
-/// regenerated, or running members would lock the operator out).
+/// The operator's passwords: generated once into a Secret in the operator's own namespace,
+/// then read back from it (never regenerated, or running members would lock the operator out).
+/// Clusters created by earlier versions kept them in `<cluster>-operator` in their own
+/// namespace: those are moved over (and the tenant-readable copy deleted).
 async fn ensure_operator_secret(
     ctx: &Context,
     cluster: &ValkeyCluster,
 ) -> Result<OperatorCredentials, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let secret_name = names::operator_secret(&cluster.name_any());
-    let existing = match api.get_opt(&secret_name).await? {
-        Some(s) => {
-            // Credentials from a Secret somebody else put there would be theirs to know.
-            ensure_ours(&s, cluster.meta().uid.as_deref())?;
-            s
-        }
-        None => {
-            let generated = OperatorCredentials {
-                operator_password: random_password(),
-                replication_password: random_password(),
-            };
-            match api
-                .create(
-                    &PostParams::default(),
-                    &build::operator_secret(cluster, &generated),
-                )
-                .await
-            {
-                Ok(s) => s,
-                Err(kube::Error::Api(e)) if e.code == 409 => api.get(&secret_name).await?,
-                Err(e) => return Err(e.into()),
-            }
-        }
+    let uid = cluster.meta().uid.clone().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.operator_namespace);
+    let secret_name = names::credentials_secret(&namespace, &cluster.name_any());
+    let existing = api.get_opt(&secret_name).await?.filter(|s| {
+        // One left by an earlier cluster of the same name is not this one's.
+        s.labels().get(build::CREDENTIALS_UID_LABEL) == Some(&uid)
+    });
+    if let Some(secret) = existing {
+        return read_credentials(&secret, &ctx.operator_namespace, &secret_name);
+    }
+    let legacy_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let legacy_name = names::operator_secret(&cluster.name_any());
+    let legacy = match legacy_api.get_opt(&legacy_name).await? {
+        // Credentials from a Secret somebody else put there would be theirs to know.
+        Some(s) if ensure_ours(&s, Some(&uid)).is_ok() => Some(s),
+        _ => None,
     };
+    let credentials = match &legacy {
+        Some(s) => read_credentials(s, &namespace, &legacy_name)?,
+        None => OperatorCredentials {
+            operator_password: random_password(),
+            replication_password: random_password(),
+        },
+    };
+    let secret = build::credentials_secret(cluster, &ctx.operator_namespace, &credentials);
+    api.patch(
+        &secret_name,
+        &PatchParams::apply(CLUSTER_MANAGER).force(),
+        &Patch::Apply(&secret),
+    )
+    .await?;
+    if legacy.is_some() {
+        info!(cluster = %object_key(cluster), "moved the operator's credentials out of the cluster's namespace");
+        let _ = legacy_api.delete(&legacy_name, &Default::default()).await;
+    }
+    Ok(credentials)
+}
+
+fn read_credentials(
+    secret: &Secret,
+    namespace: &str,
+    name: &str,
+) -> Result<OperatorCredentials, Error> {
     let read = |key: &str| -> Result<String, Error> {
-        existing
+        secret
             .data
             .as_ref()
             .and_then(|d| d.get(key))
             .map(|v| String::from_utf8_lossy(&v.0).into_owned())
-            .or_else(|| existing.string_data.as_ref().and_then(|d| d.get(key)).cloned())
-            .ok_or_else(|| Error::Invalid(format!("Secret {namespace}/{secret_name} has no key {key}; delete it to have it regenerated")))
+            .or_else(|| {
+                secret
+                    .string_data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .cloned()
+            })
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "Secret {namespace}/{name} has no key {key}; delete it to have it regenerated"
+                ))
+            })
     };
     Ok(OperatorCredentials {
         operator_password: read(build::OPERATOR_PASSWORD_KEY)?,
         replication_password: read(build::REPLICATION_PASSWORD_KEY)?,
     })
+}
+
+/// Deletes credentials Secrets whose cluster no longer exists (there is no cross-namespace
+/// owner reference to do it). `live` holds the uids of every ValkeyCluster.
+pub async fn sweep_credentials(
+    client: &kube::Client,
+    operator_namespace: &str,
+    live: &std::collections::BTreeSet<String>,
+) -> Result<usize, Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), operator_namespace);
+    let selector = format!(
+        "{}={},{}",
+        crate::api::constants::LABEL_APP_COMPONENT,
+        "credentials",
+        build::CREDENTIALS_UID_LABEL
+    );
+    let mut deleted = 0;
+    for secret in api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?
+    {
+        let uid = secret
+            .labels()
+            .get(build::CREDENTIALS_UID_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        if !live.contains(&uid) {
+            api.delete(&secret.name_any(), &Default::default()).await?;
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
 }
 
 fn random_password() -> String {
