@@ -107,8 +107,8 @@ impl Context {
         }
     }
 
-    /// How long to wait before retrying an object whose reconcile just failed: 5 s after the
-    /// first failure, doubling with each consecutive one, at most a minute, so a cluster that
+    /// How long to wait before retrying an object whose reconcile just failed: 2 s after the
+    /// first failure, doubling with each consecutive one, at most 30 s, so a cluster that
     /// keeps failing (API refusing, Valkey unreachable) does not hammer either. Watch events
     /// (a pod turning ready, a spec change) still reconcile at once.
     pub fn failure_backoff(&self, key: &str) -> Duration {
@@ -150,8 +150,8 @@ impl Context {
 
 /// Delay before the retry after `failures` consecutive failures (1-based).
 pub fn backoff_after(failures: u32) -> Duration {
-    const FIRST: Duration = Duration::from_secs(5);
-    const MAX: Duration = Duration::from_secs(60);
+    const FIRST: Duration = Duration::from_secs(2);
+    const MAX: Duration = Duration::from_secs(30);
     FIRST
         .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
         .min(MAX)
@@ -199,9 +199,9 @@ mod backoff_tests {
     use super::*;
 
     #[test]
-    fn retries_back_off_exponentially_up_to_a_minute() {
+    fn retries_back_off_exponentially_up_to_30_seconds() {
         let delays: Vec<u64> = (1..=6).map(|n| backoff_after(n).as_secs()).collect();
-        assert_eq!(delays, vec![5, 10, 20, 40, 60, 60]);
-        assert_eq!(backoff_after(u32::MAX), Duration::from_secs(60));
+        assert_eq!(delays, vec![2, 4, 8, 16, 30, 30]);
+        assert_eq!(backoff_after(u32::MAX), Duration::from_secs(30));
     }
 }
