@@ -15,18 +15,47 @@ pub const SETTINGS_CONFIGMAP: &str = "valkey-operator-config";
 pub struct Settings {
     /// Zone spread for clusters that do not set `placement.zoneSpread`.
     pub default_zone_spread: ZoneSpread,
+    /// Where clients may reach the members' client port from (NetworkPolicy).
+    pub clients_from: ClientsFrom,
+}
+
+/// `clientsFrom`: the pods allowed to the client port of every cluster's members, besides the
+/// members themselves and the operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientsFrom {
+    /// Pods in the cluster's own namespace (the default).
+    SameNamespace,
+    /// Pods in any namespace.
+    AnyNamespace,
+    /// No NetworkPolicy at all (the platform team manages policies itself).
+    Unrestricted,
+}
+
+impl std::str::FromStr for ClientsFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sameNamespace" => Ok(ClientsFrom::SameNamespace),
+            "anyNamespace" => Ok(ClientsFrom::AnyNamespace),
+            "unrestricted" => Ok(ClientsFrom::Unrestricted),
+            other => Err(format!(
+                "{other:?} is not one of sameNamespace, anyNamespace, unrestricted"
+            )),
+        }
+    }
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             default_zone_spread: ZoneSpread::BestEffort,
+            clients_from: ClientsFrom::SameNamespace,
         }
     }
 }
 
 /// Keys this version understands.
-const KNOWN_KEYS: &[&str] = &["defaultZoneSpread"];
+const KNOWN_KEYS: &[&str] = &["defaultZoneSpread", "clientsFrom"];
 
 impl Settings {
     /// Parses the ConfigMap's data. Unknown keys are errors too: a typo must not silently
@@ -38,6 +67,11 @@ impl Settings {
                 "defaultZoneSpread" => {
                     settings.default_zone_spread = value.trim().parse().map_err(|e| {
                         format!("{SETTINGS_CONFIGMAP}: key defaultZoneSpread: {e}; fix the ConfigMap and restart")
+                    })?;
+                }
+                "clientsFrom" => {
+                    settings.clients_from = value.trim().parse().map_err(|e| {
+                        format!("{SETTINGS_CONFIGMAP}: key clientsFrom: {e}; fix the ConfigMap and restart")
                     })?;
                 }
                 other => {

@@ -333,6 +333,33 @@ impl Menu {
     }
 }
 
+/// A fresh menu on valkey `tag` (see [`Menu::publish`]) and a `shards` x `replicas`
+/// ValkeyCluster `name` in `ns` running it, Active. The caller removes the menu.
+pub async fn active_cluster(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    tag: &str,
+    (shards, replicas): (i32, i32),
+) -> anyhow::Result<Menu> {
+    let menu = Menu::publish(client, &format!("e2e-{name}"), tag).await?;
+    apply(
+        client,
+        ns,
+        cluster(ns, name, &menu.config, shards, replicas),
+    )
+    .await?;
+    crate::valkey::wait_state(
+        client,
+        ns,
+        name,
+        valkey_operator::api::ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    Ok(menu)
+}
+
 /// Writes `<prefix>:<i>` = `<i>` for i < `count` through a cluster client, then waits until
 /// every replica's replication offset equals its primary's: every key is on two members.
 pub async fn write_confirmed(

@@ -15,8 +15,7 @@ use kube::{Api, Client};
 
 use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, wait_for};
-use valkey_e2e::valkey::wait_state;
-use valkey_e2e::workload::{Menu, Writer, apply, cluster};
+use valkey_e2e::workload::{Writer, active_cluster};
 use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
 
 const NAME: &str = "safe";
@@ -102,21 +101,7 @@ async fn killed_members_without_persistence_lose_no_confirmed_write() -> anyhow:
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-safe").await?;
     // The menu's defaults: no appendonly.
-    let menu = Menu::publish(&client, "e2e-safe", "9.0.0").await?;
-    apply(
-        &client,
-        &ns.name,
-        cluster(&ns.name, NAME, &menu.config, 2, 1),
-    )
-    .await?;
-    wait_state(
-        &client,
-        &ns.name,
-        NAME,
-        ClusterState::Active,
-        Duration::from_secs(180),
-    )
-    .await?;
+    let menu = active_cluster(&client, &ns.name, NAME, "9.0.0", (2, 1)).await?;
     let writer = Writer::start(&client, &ns.name, NAME).await?;
 
     // 1. A primary.

@@ -16,7 +16,7 @@ use kube::api::ListParams;
 
 use valkey_e2e::harness::{TestNamespace, client, kubectl, kubectl_run, wait_for};
 use valkey_e2e::valkey::wait_state;
-use valkey_e2e::workload::{Menu, Writer, apply, cluster};
+use valkey_e2e::workload::{Writer, active_cluster};
 use valkey_operator::api::{ClusterState, NodeRole};
 
 const NAME: &str = "drained";
@@ -37,21 +37,7 @@ async fn draining_each_node_in_turn_loses_nothing_and_leaves_the_cluster_active(
 -> anyhow::Result<()> {
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-drain").await?;
-    let menu = Menu::publish(&client, "e2e-drain", "9.0.0").await?;
-    apply(
-        &client,
-        &ns.name,
-        cluster(&ns.name, NAME, &menu.config, 3, 1),
-    )
-    .await?;
-    wait_state(
-        &client,
-        &ns.name,
-        NAME,
-        ClusterState::Active,
-        Duration::from_secs(180),
-    )
-    .await?;
+    let menu = active_cluster(&client, &ns.name, NAME, "9.0.0", (3, 1)).await?;
 
     // The PDB works with ValkeyNode-owned pods: one disruption allowed.
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns.name);

@@ -286,8 +286,20 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
             "thawed leader exited {:.1} s after SIGCONT",
             woke.elapsed().as_secs_f64()
         );
-        let log = std::fs::read_to_string(frozen.log_path("operator"))?;
-        let new_lines = log.get(log_before.len()..).unwrap_or(&log);
+        // The kubelet moves a restarted container's log to `<container>.log.previous`: the
+        // exited process's last lines are there once the new one has started.
+        let current = frozen.log_path("operator");
+        let previous = current.with_file_name("operator.log.previous");
+        let mut new_lines = String::new();
+        for path in [previous, current] {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let tail = if text.starts_with(log_before.as_str()) {
+                &text[log_before.len()..]
+            } else {
+                &text[..]
+            };
+            new_lines.push_str(tail);
+        }
         assert!(
             new_lines.contains("lost the leader lease"),
             "the thawed leader exited for another reason than the lost lease:\n{new_lines}"

@@ -157,6 +157,16 @@ pub async fn verify_still_leading(client: &Client, election: &Election) -> Resul
             election.namespace,
             election.lease
         );
+        // process::exit runs no destructors: make sure the reason is on record first.
+        eprintln!(
+            "error: lost the leader lease {}/{} to {}; exiting without acting",
+            election.namespace,
+            election.lease,
+            holder.as_deref().unwrap_or("nobody")
+        );
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
         std::process::exit(1);
     }
     Ok(())

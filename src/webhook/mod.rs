@@ -63,6 +63,10 @@ pub struct WebhookState {
     pub metrics: Arc<crate::telemetry::Metrics>,
 }
 
+/// Reviews handled at once; more wait their turn (the API server's own timeout, 5 s, bounds
+/// the wait). Reviews answer from memory in microseconds, so this only caps a flood.
+pub const MAX_CONCURRENT_REVIEWS: usize = 64;
+
 /// The HTTP surface.
 pub fn router(state: Arc<WebhookState>) -> Router {
     Router::new()
@@ -74,6 +78,9 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .route(crate::api::crd::CONVERSION_PATH, post(convert))
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(
+            MAX_CONCURRENT_REVIEWS,
+        ))
         .with_state(state)
 }
 

@@ -206,6 +206,42 @@ pub fn pdb_min_available(shards: i32, replicas_per_shard: i32) -> i32 {
     }
 }
 
+/// The members' NetworkPolicy: the cluster bus (16379) and the client port (6379, used for
+/// replication too) only between this cluster's members; the client port also from the
+/// operator's pods (in `operator_namespace`) and from the clients `clients_from` allows. None
+/// when the platform team manages policies itself (`clientsFrom: unrestricted`).
+pub fn network_policy(
+    cluster: &ValkeyCluster,
+    operator_namespace: &str,
+    clients_from: crate::settings::ClientsFrom,
+) -> Option<k8s_openapi::api::networking::v1::NetworkPolicy> {
+    use crate::settings::ClientsFrom;
+    let clients = match clients_from {
+        ClientsFrom::SameNamespace => json!({"podSelector": {}}),
+        ClientsFrom::AnyNamespace => json!({"namespaceSelector": {}}),
+        ClientsFrom::Unrestricted => return None,
+    };
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let members = json!({"podSelector": {"matchLabels": names::member_selector(&name)}});
+    let operator = json!({
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "valkey-operator"}},
+    });
+    let port = |p: u16| json!({"protocol": "TCP", "port": p});
+    let spec = json!({
+        "podSelector": {"matchLabels": names::member_selector(&name)},
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {"from": [members], "ports": [port(CLIENT_PORT), port(CLUSTER_BUS_PORT)]},
+            {"from": [operator, clients], "ports": [port(CLIENT_PORT)]},
+        ],
+    });
+    Some(k8s_openapi::api::networking::v1::NetworkPolicy {
+        metadata: meta(cluster, names::pdb(&name), "members"),
+        spec: Some(serde_json::from_value(spec).expect("a valid NetworkPolicy spec")),
+    })
+}
+
 /// The Secret holding the operator's generated passwords.
 /// The Secret holding the operator's generated passwords for `cluster`, in the operator's
 /// namespace: tenants who may read Secrets in their own namespace (the aggregated `edit` and
@@ -390,6 +426,49 @@ mod tests {
         // Without replicas an eviction would lose a shard: nothing is evicted.
         assert_eq!(pdb_min_available(3, 0), 3);
         assert_eq!(pdb_min_available(1, 1), 1);
+    }
+
+    #[test]
+    fn the_network_policy_keeps_the_bus_among_members_and_lets_clients_and_the_operator_in() {
+        use crate::settings::ClientsFrom;
+        let np = network_policy(&cluster(), "ops", ClientsFrom::SameNamespace).unwrap();
+        let spec = serde_json::to_value(np.spec.unwrap()).unwrap();
+        let member = names::member_selector("my-cluster");
+        assert_eq!(spec["podSelector"]["matchLabels"], json!(member));
+        let rules = spec["ingress"].as_array().unwrap();
+        // Members among themselves: client port (replication) and bus.
+        assert_eq!(
+            rules[0]["from"][0]["podSelector"]["matchLabels"],
+            json!(member)
+        );
+        let ports: Vec<i64> = rules[0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["port"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ports, vec![6379, 16379]);
+        // The bus is nowhere else.
+        assert_eq!(
+            rules[1]["ports"],
+            json!([{"protocol": "TCP", "port": 6379}])
+        );
+        assert_eq!(
+            rules[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "ops"
+        );
+        assert_eq!(
+            rules[1]["from"][1],
+            json!({"podSelector": {}}),
+            "same namespace"
+        );
+        let any = network_policy(&cluster(), "ops", ClientsFrom::AnyNamespace).unwrap();
+        let any = serde_json::to_value(any.spec.unwrap()).unwrap();
+        assert_eq!(
+            any["ingress"][1]["from"][1],
+            json!({"namespaceSelector": {}})
+        );
+        assert!(network_policy(&cluster(), "ops", ClientsFrom::Unrestricted).is_none());
     }
 
     #[test]

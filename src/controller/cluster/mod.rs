@@ -548,14 +548,7 @@ where
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
     let name = obj.meta().name.clone().unwrap_or_default();
     if let Some(existing) = api.get_opt(&name).await? {
-        let owner = obj
-            .meta()
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true))
-            .map(|o| o.uid.as_str());
-        ensure_ours(&existing, owner)?;
+        ensure_ours(&existing, controller_uid(obj.meta()))?;
     }
     Ok(api
         .patch(
@@ -586,6 +579,11 @@ async fn apply_cluster_objects(
     apply(ctx, &namespace, build::headless_service(cluster)).await?;
     apply(ctx, &namespace, build::client_service(cluster)).await?;
     apply(ctx, &namespace, build::pdb(cluster)).await?;
+    if let Some(policy) =
+        build::network_policy(cluster, &ctx.operator_namespace, ctx.settings.clients_from)
+    {
+        apply(ctx, &namespace, policy).await?;
+    }
     Ok((credentials, acl_file))
 }
 
@@ -595,13 +593,7 @@ fn ensure_ours<K: Resource<DynamicType = ()>>(
     existing: &K,
     obj_owner: Option<&str>,
 ) -> Result<(), Error> {
-    let owner = existing
-        .meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| o.uid.as_str());
+    let owner = controller_uid(existing.meta());
     if owner.is_some() && owner == obj_owner {
         return Ok(());
     }
@@ -612,12 +604,22 @@ fn ensure_ours<K: Resource<DynamicType = ()>>(
     })
 }
 
+/// The uid of the object's controlling owner, if it has one.
+fn controller_uid(meta: &kube::api::ObjectMeta) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
 fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {
     match K::kind(&()).as_ref() {
         "Service" => "Service",
         "Secret" => "Secret",
         "ConfigMap" => "ConfigMap",
         "PodDisruptionBudget" => "PodDisruptionBudget",
+        "NetworkPolicy" => "NetworkPolicy",
         _ => "object",
     }
 }

@@ -142,13 +142,15 @@ impl MenuSource for ApiMenu {
     }
 }
 
-/// The menu from watch caches (one reflector per kind), so a review costs no API call: what
-/// matters at 200 reviews/s, where listing three kinds per review would load the API server
-/// (see `make bench`). Until every cache has listed once, reviews fall back to [`ApiMenu`].
+/// The menu and the ValkeyClusters from watch caches (one reflector per kind), so a review
+/// costs no API call: what matters at 200 reviews/s, where listing every ValkeyCluster of the
+/// fleet per ValkeyConfig or ValkeyImage review would load the API server (see `make bench`).
+/// Until every cache has listed once, reviews fall back to [`ApiMenu`].
 pub struct WatchedMenu {
     configs: kube::runtime::reflector::Store<ValkeyConfig>,
     images: kube::runtime::reflector::Store<ValkeyImage>,
     roles: kube::runtime::reflector::Store<ValkeyRole>,
+    clusters: kube::runtime::reflector::Store<ValkeyCluster>,
     ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
     fallback: ApiMenu,
 }
@@ -177,17 +179,20 @@ impl WatchedMenu {
             store
         }
         let (configs, images, roles) = (watch(&client), watch(&client), watch(&client));
+        let clusters = watch(&client);
         let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (c, i, r, flag) = (
+        let (c, i, r, k, flag) = (
             configs.clone(),
             images.clone(),
             roles.clone(),
+            clusters.clone(),
             ready.clone(),
         );
         tokio::spawn(async move {
             if c.wait_until_ready().await.is_ok()
                 && i.wait_until_ready().await.is_ok()
                 && r.wait_until_ready().await.is_ok()
+                && k.wait_until_ready().await.is_ok()
             {
                 flag.store(true, std::sync::atomic::Ordering::Release);
             }
@@ -196,6 +201,7 @@ impl WatchedMenu {
             configs,
             images,
             roles,
+            clusters,
             ready,
             fallback: ApiMenu { client, timeout },
         }
@@ -208,7 +214,16 @@ impl MenuSource for WatchedMenu {
     }
 
     fn clusters(&self) -> BoxFuture<'_, Clusters> {
-        self.fallback.clusters()
+        if !self.ready.load(std::sync::atomic::Ordering::Acquire) {
+            return self.fallback.clusters();
+        }
+        let clusters: Vec<ClusterSummary> = self
+            .clusters
+            .state()
+            .iter()
+            .map(|c| ClusterSummary::from(c.as_ref()))
+            .collect();
+        Box::pin(async move { Ok(clusters) })
     }
 
     fn snapshot(&self) -> BoxFuture<'_, Menu> {
