@@ -172,16 +172,12 @@ const OPERATOR: (&str, &[&str]) = (
 );
 
 /// `apply` as the operator: how ValkeyNodes get created.
+/// Creates `object` as the operator's service account, the way the operator creates
+/// ValkeyNodes (its ClusterRole has create, not patch, on them).
 fn apply_as_operator(object: &Value) -> Out {
     kubectl_as(
         Some(OPERATOR),
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=valkey-api-e2e",
-            "-f",
-            "-",
-        ],
+        &["create", "-f", "-"],
         Some(&object.to_string()),
     )
 }
@@ -448,7 +444,15 @@ const PLATFORM_USER: (&str, &[&str]) = ("paula", &["platform-team"]);
 
 /// `kubectl auth can-i` as someone.
 fn can(identity: (&str, &[&str]), verb: &str, resource: &str, namespace: Option<&str>) -> bool {
-    let mut args = vec!["auth", "can-i", verb, resource];
+    // `kubectl auth can-i VERB kind/x` means the object named x: a subresource is a flag.
+    let subresource;
+    let mut args = match resource.split_once('/') {
+        Some((kind, sub)) => {
+            subresource = format!("--subresource={sub}");
+            vec!["auth", "can-i", verb, kind, subresource.as_str()]
+        }
+        None => vec!["auth", "can-i", verb, resource],
+    };
     if let Some(ns) = namespace {
         args.extend(["-n", ns]);
     }
