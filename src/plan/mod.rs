@@ -274,8 +274,42 @@ fn names(members: &[&Member]) -> String {
         .join(", ")
 }
 
+/// Established members (they have a node id and were Active) that do not answer: their pod
+/// or its node is down, and they may come back. The rest of the cluster carries on without
+/// them (members join, replicas attach, the gone are retired), but nothing that could need
+/// them moves: no rollout step, no slot move, no scale-in.
+fn silent_members(topology: &Topology) -> Vec<&Member> {
+    topology
+        .members
+        .iter()
+        .filter(|m| {
+            m.lifecycle == Lifecycle::Active
+                && m.view.is_none()
+                && m.gone.is_none()
+                && m.node_id.is_some()
+        })
+        .collect()
+}
+
 /// The next step. Stages run in order; the first with something to do or wait for wins.
+/// With silent members (see [`silent_members`]) the cluster is at best Degraded, and the
+/// status says who is missing.
 pub fn plan(topology: &Topology) -> Plan {
+    let mut plan = plan_stages(topology);
+    let silent = silent_members(topology);
+    if !silent.is_empty() && !plan.message.starts_with("waiting for") {
+        if plan.phase == Phase::Ready {
+            plan.phase = Phase::Degraded;
+        }
+        plan.message.push_str(&format!(
+            "; {} not answering (the rest of the cluster carries on without them; rollouts and slot moves wait)",
+            names(&silent)
+        ));
+    }
+    plan
+}
+
+fn plan_stages(topology: &Topology) -> Plan {
     let members: Vec<&Member> = topology
         .members
         .iter()
@@ -392,7 +426,12 @@ pub fn plan(topology: &Topology) -> Plan {
             ),
         );
     }
-    if !unreachable.is_empty() {
+    let silent = silent_members(topology);
+    // Only silent established members missing, and somebody answers: carry on without them.
+    let holding = !silent.is_empty();
+    let carry_on =
+        holding && unreachable.len() == silent.len() && unreachable.len() < members.len();
+    if !unreachable.is_empty() && !carry_on {
         let problems: Vec<String> = unreachable
             .iter()
             .filter_map(|m| m.pod_problem.as_ref().map(|p| format!("{}: {p}", m.name)))
@@ -416,6 +455,16 @@ pub fn plan(topology: &Topology) -> Plan {
         };
         return Plan::new(phase, vec![], message);
     }
+    let members: Vec<&Member> = members
+        .iter()
+        .copied()
+        .filter(|m| m.view.is_some())
+        .collect();
+    let mut by_shard: BTreeMap<usize, Vec<&Member>> = BTreeMap::new();
+    for m in &members {
+        by_shard.entry(m.shard).or_default().push(m);
+    }
+    let shard_members = |shard: usize| by_shard.get(&shard).cloned().unwrap_or_default();
     let view = |m: &Member| m.view.clone().expect("every member answered");
     let addr = |m: &Member| m.addr.clone().expect("members that answer have an address");
     let slot_owners: BTreeSet<NodeId> = members
@@ -483,7 +532,8 @@ pub fn plan(topology: &Topology) -> Plan {
     let drained: Vec<&Member> = by_shard
         .iter()
         .filter(|(shard, list)| {
-            **shard >= topology.shards
+            !holding
+                && **shard >= topology.shards
                 && list.iter().all(|m| {
                     !slot_owners.contains(&view(m).id)
                         && m.node_id
@@ -600,7 +650,7 @@ pub fn plan(topology: &Topology) -> Plan {
     // 6b. Slot moves in flight finish before anything else changes: slots left open by a
     //     key-by-key move cut short are moved on (or closed when their peer is gone), and
     //     atomic jobs are waited for (or cancelled when they stopped making progress).
-    if let Some(plan) = in_flight_migrations(&members) {
+    if let Some(plan) = in_flight_migrations(&members).filter(|_| !holding) {
         return plan;
     }
 
@@ -661,7 +711,7 @@ pub fn plan(topology: &Topology) -> Plan {
 
     // 8. Rolling replacement of the rollout shard: fail over from a stale primary to an in-sync
     //    current replica, then retire the stale members.
-    if let Some(shard) = rollout_shard {
+    if let Some(shard) = rollout_shard.filter(|_| !holding) {
         let list = shard_members(shard);
         let Some(primary) = shard_leader(&list, &slot_owners) else {
             return Plan::new(
@@ -712,7 +762,7 @@ pub fn plan(topology: &Topology) -> Plan {
 
     // 9. Shard count changed: move slots so every shard holds its even share (scale-out
     //    fills new shards, scale-in empties the shards beyond spec.shards).
-    if let Some(plan) = rebalance_slots(topology, &by_shard, &slot_owners) {
+    if let Some(plan) = rebalance_slots(topology, &by_shard, &slot_owners).filter(|_| !holding) {
         return plan;
     }
 

@@ -870,3 +870,92 @@ fn a_gone_primary_without_an_answering_replica_is_reported_not_forced() {
         p.message
     );
 }
+
+#[test]
+fn a_silent_member_does_not_stall_the_rest_of_the_cluster() {
+    // Shard 0's replica stops answering (its node is down) while shard 1 gains a replica:
+    // the new member is created, introduced and attached; the silent one is neither forgotten
+    // nor retired, and the cluster says Degraded, naming it.
+    let mut sim = Sim::default();
+    form(&mut sim, 2, 1, |_| usize::MAX);
+    let silent_id = sim.nodes["c-0-1"].id.clone();
+    let topology = |sim: &Sim| {
+        let mut t = sim.topology(2, 2);
+        let m = t.members.iter_mut().find(|m| m.name == "c-0-1").unwrap();
+        m.view = None;
+        t
+    };
+    let mut last = None;
+    for _ in 0..50 {
+        let p = plan(&topology(&sim));
+        for a in &p.actions {
+            match a {
+                Action::Forget { node, .. } => {
+                    assert_ne!(node, &silent_id, "forgot the silent member")
+                }
+                Action::MarkLeaving { names } => {
+                    assert!(
+                        !names.contains(&"c-0-1".to_string()),
+                        "retired the silent member"
+                    )
+                }
+                _ => {}
+            }
+            sim.apply(a);
+        }
+        sim.gossip();
+        if p.actions.is_empty() {
+            last = Some(p);
+            break;
+        }
+    }
+    let p = last.expect("the plan settles");
+    assert_eq!(p.phase, Phase::Degraded, "{}", p.message);
+    assert!(p.message.contains("c-0-1"), "{}", p.message);
+    // Shard 1 has its two replicas; shard 0 its new one besides the silent one.
+    for shard in [0, 1] {
+        let replicas = sim
+            .nodes
+            .values()
+            .filter(|n| n.shard == shard && n.primary.is_some())
+            .count();
+        assert_eq!(replicas, 2, "shard {shard}: {}", p.message);
+    }
+}
+
+#[test]
+fn a_silent_member_holds_rollouts_and_slot_moves() {
+    let mut sim = Sim::default();
+    form(&mut sim, 2, 1, |_| usize::MAX);
+    let mut t = sim.topology(3, 1);
+    t.members
+        .iter_mut()
+        .find(|m| m.name == "c-0-1")
+        .unwrap()
+        .view = None;
+    // Scale-out: the new shard's members are created and join, but no slot moves.
+    for _ in 0..50 {
+        let p = plan(&t);
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::MoveSlots { .. })),
+            "moved slots with a member silent: {:?}",
+            p.actions
+        );
+        if p.actions.is_empty() {
+            break;
+        }
+        for a in &p.actions {
+            sim.apply(a);
+        }
+        sim.gossip();
+        t = sim.topology(3, 1);
+        t.members
+            .iter_mut()
+            .find(|m| m.name == "c-0-1")
+            .unwrap()
+            .view = None;
+    }
+    assert_eq!(sim.nodes.len(), 6);
+}
