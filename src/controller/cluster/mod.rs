@@ -545,6 +545,19 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
+    apply_as(ctx, namespace, obj, CLUSTER_MANAGER).await
+}
+
+/// Server-side apply as field manager `manager`, refusing (`Error::NameTaken`) when an object
+/// of that name exists that `obj`'s controlling owner did not create.
+pub async fn apply_as<K>(ctx: &Context, namespace: &str, obj: K, manager: &str) -> Result<K, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
     let name = obj.meta().name.clone().unwrap_or_default();
     if let Some(existing) = api.get_opt(&name).await? {
@@ -553,7 +566,7 @@ where
     Ok(api
         .patch(
             &name,
-            &PatchParams::apply(CLUSTER_MANAGER).force(),
+            &PatchParams::apply(manager).force(),
             &Patch::Apply(&obj),
         )
         .await?)
@@ -589,7 +602,7 @@ async fn apply_cluster_objects(
 
 /// Refuses to write over `existing` unless this cluster (the controller owner `obj` names)
 /// created it: the operator never adopts a tenant's object that happens to have the name.
-fn ensure_ours<K: Resource<DynamicType = ()>>(
+pub fn ensure_ours<K: Resource<DynamicType = ()>>(
     existing: &K,
     obj_owner: Option<&str>,
 ) -> Result<(), Error> {
@@ -604,8 +617,13 @@ fn ensure_ours<K: Resource<DynamicType = ()>>(
     })
 }
 
+/// Whether `obj` was created by `owner` (its controlling owner reference names it).
+pub fn owned_by<K: Resource, O: Resource>(obj: &K, owner: &O) -> bool {
+    owner.meta().uid.is_some() && controller_uid(obj.meta()) == owner.meta().uid.as_deref()
+}
+
 /// The uid of the object's controlling owner, if it has one.
-fn controller_uid(meta: &kube::api::ObjectMeta) -> Option<&str> {
+pub fn controller_uid(meta: &kube::api::ObjectMeta) -> Option<&str> {
     meta.owner_references
         .iter()
         .flatten()
@@ -793,5 +811,18 @@ mod ownership_tests {
             );
         }
         assert!(ensure_ours(&service(None), None).is_err());
+    }
+
+    #[test]
+    fn a_pod_is_a_members_only_if_that_member_controls_it() {
+        // Any owner kind will do: the ValkeyNode in the operator.
+        let mut node = service(None);
+        node.metadata.uid = Some("uid-1".into());
+        assert!(owned_by(&service(Some(("uid-1", true))), &node));
+        assert!(!owned_by(&service(Some(("uid-1", false))), &node));
+        assert!(!owned_by(&service(Some(("uid-2", true))), &node));
+        assert!(!owned_by(&service(None), &node));
+        node.metadata.uid = None;
+        assert!(!owned_by(&service(None), &node), "no uid owns nothing");
     }
 }

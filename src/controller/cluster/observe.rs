@@ -238,7 +238,10 @@ pub async fn members(
     join_all(nodes.iter().map(|node| async move {
         let name = node.name_any();
         let namespace = node.namespace().unwrap_or_default();
-        let pod = pods.get(&ObjectRef::new(&name).within(&namespace));
+        // Only the pod this member created is its pod (a tenant may have one of that name).
+        let pod = pods
+            .get(&ObjectRef::new(&name).within(&namespace))
+            .filter(|p| crate::controller::cluster::owned_by(p.as_ref(), node.as_ref()));
         let addr = pod.as_deref().and_then(ready_address);
         let observation = match &addr {
             Some(addr) => {
@@ -290,9 +293,7 @@ pub async fn members(
                     node.status
                         .as_ref()
                         .and_then(|s| s.message.clone())
-                        .filter(|m| {
-                            pod.is_none() && m.starts_with(crate::controller::node::POD_REFUSED)
-                        })
+                        .filter(|m| pod.is_none() && crate::controller::node::says_why_no_pod(m))
                 }),
                 gone: gone(node, pod.as_deref()),
             },

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
@@ -16,6 +16,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::api::{ValkeyCluster, ValkeyNode};
+use crate::controller::cluster::{apply_as, ensure_ours};
 use crate::controller::{Context, Error, NODE_MANAGER, object_key};
 
 #[tracing::instrument(
@@ -37,18 +38,29 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
     };
     let annotations = cluster.spec.pod_annotations.clone();
 
-    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
-    let cm = build::config_map(&node);
-    config_maps
-        .patch(
-            cm.metadata.name.as_deref().unwrap_or_default(),
-            &PatchParams::apply(NODE_MANAGER).force(),
-            &Patch::Apply(&cm),
-        )
-        .await?;
-
+    // A ConfigMap or Pod of the member's name that this member did not create (a tenant's)
+    // is never touched: the member waits, saying which object is in the way.
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    match pods.get_opt(&name).await? {
+    let existing_pod = pods.get_opt(&name).await?;
+    let node_uid = node.metadata.uid.as_deref();
+    let taken = match existing_pod.as_ref().map(|p| ensure_ours(p, node_uid)) {
+        Some(Err(e)) => Err(e),
+        _ => apply_as(&ctx, &namespace, build::config_map(&node), NODE_MANAGER)
+            .await
+            .map(|_| ()),
+    };
+    if let Err(err @ Error::NameTaken { .. }) = taken {
+        warn!(node = %object_key(node.as_ref()), "{err}");
+        let message = format!("{NO_POD}{err}");
+        if set_refusal(&ctx, &node, Some(&message)).await? {
+            let note = format!("member {name}: {message}");
+            crate::controller::cluster::status::warning(&ctx, &cluster, "NameTaken", &note).await;
+        }
+        return Ok(Requeue::requeue(Duration::from_secs(30)));
+    }
+    taken?;
+
+    match existing_pod {
         None if !node.spec.restarts_in_place()
             && node
                 .status
@@ -73,9 +85,9 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
                 // the cluster's status and the node's show it, and retry calmly.
                 Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
                     warn!(node = %object_key(node.as_ref()), error = %e.message, "the API server refused the pod");
-                    if set_refusal(&ctx, &node, Some(&e.message)).await? {
-                        let note = format!("{POD_REFUSED}{}", e.message);
-                        let note = format!("member {name}: {note}");
+                    let message = format!("{POD_REFUSED}{}", e.message);
+                    if set_refusal(&ctx, &node, Some(&message)).await? {
+                        let note = format!("member {name}: {message}");
                         crate::controller::cluster::status::warning(
                             &ctx,
                             &cluster,
@@ -112,18 +124,25 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
 
 /// Prefix of a ValkeyNode's `status.message` while the API server refuses its pod.
 pub const POD_REFUSED: &str = "the API server refused its pod: ";
+/// Prefix of a ValkeyNode's `status.message` while another object holds its pod's or
+/// ConfigMap's name.
+pub const NO_POD: &str = "its pod cannot be created: ";
 
-/// Records (or clears) why the API server refused the member's pod in the node's status;
-/// whether that changed it.
+/// Whether a ValkeyNode's `status.message` says why it has no pod.
+pub fn says_why_no_pod(message: &str) -> bool {
+    message.starts_with(POD_REFUSED) || message.starts_with(NO_POD)
+}
+
+/// Records (or clears) why the member has no pod (`message`, starting with [`POD_REFUSED`]
+/// or [`NO_POD`]) in the node's status; whether that changed it.
 async fn set_refusal(
     ctx: &Context,
     node: &ValkeyNode,
-    refusal: Option<&str>,
+    message: Option<&str>,
 ) -> Result<bool, Error> {
     let current = node.status.as_ref().and_then(|s| s.message.as_deref());
-    let wanted = refusal.map(|r| format!("{POD_REFUSED}{r}"));
-    let refused_before = current.is_some_and(|m| m.starts_with(POD_REFUSED));
-    if wanted.as_deref() == current || (wanted.is_none() && !refused_before) {
+    let refused_before = current.is_some_and(says_why_no_pod);
+    if message == current || (message.is_none() && !refused_before) {
         return Ok(false);
     }
     let api: Api<ValkeyNode> =
@@ -131,7 +150,7 @@ async fn set_refusal(
     api.patch_status(
         &node.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"message": wanted}})),
+        &Patch::Merge(&json!({"status": {"message": message}})),
     )
     .await?;
     Ok(true)
