@@ -10,6 +10,7 @@
 pub mod faults;
 pub mod harness;
 pub mod kubelet;
+pub mod safety;
 pub mod state;
 pub mod valkey;
 pub mod workload;

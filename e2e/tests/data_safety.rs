@@ -5,42 +5,24 @@
 //! each fault, the verifying writer runs throughout, and every confirmed key must survive:
 //! SIGKILL of a primary, of a replica, of two primaries within 10 s, and of a primary and then
 //! of the replica that replaced it. (The same with `appendonly yes`, where members do restart
-//! in place: e2e/tests/failures.rs.)
+//! in place: e2e/tests/failures.rs.) And a key-by-key scale-out whose source primary is
+//! SIGKILLed while it exports: the replica that replaces it finishes the move, no confirmed key
+//! is lost and no key is left in a slot its member does not own.
 #![cfg(feature = "e2e")]
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use kube::{Api, Client};
 
 use valkey_e2e::faults::PodRef;
-use valkey_e2e::harness::{TestNamespace, client, wait_for};
+use valkey_e2e::harness::{TestNamespace, client};
+use valkey_e2e::safety::{self, Member, Shape};
 use valkey_e2e::workload::{Writer, active_cluster};
-use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
+use valkey_operator::api::{NodeRole, ValkeyCluster};
 
 const NAME: &str = "safe";
 const KEYS: usize = 3_000;
-
-/// (member, pod, pod IP) of every member with `role`, by shard.
-async fn members_with(
-    client: &Client,
-    ns: &str,
-    role: NodeRole,
-) -> anyhow::Result<Vec<(i32, String, String)>> {
-    let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
-        .get(NAME)
-        .await?;
-    let mut out: Vec<(i32, String, String)> = c
-        .status
-        .context("status")?
-        .nodes
-        .into_iter()
-        .filter(|n| n.role == Some(role))
-        .filter_map(|n| Some((n.shard, n.name, n.pod?)))
-        .collect();
-    out.sort();
-    Ok(out)
-}
 
 async fn write_confirmed(client: &Client, ns: &str, round: &str) -> anyhow::Result<()> {
     valkey_e2e::workload::write_confirmed(client, ns, NAME, &format!("safe:{round}"), KEYS).await
@@ -50,44 +32,18 @@ async fn missing(client: &Client, ns: &str, round: &str) -> anyhow::Result<usize
     valkey_e2e::workload::missing_confirmed(client, ns, NAME, &format!("safe:{round}"), KEYS).await
 }
 
-/// Waits for the cluster to notice, then for Active with every member replaced that `gone`
-/// names, 2 primaries and 4 members.
+const SHAPE: Shape = Shape {
+    primaries: 2,
+    members: 4,
+};
+
 async fn healed(client: &Client, ns: &str, gone: &[&str], since: Instant) -> anyhow::Result<()> {
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    wait_for(
-        "members replaced and the cluster Active",
-        Duration::from_secs(300),
-        Duration::from_millis(500),
-        || {
-            let api = api.clone();
-            async move {
-                let c = api.get(NAME).await?;
-                let s = c.status.clone().unwrap_or_default();
-                let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
-                let primaries = s
-                    .nodes
-                    .iter()
-                    .filter(|n| n.role == Some(NodeRole::Primary))
-                    .count();
-                if s.state == Some(ClusterState::Active)
-                    && s.observed_generation == c.metadata.generation
-                    && s.nodes.len() == 4
-                    && primaries == 2
-                    && gone.iter().all(|g| !names.contains(g))
-                {
-                    Ok(Some(()))
-                } else {
-                    bail!("{:?} {names:?}: {}", s.state, s.message.unwrap_or_default())
-                }
-            }
-        },
-    )
-    .await?;
-    println!(
-        "healed ({gone:?} replaced) {:?} after the fault",
-        since.elapsed()
-    );
+    safety::healed(client, ns, NAME, SHAPE, gone, since).await?;
     Ok(())
+}
+
+async fn members_with(client: &Client, ns: &str, role: NodeRole) -> anyhow::Result<Vec<Member>> {
+    safety::members_with(client, ns, NAME, role).await
 }
 
 async fn kill(ns: &str, pod: &str) -> anyhow::Result<()> {
@@ -106,10 +62,11 @@ async fn killed_members_without_persistence_lose_no_confirmed_write() -> anyhow:
 
     // 1. A primary.
     write_confirmed(&client, &ns.name, "a").await?;
-    let (_, member, pod) = members_with(&client, &ns.name, NodeRole::Primary).await?[0].clone();
+    let Member { name, pod, .. } =
+        members_with(&client, &ns.name, NodeRole::Primary).await?[0].clone();
     let t = Instant::now();
     kill(&ns.name, &pod).await?;
-    healed(&client, &ns.name, &[&member], t).await?;
+    healed(&client, &ns.name, &[&name], t).await?;
     ensure!(
         missing(&client, &ns.name, "a").await? == 0,
         "primary SIGKILL lost confirmed keys"
@@ -117,10 +74,11 @@ async fn killed_members_without_persistence_lose_no_confirmed_write() -> anyhow:
 
     // 2. A replica.
     write_confirmed(&client, &ns.name, "b").await?;
-    let (_, member, pod) = members_with(&client, &ns.name, NodeRole::Replica).await?[0].clone();
+    let Member { name, pod, .. } =
+        members_with(&client, &ns.name, NodeRole::Replica).await?[0].clone();
     let t = Instant::now();
     kill(&ns.name, &pod).await?;
-    healed(&client, &ns.name, &[&member], t).await?;
+    healed(&client, &ns.name, &[&name], t).await?;
     ensure!(
         missing(&client, &ns.name, "b").await? == 0,
         "replica SIGKILL lost confirmed keys"
@@ -130,10 +88,16 @@ async fn killed_members_without_persistence_lose_no_confirmed_write() -> anyhow:
     write_confirmed(&client, &ns.name, "c").await?;
     let primaries = members_with(&client, &ns.name, NodeRole::Primary).await?;
     let t = Instant::now();
-    kill(&ns.name, &primaries[0].2).await?;
+    kill(&ns.name, &primaries[0].pod).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    kill(&ns.name, &primaries[1].2).await?;
-    healed(&client, &ns.name, &[&primaries[0].1, &primaries[1].1], t).await?;
+    kill(&ns.name, &primaries[1].pod).await?;
+    healed(
+        &client,
+        &ns.name,
+        &[&primaries[0].name, &primaries[1].name],
+        t,
+    )
+    .await?;
     ensure!(
         missing(&client, &ns.name, "c").await? == 0,
         "two primary SIGKILLs lost confirmed keys"
@@ -141,19 +105,20 @@ async fn killed_members_without_persistence_lose_no_confirmed_write() -> anyhow:
 
     // 4. A primary, then the replica that replaced it once the shard has a copy again.
     write_confirmed(&client, &ns.name, "d").await?;
-    let (shard, member, pod) = members_with(&client, &ns.name, NodeRole::Primary).await?[0].clone();
+    let Member { shard, name, pod } =
+        members_with(&client, &ns.name, NodeRole::Primary).await?[0].clone();
     let t = Instant::now();
     kill(&ns.name, &pod).await?;
-    healed(&client, &ns.name, &[&member], t).await?;
+    healed(&client, &ns.name, &[&name], t).await?;
     let promoted = members_with(&client, &ns.name, NodeRole::Primary)
         .await?
         .into_iter()
-        .find(|(s, _, _)| *s == shard)
+        .find(|m| m.shard == shard)
         .context("shard has a primary")?;
     write_confirmed(&client, &ns.name, "e").await?;
     let t = Instant::now();
-    kill(&ns.name, &promoted.2).await?;
-    healed(&client, &ns.name, &[&promoted.1], t).await?;
+    kill(&ns.name, &promoted.pod).await?;
+    healed(&client, &ns.name, &[&promoted.name], t).await?;
     for round in ["a", "b", "c", "d", "e"] {
         ensure!(
             missing(&client, &ns.name, round).await? == 0,
@@ -175,6 +140,158 @@ async fn killed_members_without_persistence_lose_no_confirmed_write() -> anyhow:
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete(NAME, &Default::default())
         .await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// Members' keys that sit in slots their shard does not own (`CLUSTER COUNTKEYSINSLOT` on
+/// every slot a member's shard does not serve), as `(member, slot, keys)`.
+async fn stranded_keys(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<Vec<(String, u16, i64)>> {
+    use fred::types::Value;
+    use futures::future::try_join_all;
+    use valkey_operator::driver::slots::SLOT_COUNT;
+    use valkey_operator::driver::{ClusterDriver, MemberAddr};
+    let driver = valkey_e2e::valkey::operator_driver(client, ns, name).await?;
+    let mut stranded = Vec::new();
+    for pod in valkey_e2e::valkey::member_pods(client, ns, name).await? {
+        let Some(ip) = pod.status.and_then(|s| s.pod_ip) else {
+            continue;
+        };
+        let addr = MemberAddr::new(ip, 6379);
+        let nodes = driver.cluster_nodes(&addr).await?;
+        let me = nodes.iter().find(|n| n.flags.myself).context("myself")?;
+        let owner = match &me.primary_id {
+            Some(p) => nodes.iter().find(|n| &n.id == p).context("primary")?,
+            None => me,
+        };
+        let foreign: Vec<u16> = (0..SLOT_COUNT)
+            .filter(|s| !owner.slots.iter().any(|r| r.contains(s)))
+            .collect();
+        for chunk in foreign.chunks(1024) {
+            let counts = try_join_all(chunk.iter().map(|slot| {
+                driver.command(
+                    &addr,
+                    "CLUSTER COUNTKEYSINSLOT",
+                    vec![
+                        Value::from("CLUSTER"),
+                        Value::from("COUNTKEYSINSLOT"),
+                        Value::from(i64::from(*slot)),
+                    ],
+                )
+            }))
+            .await?;
+            for (slot, reply) in chunk.iter().zip(counts) {
+                let keys = reply.as_int().unwrap_or(0);
+                if keys != 0 {
+                    stranded.push((addr.to_string(), *slot, keys));
+                }
+            }
+        }
+    }
+    Ok(stranded)
+}
+
+#[tokio::test]
+async fn source_primary_killed_mid_key_by_key_move_loses_nothing() -> anyhow::Result<()> {
+    const MOVED: &str = "moved";
+    const MOVED_KEYS: usize = 30_000;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-safe-move").await?;
+    let menu = valkey_e2e::workload::Menu::publish(&client, "e2e-safe-move", "9.1.2").await?;
+    let keyed = |shards: i32| {
+        let mut c = valkey_e2e::workload::cluster(&ns.name, MOVED, &menu.config, shards, 1);
+        c["metadata"]["annotations"] =
+            serde_json::json!({"valkey.gomomento.com/slot-migration": "keys"});
+        c
+    };
+    valkey_e2e::workload::apply(&client, &ns.name, keyed(2)).await?;
+    valkey_e2e::valkey::wait_state(
+        &client,
+        &ns.name,
+        MOVED,
+        valkey_operator::api::ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    valkey_e2e::workload::write_confirmed(&client, &ns.name, MOVED, "move", MOVED_KEYS).await?;
+    let writer = Writer::start(&client, &ns.name, MOVED).await?;
+
+    let started = Instant::now();
+    valkey_e2e::workload::apply(&client, &ns.name, keyed(3)).await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let driver = valkey_e2e::valkey::operator_driver(&client, &ns.name, MOVED).await?;
+    let killed = valkey_e2e::harness::wait_for(
+        "a source primary exporting slots",
+        Duration::from_secs(240),
+        Duration::from_millis(100),
+        || {
+            let (api, client, ns, driver) = (api.clone(), client.clone(), ns.name.clone(), &driver);
+            async move {
+                use valkey_operator::driver::{ClusterDriver, MemberAddr};
+                let status = api.get(MOVED).await?.status.unwrap_or_default();
+                let message = status.message.unwrap_or_default();
+                for pod in valkey_e2e::valkey::member_pods(&client, &ns, MOVED).await? {
+                    let name = kube::ResourceExt::name_any(&pod);
+                    let Some(ip) = pod.status.and_then(|s| s.pod_ip) else {
+                        continue;
+                    };
+                    let nodes = driver.cluster_nodes(&MemberAddr::new(ip, 6379)).await?;
+                    let exporting = nodes
+                        .iter()
+                        .any(|n| n.flags.myself && !n.migrating.is_empty());
+                    let member = status
+                        .nodes
+                        .iter()
+                        .find(|n| n.pod.as_deref() == Some(&name));
+                    if let (true, Some(member)) = (exporting, member) {
+                        kill(&ns, &name).await?;
+                        println!("killed exporting primary {} while: {message}", member.name);
+                        return Ok(Some(member.name.clone()));
+                    }
+                }
+                anyhow::bail!("no primary exporting yet: {message}")
+            }
+        },
+    )
+    .await?;
+    safety::healed(
+        &client,
+        &ns.name,
+        MOVED,
+        Shape {
+            primaries: 3,
+            members: 6,
+        },
+        &[&killed],
+        started,
+    )
+    .await?;
+    println!(
+        "key-by-key scale-out 2 -> 3 with the source primary killed took {:?}",
+        started.elapsed()
+    );
+    let missing =
+        valkey_e2e::workload::missing_confirmed(&client, &ns.name, MOVED, "move", MOVED_KEYS)
+            .await?;
+    ensure!(missing == 0, "{missing} confirmed key(s) lost");
+    let stranded = stranded_keys(&client, &ns.name, MOVED).await?;
+    ensure!(
+        stranded.is_empty(),
+        "keys in slots their member does not own: {stranded:?}"
+    );
+    let report = writer
+        .finish_counting_losses(&client, &ns.name, MOVED)
+        .await?;
+    println!(
+        "writer: {} acknowledged, {} lost (unconfirmed writes in flight at the kill)",
+        report.acknowledged.len(),
+        report.lost.len()
+    );
+    api.delete(MOVED, &Default::default()).await?;
     menu.remove(&client).await?;
     Ok(())
 }

@@ -9,27 +9,158 @@
 //! * Rolling replacement (9.0.0 -> 9.1.2 by repointing a ValkeyImage) of 3 x 1: duration per
 //!   shard.
 //!
+//! * Failover: write-back time (SIGKILL of a primary's valkey-server until its shard accepts a
+//!   write again, sent straight to the replica) of a 3 x 1 ValkeyCluster on the menu's default
+//!   settings, median of `--runs` (at least 5), next to the native floor in the same run: a
+//!   bare 3 x 1 cluster of the same build and `cluster-node-timeout` (5000) failing over by
+//!   itself. Also the write-back after `kubectl delete pod` of a primary (the API says the
+//!   pod is gone: no node timeout to wait for).
+//!
 //! * Webhook: p50/p99 latency of admission reviews sent straight to the operator's webhook
 //!   over HTTPS at a steady 200 requests/s (open loop: a request leaves every 5 ms whatever
 //!   the previous ones do), for a ValkeyRole review (pure) and a ValkeyCluster review (reads
 //!   the menu from the API server).
 //!
-//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|webhook]
+//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook]
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use fred::types::Value;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
+use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, wait_for};
-use valkey_e2e::valkey::wait_state;
-use valkey_e2e::workload::{Menu, PRELOADED, apply, cluster, cluster_client, preload};
-use valkey_operator::api::{ClusterState, ValkeyCluster};
+use valkey_e2e::safety::{Shape, healed, members_with};
+use valkey_e2e::valkey::{operator_driver, wait_state};
+use valkey_e2e::workload::{
+    Menu, PRELOADED, active_cluster, apply, cluster, cluster_client, preload,
+};
+use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
 use valkey_operator::driver::testing::{LocalServers, ValkeyBuild, form_cluster};
-use valkey_operator::driver::{DriverConfig, FredDriver};
+use valkey_operator::driver::{ClusterDriver, DriverConfig, FredDriver, MemberAddr, SlotRange};
 
 const SHARDS: usize = 3;
+
+/// A key that hashes into one of `ranges`.
+fn key_in(ranges: &[SlotRange]) -> String {
+    (0u64..)
+        .map(|i| format!("write-back:{i}"))
+        .find(|k| {
+            let slot = fred::util::redis_keyslot(k.as_bytes());
+            ranges.iter().any(|r| r.contains(&slot))
+        })
+        .unwrap_or_default()
+}
+
+/// Seconds from `since` until `replica` accepts `SET key` (it is a primary again for the
+/// shard's slots).
+async fn write_back(
+    driver: &FredDriver,
+    replica: &MemberAddr,
+    key: &str,
+    since: Instant,
+) -> anyhow::Result<f64> {
+    let set = || vec![Value::from("SET"), Value::from(key), Value::from("1")];
+    loop {
+        if let Ok(reply) = driver.command(replica, "SET", set()).await
+            && reply.as_text().as_deref() == Some("OK")
+        {
+            return Ok(since.elapsed().as_secs_f64());
+        }
+        if since.elapsed() > Duration::from_secs(180) {
+            bail!("{replica} never accepted a write");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Native failover floor: a bare 3 x 1 cluster of the same build and node timeout fails
+/// over by itself after SIGKILL of a primary.
+async fn native_failover_floor() -> anyhow::Result<f64> {
+    let mut servers = LocalServers::start(ValkeyBuild::V9_0, SHARDS * 2)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let driver = FredDriver::new(DriverConfig::new(servers.credentials.clone()));
+    let formation = form_cluster(&driver, &servers.addrs(), SHARDS, Duration::from_secs(300))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let (primary, id) = formation.primaries[0].clone();
+    let replica = formation
+        .replicas
+        .iter()
+        .find(|(_, _, of)| *of == id)
+        .map(|(r, _, _)| r.clone())
+        .context("shard 0 has a replica")?;
+    let nodes = driver.cluster_nodes(&primary).await?;
+    let slots = nodes
+        .iter()
+        .find(|n| n.flags.myself)
+        .map(|n| n.slots.clone())
+        .unwrap_or_default();
+    let key = key_in(&slots);
+    let server = servers
+        .servers
+        .iter_mut()
+        .find(|s| s.addr == primary)
+        .context("primary's process")?;
+    let since = Instant::now();
+    server.kill();
+    write_back(&driver, &replica, &key, since).await
+}
+
+enum PrimaryFault {
+    Sigkill,
+    PodDeleted,
+}
+
+/// Write-back seconds of one fault on shard `shard`'s primary of the operator's cluster, and
+/// the time until the cluster was whole again.
+async fn operator_write_back(
+    client: &Client,
+    ns: &str,
+    shard: i32,
+    fault: PrimaryFault,
+) -> anyhow::Result<(f64, f64)> {
+    let primary = members_with(client, ns, "failover", NodeRole::Primary)
+        .await?
+        .into_iter()
+        .find(|m| m.shard == shard)
+        .context("shard's primary")?;
+    let replica = members_with(client, ns, "failover", NodeRole::Replica)
+        .await?
+        .into_iter()
+        .find(|m| m.shard == shard)
+        .context("shard's replica")?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let ip = |p: Pod| p.status.and_then(|s| s.pod_ip).context("pod IP");
+    let primary_addr = MemberAddr::new(ip(pods.get(&primary.pod).await?)?, 6379);
+    let replica_addr = MemberAddr::new(ip(pods.get(&replica.pod).await?)?, 6379);
+    let driver = operator_driver(client, ns, "failover").await?;
+    let nodes = driver.cluster_nodes(&primary_addr).await?;
+    let slots = nodes
+        .iter()
+        .find(|n| n.flags.myself)
+        .map(|n| n.slots.clone())
+        .unwrap_or_default();
+    let key = key_in(&slots);
+    let since = Instant::now();
+    match fault {
+        PrimaryFault::Sigkill => PodRef::find(ns, &primary.pod)?.kill("valkey")?,
+        PrimaryFault::PodDeleted => {
+            pods.delete(&primary.pod, &Default::default()).await?;
+        }
+    }
+    let back = write_back(&driver, &replica_addr, &key, since).await?;
+    let shape = Shape {
+        primaries: SHARDS,
+        members: SHARDS * 2,
+    };
+    let whole = healed(client, ns, "failover", shape, &[&primary.name], since).await?;
+    Ok((back, whole.as_secs_f64()))
+}
 
 async fn formation_floor() -> anyhow::Result<Duration> {
     let servers = LocalServers::start(ValkeyBuild::V9_0, SHARDS * 2)
@@ -277,7 +408,7 @@ async fn main() -> anyhow::Result<()> {
             "--runs" => runs = args.next().context("--runs needs a value")?.parse()?,
             "--only" => only = Some(args.next().context("--only needs a value")?),
             other => bail!(
-                "unknown argument {other:?}; usage: vk-bench [--runs N] [--only formation|scaling|rollout|webhook]"
+                "unknown argument {other:?}; usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook]"
             ),
         }
     }
@@ -316,6 +447,40 @@ async fn main() -> anyhow::Result<()> {
             keys / by_key,
             by_key / atomic
         );
+    }
+    if wanted("failover") {
+        let runs = runs.max(5);
+        let ns = TestNamespace::create(&client, "bench-failover").await?;
+        let menu = active_cluster(&client, &ns.name, "failover", "9.0.0", (3, 1)).await?;
+        let (mut floors, mut killed, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..runs {
+            let floor = native_failover_floor().await?;
+            let shard = (run % SHARDS) as i32;
+            let (back, whole) =
+                operator_write_back(&client, &ns.name, shard, PrimaryFault::Sigkill).await?;
+            println!(
+                "run={} native_failover_floor_seconds={floor:.2} sigkill_write_back_seconds={back:.2} member_replaced_seconds={whole:.2}",
+                run + 1
+            );
+            floors.push(floor);
+            killed.push(back);
+        }
+        for run in 0..3 {
+            let shard = (run % SHARDS) as i32;
+            let (back, whole) =
+                operator_write_back(&client, &ns.name, shard, PrimaryFault::PodDeleted).await?;
+            println!(
+                "pod_deleted run={} write_back_seconds={back:.2} member_replaced_seconds={whole:.2}",
+                run + 1
+            );
+            deleted.push(back);
+        }
+        let (floor, back, del) = (median(floors), median(killed), median(deleted));
+        println!(
+            "median: native_failover_floor_seconds={floor:.2} sigkill_write_back_seconds={back:.2} ratio={:.2} pod_deleted_write_back_seconds={del:.2} (3 x 1, valkey 9.0.0, cluster-node-timeout 5000, {runs} runs)",
+            back / floor
+        );
+        menu.remove(&client).await?;
     }
     if wanted("webhook") {
         for fixture in ["valkeyrole-create.json", "valkeycluster-create.json"] {

@@ -1,0 +1,268 @@
+//! Members lost for good, the ways a platform team loses them: a pod evicted through the
+//! PodDisruptionBudget, a pod deleted while its node is NotReady (it stays Terminating: no
+//! kubelet confirms), and a Node object deleted while its machine is down (the pod garbage
+//! collector removes its pods). Each time the operator promotes the lost primary's replica and
+//! replaces the member, on the menu's default settings (no `appendonly`), while the verifying
+//! writer runs; every write confirmed on a replica before the fault survives.
+//! Runs alone (`make e2e`'s serial group): stopping and deleting a node touches every suite.
+#![cfg(feature = "e2e")]
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{EvictParams, ListParams};
+use kube::{Api, Client};
+
+use fred::types::Value;
+use valkey_e2e::faults;
+use valkey_e2e::harness::{TestNamespace, client, wait_for};
+use valkey_e2e::safety::{self, Member, Shape, healed, replaced};
+use valkey_e2e::workload::{Writer, active_cluster, missing_confirmed, write_confirmed};
+use valkey_operator::api::{NodeRole, ValkeyCluster};
+use valkey_operator::driver::MemberAddr;
+
+const NAME: &str = "lost";
+const KEYS: usize = 3_000;
+const SHAPE: Shape = Shape {
+    primaries: 3,
+    members: 6,
+};
+
+/// Starts the stopped nodes again when dropped, pass or fail.
+struct StartNodes(Vec<String>);
+
+impl Drop for StartNodes {
+    fn drop(&mut self) {
+        for node in &self.0 {
+            let _ = faults::start_node(node);
+        }
+    }
+}
+
+fn ready(n: &Node) -> String {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone())
+        .unwrap_or_default()
+}
+
+async fn node_ready_is(client: &Client, node: &str, want: &str) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(
+        &format!("{node} Ready={want}"),
+        Duration::from_secs(180),
+        Duration::from_secs(1),
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes.get_opt(node).await?.context("node not registered")?;
+                let r = ready(&n);
+                if r == want {
+                    Ok(Some(()))
+                } else {
+                    bail!("Ready={r}")
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// The nodes the operator's pods run on: stopping one of them would stop the operator too.
+async fn operator_nodes(client: &Client) -> anyhow::Result<Vec<String>> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    Ok(pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.spec?.node_name)
+        .collect())
+}
+
+async fn node_of(pods: &Api<Pod>, pod: &str) -> anyhow::Result<String> {
+    pods.get(pod)
+        .await?
+        .spec
+        .and_then(|s| s.node_name)
+        .context("pod not scheduled")
+}
+
+/// A primary whose node does not run the operator, with that node. When every primary shares
+/// the operator's node, a replica elsewhere takes over its shard first (`CLUSTER FAILOVER`).
+async fn primary_off_the_operators_node(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<(Member, String)> {
+    let avoid = operator_nodes(client).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for m in safety::members_with(client, ns, NAME, NodeRole::Primary).await? {
+        let node = node_of(&pods, &m.pod).await?;
+        if !avoid.contains(&node) {
+            return Ok((m, node));
+        }
+    }
+    for m in safety::members_with(client, ns, NAME, NodeRole::Replica).await? {
+        let node = node_of(&pods, &m.pod).await?;
+        if avoid.contains(&node) {
+            continue;
+        }
+        let ip = pods
+            .get(&m.pod)
+            .await?
+            .status
+            .and_then(|s| s.pod_ip)
+            .context("pod IP")?;
+        let driver = valkey_e2e::valkey::operator_driver(client, ns, NAME).await?;
+        driver
+            .command(
+                &MemberAddr::new(ip, 6379),
+                "CLUSTER FAILOVER",
+                vec![Value::from("CLUSTER"), Value::from("FAILOVER")],
+            )
+            .await?;
+        println!(
+            "moved shard {}'s primary off the operator's node: {}",
+            m.shard, m.name
+        );
+        wait_for(
+            "the status to show the new primary",
+            Duration::from_secs(60),
+            Duration::from_millis(500),
+            || {
+                let name = m.name.clone();
+                async move {
+                    let primaries =
+                        safety::members_with(client, ns, NAME, NodeRole::Primary).await?;
+                    Ok(primaries.iter().any(|p| p.name == name).then_some(()))
+                }
+            },
+        )
+        .await?;
+        return Ok((m, node));
+    }
+    bail!("every member shares a node with the operator ({avoid:?})")
+}
+
+/// The members (ValkeyNode names) whose pods run on `node`.
+async fn members_on(client: &Client, ns: &str, node: &str) -> anyhow::Result<Vec<String>> {
+    let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+        .get(NAME)
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut out = Vec::new();
+    for n in c.status.context("status")?.nodes {
+        let Some(pod) = n.pod else { continue };
+        let on = pods.get_opt(&pod).await?.and_then(|p| p.spec?.node_name);
+        if on.as_deref() == Some(node) {
+            out.push(n.name);
+        }
+    }
+    Ok(out)
+}
+
+async fn confirm(client: &Client, ns: &str, round: &str) -> anyhow::Result<()> {
+    write_confirmed(client, ns, NAME, &format!("lost:{round}"), KEYS).await
+}
+
+async fn none_missing(client: &Client, ns: &str, round: &str) -> anyhow::Result<()> {
+    let missing = missing_confirmed(client, ns, NAME, &format!("lost:{round}"), KEYS).await?;
+    ensure!(
+        missing == 0,
+        "round {round}: {missing} confirmed key(s) lost"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn members_evicted_stranded_or_on_a_deleted_node_are_replaced_without_loss()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-lost").await?;
+    let menu = active_cluster(&client, &ns.name, NAME, "9.0.0", (3, 1)).await?;
+    let writer = Writer::start(&client, &ns.name, NAME).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+
+    // 1. Evicted through the PodDisruptionBudget (what `kubectl drain` does, one pod).
+    confirm(&client, &ns.name, "evicted").await?;
+    let (primary, _) = primary_off_the_operators_node(&client, &ns.name).await?;
+    let t = Instant::now();
+    pods.evict(&primary.pod, &EvictParams::default()).await?;
+    println!(
+        "evicted {} (primary of shard {})",
+        primary.pod, primary.shard
+    );
+    healed(&client, &ns.name, NAME, SHAPE, &[&primary.name], t).await?;
+    none_missing(&client, &ns.name, "evicted").await?;
+
+    // 2. Deleted while its node is down: the pod stays Terminating, nothing confirms it.
+    confirm(&client, &ns.name, "stranded").await?;
+    let (primary, node) = primary_off_the_operators_node(&client, &ns.name).await?;
+    let stopped = StartNodes(vec![node.clone()]);
+    faults::stop_node(&node)?;
+    let t = Instant::now();
+    node_ready_is(&client, &node, "Unknown").await?;
+    println!("{node} NotReady {:?} after it stopped", t.elapsed());
+    pods.delete(&primary.pod, &Default::default()).await?;
+    let t = Instant::now();
+    replaced(
+        &client,
+        &ns.name,
+        NAME,
+        &[&primary.name],
+        Duration::from_secs(240),
+    )
+    .await?;
+    println!(
+        "{} (deleted on NotReady {node}) replaced {:?} after its deletion",
+        primary.name,
+        t.elapsed()
+    );
+    drop(stopped);
+    node_ready_is(&client, &node, "True").await?;
+    healed(&client, &ns.name, NAME, SHAPE, &[&primary.name], t).await?;
+    none_missing(&client, &ns.name, "stranded").await?;
+
+    // 3. The node object deleted while the machine is down: its pods are garbage-collected.
+    confirm(&client, &ns.name, "node-deleted").await?;
+    let (_, node) = primary_off_the_operators_node(&client, &ns.name).await?;
+    let lost = members_on(&client, &ns.name, &node).await?;
+    let stopped = StartNodes(vec![node.clone()]);
+    faults::stop_node(&node)?;
+    Api::<Node>::all(client.clone())
+        .delete(&node, &Default::default())
+        .await?;
+    let t = Instant::now();
+    let lost: Vec<&str> = lost.iter().map(String::as_str).collect();
+    replaced(&client, &ns.name, NAME, &lost, Duration::from_secs(300)).await?;
+    println!(
+        "{lost:?} (on deleted node {node}) replaced {:?} after the deletion",
+        t.elapsed()
+    );
+    // The machine comes back and registers again.
+    drop(stopped);
+    node_ready_is(&client, &node, "True").await?;
+    healed(&client, &ns.name, NAME, SHAPE, &lost, t).await?;
+    none_missing(&client, &ns.name, "node-deleted").await?;
+    for round in ["evicted", "stranded"] {
+        none_missing(&client, &ns.name, round).await?;
+    }
+
+    let report = writer
+        .finish_counting_losses(&client, &ns.name, NAME)
+        .await?;
+    println!(
+        "writer: {} acknowledged, {} lost (unconfirmed writes in flight at a fault), longest pause {:?}",
+        report.acknowledged.len(),
+        report.lost.len(),
+        report.longest_pause
+    );
+    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .delete(NAME, &Default::default())
+        .await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
