@@ -264,3 +264,199 @@ pub fn text(impact: &Impact) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ValkeyClusterSpec;
+    use crate::controller::cluster::build;
+    use crate::resolve::MapCatalog;
+    use crate::resolve::chain::tests::{config, image, seed_catalog};
+
+    /// The seed menu plus a second image and config (`other` on `valkey-8`).
+    fn menu() -> MapCatalog {
+        let mut c = seed_catalog();
+        c.images.insert("valkey-8".into(), image("8.1.4"));
+        c.configs
+            .insert("other".into(), config(None, Some("valkey-8")));
+        c
+    }
+
+    fn cluster(ns: &str, name: &str, config_ref: &str) -> ValkeyCluster {
+        let mut c = ValkeyCluster::new(
+            name,
+            ValkeyClusterSpec {
+                config_ref: config_ref.into(),
+                shards: 2,
+                replicas_per_shard: 1,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: Default::default(),
+            },
+        );
+        c.metadata.namespace = Some(ns.into());
+        c.metadata.uid = Some(format!("{ns}-{name}"));
+        c
+    }
+
+    /// Its members as the operator created them from `catalog`.
+    fn members(cluster: &ValkeyCluster, catalog: &MapCatalog) -> Vec<ValkeyNode> {
+        let resolved = crate::controller::cluster::resolve(cluster, catalog, []).unwrap();
+        let spec = build::desired_node_spec(cluster, &resolved.config, ZoneSpread::BestEffort);
+        (0..2)
+            .flat_map(|shard| (0..2).map(move |i| (shard, i)))
+            .map(|(shard, i)| {
+                let name = format!("{}-{shard}-{i}", cluster.metadata.name.as_ref().unwrap());
+                build::node(cluster, &name, shard, &spec)
+            })
+            .collect()
+    }
+
+    fn run(before: &MapCatalog, after: &MapCatalog, limit: Option<usize>) -> Impact {
+        let clusters = [
+            cluster("team-a", "large-1", "large"),
+            cluster("team-b", "standard-1", "standard"),
+            cluster("team-c", "other-1", "other"),
+        ];
+        let members: Vec<Vec<ValkeyNode>> = clusters.iter().map(|c| members(c, before)).collect();
+        let states: Vec<ClusterState<'_>> = clusters
+            .iter()
+            .zip(&members)
+            .map(|(cluster, members)| ClusterState { cluster, members })
+            .collect();
+        impact("test".into(), &states, before, after, limit)
+    }
+
+    #[test]
+    fn repointing_an_image_rolls_every_cluster_resolving_to_it_and_no_other() {
+        let before = menu();
+        let mut after = before.clone();
+        after.images.insert("valkey-9-0".into(), image("9.1.2"));
+        let i = run(&before, &after, None);
+        assert!(i.rolls());
+        assert_eq!(
+            i.clusters,
+            [
+                ClusterImpact {
+                    namespace: "team-a".into(),
+                    name: "large-1".into(),
+                    outcome: Outcome::Rolls {
+                        members: 4,
+                        of: 4,
+                        shards: vec![0, 1]
+                    },
+                },
+                ClusterImpact {
+                    namespace: "team-b".into(),
+                    name: "standard-1".into(),
+                    outcome: Outcome::Rolls {
+                        members: 4,
+                        of: 4,
+                        shards: vec![0, 1]
+                    },
+                },
+            ]
+        );
+        assert_eq!(i.order, [["team-a/large-1", "team-b/standard-1"]]);
+        assert!(text(&i).contains("order: all at once"));
+    }
+
+    #[test]
+    fn a_setting_changed_on_a_base_rolls_its_children_too() {
+        let before = menu();
+        let mut after = before.clone();
+        after
+            .configs
+            .get_mut("standard")
+            .unwrap()
+            .valkey
+            .insert("maxmemory-policy".into(), "noeviction".into());
+        let rolled: Vec<String> = run(&before, &after, None)
+            .clusters
+            .iter()
+            .filter(|c| c.rolls())
+            .map(ClusterImpact::key)
+            .collect();
+        assert_eq!(rolled, ["team-a/large-1", "team-b/standard-1"]);
+        // Overridden by the child: only the base's own cluster rolls.
+        let mut after = before.clone();
+        after
+            .configs
+            .get_mut("standard")
+            .unwrap()
+            .valkey
+            .insert("maxmemory".into(), "1gb".into());
+        let rolled: Vec<String> = run(&before, &after, None)
+            .clusters
+            .iter()
+            .filter(|c| c.rolls())
+            .map(ClusterImpact::key)
+            .collect();
+        assert_eq!(rolled, ["team-b/standard-1"]);
+    }
+
+    #[test]
+    fn an_acl_change_or_no_change_rolls_nothing() {
+        let before = menu();
+        let mut after = before.clone();
+        after.configs.get_mut("standard").unwrap().acl = Some(vec![]);
+        let i = run(&before, &after, None);
+        assert!(!i.rolls());
+        assert!(i.order.is_empty());
+        assert!(text(&i).contains("no cluster would roll"));
+        assert!(!run(&before, &before, None).rolls());
+    }
+
+    #[test]
+    fn a_change_that_breaks_resolution_blocks_and_rolls_nothing() {
+        let before = menu();
+        let mut after = before.clone();
+        // Valkey 9 members cannot roll back to 8: the operator refuses, the cluster blocks.
+        after.images.insert("valkey-9-0".into(), image("8.1.4"));
+        let clusters = [cluster("team-a", "large-1", "large")];
+        let mut nodes = members(&clusters[0], &before);
+        for n in &mut nodes {
+            n.spec.version = "9.0.0".into();
+        }
+        let states = [ClusterState {
+            cluster: &clusters[0],
+            members: &nodes,
+        }];
+        let i = impact("test".into(), &states, &before, &after, None);
+        assert!(!i.rolls());
+        assert!(
+            matches!(&i.clusters[0].outcome, Outcome::Blocks { message } if message.contains("older major version"))
+        );
+    }
+
+    #[test]
+    fn a_rollout_limit_starts_clusters_in_waves_in_the_same_order() {
+        let before = menu();
+        let mut after = before.clone();
+        after.images.insert("valkey-9-0".into(), image("9.1.2"));
+        let i = run(&before, &after, Some(1));
+        assert_eq!(i.order, [["team-a/large-1"], ["team-b/standard-1"]]);
+        assert!(text(&i).contains("1 at a time"));
+    }
+
+    #[test]
+    fn without_a_change_the_readers_of_the_object_are_listed() {
+        let catalog = menu();
+        let clusters = [
+            cluster("team-a", "large-1", "large"),
+            cluster("team-c", "other-1", "other"),
+        ];
+        let states: Vec<ClusterState<'_>> = clusters
+            .iter()
+            .map(|cluster| ClusterState {
+                cluster,
+                members: &[],
+            })
+            .collect();
+        assert_eq!(
+            readers(&states, &catalog, &MenuRef::Config("standard".into())),
+            ["team-a/large-1 (0 members)"]
+        );
+    }
+}

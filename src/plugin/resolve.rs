@@ -309,3 +309,133 @@ pub fn text(report: &Report) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ValkeyClusterSpec, ValkeyRoleSpec};
+    use crate::controller::cluster::build;
+    use crate::resolve::acl::{OperatorCredentials, render_acl_file};
+    use crate::resolve::chain::tests::{binding, seed_catalog};
+
+    fn with_roles() -> crate::resolve::MapCatalog {
+        let mut c = seed_catalog();
+        c.roles.insert(
+            "rw".into(),
+            ValkeyRoleSpec {
+                categories: vec![],
+                commands: vec![],
+            },
+        );
+        c.configs.get_mut("standard").unwrap().acl = Some(vec![binding("metrics", "rw")]);
+        c
+    }
+
+    fn cluster() -> ValkeyCluster {
+        let mut c = ValkeyCluster::new(
+            "my-cluster",
+            ValkeyClusterSpec {
+                config_ref: "large".into(),
+                shards: 3,
+                replicas_per_shard: 1,
+                acl: vec![binding("app", "rw")],
+                tls: None,
+                placement: None,
+                pod_annotations: BTreeMap::new(),
+            },
+        );
+        c.metadata.namespace = Some("my-app".into());
+        c.metadata.uid = Some("uid-1".into());
+        c
+    }
+
+    #[test]
+    fn each_key_names_the_level_that_set_it_and_the_levels_it_overrides() {
+        let r = config_report(&with_roles(), "large").unwrap();
+        assert_eq!(r.chain, ["large", "standard"]);
+        assert_eq!(r.image_set_by, "standard");
+        let maxmemory = &r.settings["maxmemory"];
+        assert_eq!(maxmemory.value, "12gb");
+        assert_eq!(maxmemory.set_by.as_deref(), Some("large"));
+        assert_eq!(maxmemory.overrides, ["standard"]);
+        assert_eq!(
+            r.settings["maxmemory-policy"].set_by.as_deref(),
+            Some("standard")
+        );
+        assert_eq!(r.resources["memory"].value, "16Gi");
+        assert_eq!(r.resources["memory"].set_by.as_deref(), Some("large"));
+        // The operator's default, set by no config.
+        assert_eq!(r.settings["cluster-node-timeout"].set_by, None);
+        assert_eq!(r.acl_users[0].bound_by, "ValkeyConfig standard");
+    }
+
+    #[test]
+    fn a_forced_setting_in_a_config_is_shown_as_ignored_and_not_rendered() {
+        let mut c = with_roles();
+        c.configs
+            .get_mut("large")
+            .unwrap()
+            .valkey
+            .insert("port".into(), "7000".into());
+        let r = config_report(&c, "large").unwrap();
+        assert!(r.settings["port"].ignored);
+        assert!(text(&r).contains("IGNORED: forced by the operator"));
+        assert!(!r.valkey_conf.contains("port 7000"));
+    }
+
+    #[test]
+    fn a_cluster_renders_exactly_the_configmap_and_acl_file_of_the_operator() {
+        let (catalog, cluster) = (with_roles(), cluster());
+        // What the operator writes: the node's ConfigMap and the ACL Secret's file.
+        let resolved = crate::controller::cluster::resolve(&cluster, &catalog, []).unwrap();
+        let spec = build::desired_node_spec(&cluster, &resolved.config, ZoneSpread::Required);
+        let mut node = build::node(&cluster, "my-cluster-0-0", 0, &spec);
+        node.metadata.uid = Some("node-uid".into());
+        let (bindings, roles) = &resolved.acl_file_inputs;
+        let credentials = OperatorCredentials {
+            operator_password: "op-secret".into(),
+            replication_password: "repl-secret".into(),
+        };
+        let acl_file = render_acl_file(bindings, roles, &credentials);
+
+        let r = cluster_report(&catalog, &cluster, &[node.clone()], Some(&acl_file)).unwrap();
+        assert_eq!(
+            r.valkey_conf,
+            crate::controller::node::build::config_map(&node)
+                .data
+                .unwrap()[crate::controller::node::build::CONFIG_KEY]
+        );
+        assert_eq!(r.acl_file.as_deref(), Some(acl_file.as_str()));
+        assert_eq!(
+            r.spec_hash.as_deref(),
+            Some(build::spec_hash(&spec).as_str())
+        );
+        assert_eq!(
+            r.acl_users
+                .iter()
+                .map(|u| (u.username.as_str(), u.bound_by.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("metrics", "ValkeyConfig standard"),
+                ("app", "ValkeyCluster")
+            ]
+        );
+        let out = serde_json::to_string(&r).unwrap() + &text(&r);
+        assert!(!out.contains("op-secret") && !out.contains("repl-secret"));
+    }
+
+    #[test]
+    fn without_the_acl_secret_no_hash_is_invented() {
+        let r = cluster_report(&with_roles(), &cluster(), &[], None).unwrap();
+        assert!(r.acl_file.unwrap().contains(UNKNOWN_HASH));
+        assert!(r.notes[0].contains("my-cluster-acl is not readable"));
+    }
+
+    #[test]
+    fn a_broken_chain_is_the_operators_message() {
+        let mut c = with_roles();
+        c.configs.get_mut("standard").unwrap().base_ref = Some("base".into());
+        let err = config_report(&c, "large").unwrap_err();
+        assert!(err.to_string().contains("inherits from \"base\""));
+    }
+}

@@ -280,3 +280,87 @@ pub fn text(r: &StatusReport) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{
+        ClusterNodeStatus, ClusterState, NodeRole, ValkeyClusterSpec, ValkeyClusterStatus,
+        ZoneSpread,
+    };
+    use crate::controller::cluster::build;
+    use crate::resolve::chain::tests::seed_catalog;
+
+    #[test]
+    fn status_shows_members_progress_target_slots_and_the_last_events() {
+        let mut cluster = ValkeyCluster::new(
+            "c",
+            ValkeyClusterSpec {
+                config_ref: "standard".into(),
+                shards: 2,
+                replicas_per_shard: 0,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: Default::default(),
+            },
+        );
+        cluster.metadata.namespace = Some("ns".into());
+        cluster.metadata.uid = Some("u".into());
+        cluster.status = Some(ValkeyClusterStatus {
+            state: Some(ClusterState::Updating),
+            message: Some(
+                "scaling to 2 shard(s): 8192 slot(s) left to move from shard(s) 0 to shard(s) 1"
+                    .into(),
+            ),
+            nodes: vec![ClusterNodeStatus {
+                name: "c-0-0".into(),
+                role: Some(NodeRole::Primary),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let resolved = crate::controller::cluster::resolve(&cluster, &seed_catalog(), []).unwrap();
+        let spec = build::desired_node_spec(&cluster, &resolved.config, ZoneSpread::BestEffort);
+        let mut stale = spec.clone();
+        stale.version = "8.1.4".into();
+        let members = [
+            build::node(&cluster, "c-0-0", 0, &spec),
+            build::node(&cluster, "c-1-0", 1, &stale),
+        ];
+        let events: Vec<Event> = (0..12)
+            .map(|i| Event {
+                reason: Some(format!("R{i}")),
+                message: Some(format!("event {i}")),
+                type_: Some("Normal".into()),
+                last_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::from_second(1000 + i).unwrap(),
+                )),
+                ..Default::default()
+            })
+            .collect();
+        let hash = build::spec_hash(&spec);
+        let r = report(&Inputs {
+            cluster: &cluster,
+            members: &members,
+            pods: &[],
+            zones: &BTreeMap::new(),
+            events: &events,
+            desired_hash: Some(&hash),
+            now: 1100,
+        });
+        assert_eq!(r.shards[0].target_slots, "0-8191");
+        assert_eq!(r.shards[1].target_slots, "8192-16383");
+        assert_eq!(r.shards[0].members[0].role, "primary");
+        assert_eq!(r.shards[1].members[0].current, Some(false));
+        assert_eq!(
+            r.rollout.as_deref(),
+            Some("1 of 2 members run the desired spec; 1 to replace")
+        );
+        assert_eq!(r.events.len(), EVENTS_SHOWN);
+        assert_eq!(r.events.last().unwrap().reason, "R11");
+        assert_eq!(r.events.last().unwrap().age, "89s");
+        let out = text(&r);
+        assert!(out.contains("8192 slot(s) left to move"), "{out}");
+    }
+}
