@@ -3,6 +3,7 @@ pub mod api;
 pub mod controller;
 pub mod driver;
 pub mod plan;
+pub mod plugin;
 pub mod resolve;
 pub mod settings;
 pub mod telemetry;

@@ -106,7 +106,52 @@ pub fn render_acl_file(
     roles: &BTreeMap<String, ValkeyRoleSpec>,
     credentials: &OperatorCredentials,
 ) -> String {
-    let body = render_acl_body(bindings, roles, credentials);
+    render_acl_file_hashed(bindings, roles, &credentials.hashes())
+}
+
+/// The SHA-256 (hex) of the passwords of the operator's own users: all the ACL file holds of
+/// them. What a reader without the operator's credentials Secret (a product team, the kubectl
+/// plugin) can take from a rendered file ([`operator_user_hashes`]) to render it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorUserHashes {
+    pub operator: String,
+    pub replication: String,
+}
+
+impl OperatorCredentials {
+    pub fn hashes(&self) -> OperatorUserHashes {
+        OperatorUserHashes {
+            operator: sha256_hex(&self.operator_password),
+            replication: sha256_hex(&self.replication_password),
+        }
+    }
+}
+
+/// The password hashes of the operator's own users in a rendered ACL file, if it has both.
+pub fn operator_user_hashes(file: &str) -> Option<OperatorUserHashes> {
+    let hash_of = |user: &str| {
+        file.lines().find_map(|line| {
+            let rest = line.strip_prefix("user ")?.strip_prefix(user)?;
+            rest.strip_prefix(" on #")?
+                .split_whitespace()
+                .next()
+                .map(str::to_string)
+        })
+    };
+    Some(OperatorUserHashes {
+        operator: hash_of(OPERATOR_ACL_USERNAME)?,
+        replication: hash_of(REPLICATION_ACL_USERNAME)?,
+    })
+}
+
+/// [`render_acl_file`] from the hashes of the operator's passwords (the file holds nothing else
+/// of them).
+pub fn render_acl_file_hashed(
+    bindings: &[AclBinding],
+    roles: &BTreeMap<String, ValkeyRoleSpec>,
+    operator_users: &OperatorUserHashes,
+) -> String {
+    let body = render_acl_body(bindings, roles, operator_users);
     let revision = &sha256_hex(&body)[..REVISION_LEN];
     format!("user {} off\n{body}", revision_user(revision))
 }
@@ -114,13 +159,13 @@ pub fn render_acl_file(
 fn render_acl_body(
     bindings: &[AclBinding],
     roles: &BTreeMap<String, ValkeyRoleSpec>,
-    credentials: &OperatorCredentials,
+    operator_users: &OperatorUserHashes,
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "user {OPERATOR_ACL_USERNAME} on #{} ~* &* -@all {}",
-        sha256_hex(&credentials.operator_password),
+        operator_users.operator,
         OPERATOR_COMMANDS
             .iter()
             .map(|c| format!("+{c}"))
@@ -130,7 +175,7 @@ fn render_acl_body(
     let _ = writeln!(
         out,
         "user {REPLICATION_ACL_USERNAME} on #{} ~* &* -@all {}",
-        sha256_hex(&credentials.replication_password),
+        operator_users.replication,
         REPLICATION_COMMANDS
             .iter()
             .map(|c| format!("+{c}"))
@@ -478,6 +523,19 @@ mod tests {
             Some("0123456789ab")
         );
         assert_eq!(loaded_revision(["default", "app"]), None);
+    }
+
+    #[test]
+    fn the_file_renders_again_from_the_hashes_it_holds_of_the_operator_passwords() {
+        let bindings = vec![binding(
+            "app",
+            &["AB"],
+            vec![perm("readwrite", &[("app:*", KeyAccess::Readwrite)], &[])],
+        )];
+        let file = render_acl_file(&bindings, &roles(), &creds());
+        let hashes = operator_user_hashes(&file).expect("both operator users");
+        assert_eq!(hashes, creds().hashes());
+        assert_eq!(render_acl_file_hashed(&bindings, &roles(), &hashes), file);
     }
 
     #[test]

@@ -446,12 +446,13 @@ pub fn menu_refs(
     refs
 }
 
+/// The resolver's fixtures are shared with the kubectl plugin's tests (`crate::plugin`).
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::{AclPermission, CategoryRule, RuleAccess};
 
-    fn image(version: &str) -> ValkeyImageSpec {
+    pub(crate) fn image(version: &str) -> ValkeyImageSpec {
         ValkeyImageSpec {
             repository: "valkey/valkey".into(),
             tag: version.into(),
@@ -460,7 +461,7 @@ mod tests {
         }
     }
 
-    fn config(base: Option<&str>, image: Option<&str>) -> ValkeyConfigSpec {
+    pub(crate) fn config(base: Option<&str>, image: Option<&str>) -> ValkeyConfigSpec {
         ValkeyConfigSpec {
             base_ref: base.map(Into::into),
             image_ref: image.map(Into::into),
@@ -470,7 +471,7 @@ mod tests {
         }
     }
 
-    fn binding(user: &str, role: &str) -> AclBinding {
+    pub(crate) fn binding(user: &str, role: &str) -> AclBinding {
         AclBinding {
             username: user.into(),
             password_hashes: vec!["a".repeat(64)],
@@ -483,7 +484,7 @@ mod tests {
     }
 
     /// The seed's example menu: valkey-9-0, standard, large (inherits standard).
-    fn seed_catalog() -> MapCatalog {
+    pub(crate) fn seed_catalog() -> MapCatalog {
         let mut c = MapCatalog::default();
         c.images.insert("valkey-9-0".into(), image("9.0.0"));
         let mut standard = config(None, Some("valkey-9-0"));

@@ -228,6 +228,12 @@ pub fn pod_problem(pod: &Pod) -> Option<String> {
         })
 }
 
+/// A member is current when it was created from the desired spec (its spec-hash label is the
+/// desired hash); one that is not is replaced by a rollout. The kubectl plugin asks the same.
+pub fn is_current(node: &ValkeyNode, desired_hash: &str) -> bool {
+    node.labels().get(LABEL_SPEC_HASH).map(String::as_str) == Some(desired_hash)
+}
+
 /// Observes every member; `desired_hash` is the spec hash members should carry.
 pub async fn members(
     driver: &dyn ClusterDriver,
@@ -279,8 +285,7 @@ pub async fn members(
                     .as_ref()
                     .and_then(|s| s.lifecycle)
                     .unwrap_or(Lifecycle::Joining),
-                current: node.labels().get(LABEL_SPEC_HASH).map(String::as_str)
-                    == Some(desired_hash),
+                current: is_current(node, desired_hash),
                 node_id: node
                     .status
                     .as_ref()

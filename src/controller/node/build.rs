@@ -9,7 +9,7 @@ use kube::api::ObjectMeta;
 use serde_json::json;
 
 use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_SPEC_HASH};
-use crate::api::{ValkeyNode, ZoneSpread};
+use crate::api::{ValkeyNode, ValkeyNodeSpec, ZoneSpread};
 use crate::controller::names;
 use crate::resolve::conf::{MemberConf, paths, render_valkey_conf, sha256_hex};
 
@@ -54,9 +54,15 @@ fn owned_meta(node: &ValkeyNode, name: String) -> ObjectMeta {
 
 /// valkey.conf for this member.
 pub fn valkey_conf(node: &ValkeyNode) -> String {
+    spec_valkey_conf(&node.spec)
+}
+
+/// valkey.conf for a member with this spec: what its ConfigMap holds (the kubectl plugin
+/// renders a cluster's desired spec with it).
+pub fn spec_valkey_conf(spec: &ValkeyNodeSpec) -> String {
     render_valkey_conf(&MemberConf {
-        settings: &node.spec.valkey,
-        tls: node.spec.tls_secret_ref.is_some(),
+        settings: &spec.valkey,
+        tls: spec.tls_secret_ref.is_some(),
     })
 }
 

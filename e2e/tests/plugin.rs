@@ -1,0 +1,311 @@
+//! `kubectl valkey` (the `kubectl-valkey` binary) against the local cluster, run as a user runs
+//! it: a subprocess with the kubeconfig. `impact image` before a repoint names exactly the
+//! clusters that then roll; `resolve cluster` equals the ConfigMaps and ACL Secret the operator
+//! wrote; `status` of a cluster mid-scale shows the slots left to move.
+#![cfg(feature = "e2e")]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use fred::prelude::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+
+use valkey_e2e::harness::{TestNamespace, client, kubeconfig_path, wait_for};
+use valkey_e2e::valkey::{member_pods, wait_state};
+use valkey_e2e::workload::{Menu, apply, cluster, cluster_client, preload};
+use valkey_operator::api::{ClusterState, ValkeyCluster};
+
+/// Builds `kubectl-valkey` once (the e2e package cannot depend on another package's binary)
+/// into the target dir this test binary runs from, and returns its path.
+fn plugin_binary() -> anyhow::Result<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            // <target>/<profile>/deps/plugin-<hash>
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let profile_dir = exe
+                .parent()
+                .and_then(|deps| deps.parent())
+                .ok_or("no target dir")?
+                .to_path_buf();
+            let target_dir = profile_dir.parent().ok_or("no target dir")?;
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let out = std::process::Command::new(cargo)
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "valkey-operator",
+                    "--bin",
+                    "kubectl-valkey",
+                ])
+                .arg("--target-dir")
+                .arg(target_dir)
+                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+            Ok(profile_dir.join("kubectl-valkey"))
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!("building kubectl-valkey failed: {e}"))
+}
+
+/// Runs `kubectl-valkey args...`: (exit code, stdout, stderr).
+async fn plugin(args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(plugin_binary()?)
+            .args(&args)
+            .env("KUBECONFIG", kubeconfig_path())
+            .output()?;
+        Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    })
+    .await?
+}
+
+async fn active(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<ValkeyCluster> {
+    wait_state(
+        client,
+        ns,
+        name,
+        ClusterState::Active,
+        Duration::from_secs(240),
+    )
+    .await
+}
+
+async fn pod_uids(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+    let mut uids: Vec<String> = member_pods(client, ns, name)
+        .await?
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    uids.sort();
+    Ok(uids)
+}
+
+#[tokio::test]
+async fn impact_image_names_exactly_the_clusters_that_then_roll() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-plugin-impact").await?;
+    let repointed = Menu::publish(&client, "e2e-plugin", "9.0.0").await?;
+    let other = Menu::publish(&client, "e2e-plugin", "9.0.0").await?;
+    for (name, menu) in [("a1", &repointed), ("a2", &repointed), ("b1", &other)] {
+        apply(
+            &client,
+            &ns.name,
+            cluster(&ns.name, name, &menu.config, 1, 1),
+        )
+        .await?;
+    }
+    for name in ["a1", "a2", "b1"] {
+        active(&client, &ns.name, name).await?;
+    }
+    let before: Vec<Vec<String>> =
+        futures::future::try_join_all(["a1", "a2", "b1"].map(|n| pod_uids(&client, &ns.name, n)))
+            .await?;
+
+    let started = Instant::now();
+    let args = [
+        "impact",
+        "image",
+        &repointed.image,
+        "--to-tag",
+        "9.1.2",
+        "--to-version",
+        "9.1.2",
+        "-n",
+        &ns.name,
+    ];
+    let (code, text, stderr) = plugin(&args).await?;
+    println!(
+        "kubectl valkey {} ({:?}):\n{text}{stderr}",
+        args.join(" "),
+        started.elapsed()
+    );
+    ensure!(
+        code == 3,
+        "exit code 3 when something would roll, got {code}: {stderr}"
+    );
+    ensure!(text.contains("order: all at once"), "{text}");
+    let (_, json, _) = plugin(&[&args[..], &["-o", "json"]].concat()).await?;
+    let impact: Value = serde_json::from_str(&json).context("impact -o json")?;
+    let mut rolling: Vec<String> = impact["clusters"]
+        .as_array()
+        .context("clusters")?
+        .iter()
+        .filter(|c| c["outcome"] == "rolls")
+        .map(|c| {
+            assert_eq!(c["members"], 2, "both members of {c}");
+            c["name"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    rolling.sort();
+    assert_eq!(rolling, ["a1", "a2"], "{json}");
+    assert_eq!(
+        impact["order"],
+        serde_json::json!([[format!("{}/a1", ns.name), format!("{}/a2", ns.name)]])
+    );
+    // The image the other clusters run: no change given, its readers; a no-op change: nothing.
+    let (code, text, _) = plugin(&[
+        "impact",
+        "image",
+        &other.image,
+        "--to-tag",
+        "9.0.0",
+        "-n",
+        &ns.name,
+    ])
+    .await?;
+    ensure!(
+        code == 0 && text.contains("no cluster would roll"),
+        "{code}: {text}"
+    );
+
+    // The repoint: exactly a1 and a2 roll.
+    repointed.repoint(&client, "9.1.2").await?;
+    for name in ["a1", "a2"] {
+        wait_for(
+            &format!("{name} rolled to 9.1.2"),
+            Duration::from_secs(400),
+            Duration::from_secs(2),
+            || async {
+                let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+                    .get(name)
+                    .await?;
+                let status = c.status.unwrap_or_default();
+                Ok((status.state == Some(ClusterState::Active)
+                    && status.nodes.len() == 2
+                    && status
+                        .nodes
+                        .iter()
+                        .all(|n| n.version.as_deref() == Some("9.1.2")))
+                .then_some(()))
+            },
+        )
+        .await?;
+    }
+    let after: Vec<Vec<String>> =
+        futures::future::try_join_all(["a1", "a2", "b1"].map(|n| pod_uids(&client, &ns.name, n)))
+            .await?;
+    for i in 0..2 {
+        assert!(
+            after[i].iter().all(|uid| !before[i].contains(uid)),
+            "every member of a{} was replaced",
+            i + 1
+        );
+    }
+    assert_eq!(after[2], before[2], "b1 did not roll");
+    let (code, text, _) = plugin(&args).await?;
+    ensure!(
+        code == 0,
+        "after the repoint nothing more would roll: {text}"
+    );
+    println!("repoint and rollouts done in {:?}", started.elapsed());
+    repointed.remove(&client).await?;
+    other.remove(&client).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn resolve_cluster_equals_the_configmaps_and_acl_secret_the_operator_wrote()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-plugin-resolve").await?;
+    let menu = Menu::publish(&client, "e2e-plugin", "9.0.0").await?;
+    apply(
+        &client,
+        &ns.name,
+        cluster(&ns.name, "live", &menu.config, 2, 1),
+    )
+    .await?;
+    active(&client, &ns.name, "live").await?;
+    let key = format!("{}/live", ns.name);
+
+    let (code, json, stderr) = plugin(&["resolve", "cluster", &key, "-o", "json"]).await?;
+    ensure!(code == 0, "resolve cluster failed: {stderr}");
+    let report: Value = serde_json::from_str(&json)?;
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .get("live-acl")
+        .await?;
+    let users_acl = String::from_utf8(secret.data.context("data")?["users.acl"].0.clone())?;
+    assert_eq!(report["aclFile"].as_str(), Some(users_acl.as_str()));
+    let configs = Api::<ConfigMap>::namespaced(client.clone(), &ns.name);
+    let pods = member_pods(&client, &ns.name, "live").await?;
+    assert_eq!(pods.len(), 4);
+    for pod in &pods {
+        let cm = configs.get(&format!("{}-config", pod.name_any())).await?;
+        let conf = cm.data.context("data")?["valkey.conf"].clone();
+        assert_eq!(
+            report["valkeyConf"].as_str(),
+            Some(conf.as_str()),
+            "{}",
+            pod.name_any()
+        );
+    }
+    assert_eq!(report["chain"], serde_json::json!([menu.config]));
+    assert_eq!(
+        report["settings"]["repl-diskless-sync-delay"]["setBy"],
+        menu.config.as_str()
+    );
+    assert_eq!(report["image"], "valkey/valkey:9.0.0");
+    // Hashes only: the app user's password never appears.
+    assert!(!json.contains(valkey_e2e::workload::PASSWORD));
+    let (code, text, _) = plugin(&["resolve", "cluster", &key]).await?;
+    ensure!(code == 0 && text.contains("--- users.acl ---"), "{text}");
+    println!("{text}");
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn status_mid_scale_shows_the_slots_left_to_move() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-plugin-status").await?;
+    let menu = Menu::publish(&client, "e2e-plugin", "9.1.2").await?;
+    // Key-by-key moves of a preloaded cluster: slow enough to be seen mid-way.
+    let keyed = |shards: i32| {
+        let mut c = cluster(&ns.name, "scale", &menu.config, shards, 1);
+        c["metadata"]["annotations"] =
+            serde_json::json!({"valkey.gomomento.com/slot-migration": "keys"});
+        c
+    };
+    apply(&client, &ns.name, keyed(2)).await?;
+    active(&client, &ns.name, "scale").await?;
+    let valkey = cluster_client(&client, &ns.name, "scale").await?;
+    preload(&valkey).await?;
+    let _ = valkey.quit().await;
+
+    apply(&client, &ns.name, keyed(3)).await?;
+    let key = format!("{}/scale", ns.name);
+    let text = wait_for(
+        "status to show slots left to move",
+        Duration::from_secs(300),
+        Duration::from_millis(500),
+        || async {
+            let (code, text, stderr) = plugin(&["status", &key]).await?;
+            ensure!(code == 0, "status failed: {stderr}");
+            Ok(text.contains("slot(s) left to move").then_some(text))
+        },
+    )
+    .await?;
+    println!("{text}");
+    assert!(text.contains("ValkeyCluster"), "{text}");
+    assert!(text.contains("shard 2 (target slots"), "{text}");
+    let (_, json, _) = plugin(&["status", &key, "-o", "json"]).await?;
+    let report: Value = serde_json::from_str(&json)?;
+    assert_eq!(report["shardsWanted"], 3);
+    menu.remove(&client).await?;
+    Ok(())
+}

@@ -1,0 +1,462 @@
+//! `kubectl valkey impact`: which clusters a menu change would roll, before making it. Pure:
+//! each cluster is resolved against the menu as it is and as it would be, with the operator's
+//! own resolution (`controller::cluster::resolve`), desired member spec and spec hash
+//! (`controller::cluster::build`) and its test of a current member
+//! (`controller::cluster::observe::is_current`). A member that is not current is replaced.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::api::{ValkeyCluster, ValkeyNode, ZoneSpread};
+use crate::controller::cluster::build::{desired_node_spec, spec_hash};
+use crate::controller::cluster::observe::is_current;
+use crate::resolve::{Catalog, MenuRef, menu_refs};
+
+/// A cluster and its members (ValkeyNodes), as read.
+pub struct ClusterState<'a> {
+    pub cluster: &'a ValkeyCluster,
+    pub members: &'a [ValkeyNode],
+}
+
+/// What the change does to one cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "outcome")]
+pub enum Outcome {
+    /// Members would be replaced (rolled), one shard at a time.
+    Rolls {
+        members: usize,
+        of: usize,
+        shards: Vec<i32>,
+    },
+    /// The cluster would stop at Blocked (nothing that runs is touched).
+    Blocks { message: String },
+    /// It would unblock (it is Blocked now).
+    Unblocks { members: usize },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterImpact {
+    pub namespace: String,
+    pub name: String,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl ClusterImpact {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+    pub fn rolls(&self) -> bool {
+        matches!(self.outcome, Outcome::Rolls { .. })
+    }
+}
+
+/// The whole answer: every cluster the change affects, and the order the rollouts start in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Impact {
+    /// What is being changed, e.g. `ValkeyImage valkey-9-0: tag 9.0.0 -> 9.1.2`.
+    pub change: String,
+    pub clusters: Vec<ClusterImpact>,
+    /// Rolling clusters (`<ns>/<name>`), in waves: every cluster of a wave starts together.
+    pub order: Vec<Vec<String>>,
+    /// How many rollouts may run at once (`None`: no limit, all at once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_rollouts: Option<usize>,
+}
+
+impl Impact {
+    /// Whether anything would be replaced (the plugin's exit code says it).
+    pub fn rolls(&self) -> bool {
+        self.clusters.iter().any(ClusterImpact::rolls)
+    }
+}
+
+/// What `after` (the menu with the change) does to each cluster, compared with `before`.
+pub fn impact(
+    change: String,
+    clusters: &[ClusterState<'_>],
+    before: &impl Catalog,
+    after: &impl Catalog,
+    max_concurrent_rollouts: Option<usize>,
+) -> Impact {
+    let mut out: Vec<ClusterImpact> = clusters
+        .iter()
+        .filter_map(|c| cluster_impact(c, before, after))
+        .collect();
+    out.sort_by_key(ClusterImpact::key);
+    let rolling: Vec<String> = out
+        .iter()
+        .filter(|c| c.rolls())
+        .map(ClusterImpact::key)
+        .collect();
+    Impact {
+        change,
+        order: rollout_order(rolling, max_concurrent_rollouts),
+        clusters: out,
+        max_concurrent_rollouts,
+    }
+}
+
+/// The waves in which rollouts start. Without a limit every cluster reconciles on its own, so
+/// all start at once; a limit (planned: `maxConcurrentRollouts`) starts them `limit` at a time,
+/// in this order.
+pub fn rollout_order(rolling: Vec<String>, limit: Option<usize>) -> Vec<Vec<String>> {
+    if rolling.is_empty() {
+        return Vec::new();
+    }
+    match limit {
+        None | Some(0) => vec![rolling],
+        Some(n) => rolling.chunks(n).map(<[String]>::to_vec).collect(),
+    }
+}
+
+fn desired_hash(
+    state: &ClusterState<'_>,
+    catalog: &impl Catalog,
+) -> Result<String, crate::resolve::ResolveError> {
+    let running = state.members.iter().map(|n| n.spec.version.as_str());
+    let resolved = crate::controller::cluster::resolve(state.cluster, catalog, running)?;
+    Ok(spec_hash(&desired_node_spec(
+        state.cluster,
+        &resolved.config,
+        ZoneSpread::BestEffort,
+    )))
+}
+
+fn cluster_impact(
+    state: &ClusterState<'_>,
+    before: &impl Catalog,
+    after: &impl Catalog,
+) -> Option<ClusterImpact> {
+    let before_hash = desired_hash(state, before);
+    let after_hash = desired_hash(state, after);
+    let stale = |hash: &str| -> Vec<&ValkeyNode> {
+        state
+            .members
+            .iter()
+            .filter(|n| !is_current(n, hash))
+            .collect()
+    };
+    let outcome = match (before_hash, after_hash) {
+        (Ok(b), Ok(a)) if a == b => return None,
+        (Ok(_), Ok(a)) => {
+            let stale = stale(&a);
+            if stale.is_empty() {
+                return None;
+            }
+            let mut shards: Vec<i32> = stale.iter().map(|n| n.spec.shard).collect();
+            shards.sort_unstable();
+            shards.dedup();
+            Outcome::Rolls {
+                members: stale.len(),
+                of: state.members.len(),
+                shards,
+            }
+        }
+        (Ok(_), Err(e)) => Outcome::Blocks {
+            message: e.to_string(),
+        },
+        (Err(_), Ok(a)) => {
+            let stale = stale(&a);
+            if stale.is_empty() {
+                Outcome::Unblocks { members: 0 }
+            } else {
+                let mut shards: Vec<i32> = stale.iter().map(|n| n.spec.shard).collect();
+                shards.sort_unstable();
+                shards.dedup();
+                Outcome::Rolls {
+                    members: stale.len(),
+                    of: state.members.len(),
+                    shards,
+                }
+            }
+        }
+        (Err(b), Err(a)) if a == b => return None,
+        (Err(_), Err(a)) => Outcome::Blocks {
+            message: a.to_string(),
+        },
+    };
+    Some(ClusterImpact {
+        namespace: state.cluster.metadata.namespace.clone().unwrap_or_default(),
+        name: state.cluster.metadata.name.clone().unwrap_or_default(),
+        outcome,
+    })
+}
+
+/// The clusters whose resolution reads `menu_ref` (`impact` without a proposed change: any
+/// change to the image, or to a config's imageRef, resources or settings, rolls them).
+pub fn readers(
+    clusters: &[ClusterState<'_>],
+    catalog: &impl Catalog,
+    menu_ref: &MenuRef,
+) -> Vec<String> {
+    let mut keys: Vec<String> = clusters
+        .iter()
+        .filter(|c| {
+            menu_refs(catalog, &c.cluster.spec.config_ref, &c.cluster.spec.acl).contains(menu_ref)
+        })
+        .map(|c| {
+            format!(
+                "{}/{} ({} members)",
+                c.cluster.metadata.namespace.clone().unwrap_or_default(),
+                c.cluster.metadata.name.clone().unwrap_or_default(),
+                c.members.len()
+            )
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The human-readable text of an impact.
+pub fn text(impact: &Impact) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "change: {}", impact.change);
+    let rolling: Vec<&ClusterImpact> = impact.clusters.iter().filter(|c| c.rolls()).collect();
+    if rolling.is_empty() {
+        out.push_str("no cluster would roll\n");
+    } else {
+        let _ = writeln!(out, "{} cluster(s) would roll:", rolling.len());
+        for c in &rolling {
+            if let Outcome::Rolls {
+                members,
+                of,
+                shards,
+            } = &c.outcome
+            {
+                let _ = writeln!(
+                    out,
+                    "  {:<40} {members} of {of} members replaced, shards {} one at a time",
+                    c.key(),
+                    shards
+                        .iter()
+                        .map(i32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+    }
+    for c in &impact.clusters {
+        match &c.outcome {
+            Outcome::Blocks { message } => {
+                let _ = writeln!(out, "  {:<40} would be Blocked: {message}", c.key());
+            }
+            Outcome::Unblocks { .. } => {
+                let _ = writeln!(out, "  {:<40} would unblock (no member replaced)", c.key());
+            }
+            Outcome::Rolls { .. } => {}
+        }
+    }
+    if !impact.order.is_empty() {
+        match impact.max_concurrent_rollouts {
+            None => out.push_str("order: all at once (no maxConcurrentRollouts limit)\n"),
+            Some(n) => {
+                let _ = writeln!(out, "order: {n} at a time (maxConcurrentRollouts)");
+            }
+        }
+        for (i, wave) in impact.order.iter().enumerate() {
+            let _ = writeln!(out, "  wave {}: {}", i + 1, wave.join(", "));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ValkeyClusterSpec;
+    use crate::controller::cluster::build;
+    use crate::resolve::MapCatalog;
+    use crate::resolve::chain::tests::{config, image, seed_catalog};
+
+    /// The seed menu plus a second image and config (`other` on `valkey-8`).
+    fn menu() -> MapCatalog {
+        let mut c = seed_catalog();
+        c.images.insert("valkey-8".into(), image("8.1.4"));
+        c.configs
+            .insert("other".into(), config(None, Some("valkey-8")));
+        c
+    }
+
+    fn cluster(ns: &str, name: &str, config_ref: &str) -> ValkeyCluster {
+        let mut c = ValkeyCluster::new(
+            name,
+            ValkeyClusterSpec {
+                config_ref: config_ref.into(),
+                shards: 2,
+                replicas_per_shard: 1,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: Default::default(),
+            },
+        );
+        c.metadata.namespace = Some(ns.into());
+        c.metadata.uid = Some(format!("{ns}-{name}"));
+        c
+    }
+
+    /// Its members as the operator created them from `catalog`.
+    fn members(cluster: &ValkeyCluster, catalog: &MapCatalog) -> Vec<ValkeyNode> {
+        let resolved = crate::controller::cluster::resolve(cluster, catalog, []).unwrap();
+        let spec = build::desired_node_spec(cluster, &resolved.config, ZoneSpread::BestEffort);
+        (0..2)
+            .flat_map(|shard| (0..2).map(move |i| (shard, i)))
+            .map(|(shard, i)| {
+                let name = format!("{}-{shard}-{i}", cluster.metadata.name.as_ref().unwrap());
+                build::node(cluster, &name, shard, &spec)
+            })
+            .collect()
+    }
+
+    fn run(before: &MapCatalog, after: &MapCatalog, limit: Option<usize>) -> Impact {
+        let clusters = [
+            cluster("team-a", "large-1", "large"),
+            cluster("team-b", "standard-1", "standard"),
+            cluster("team-c", "other-1", "other"),
+        ];
+        let members: Vec<Vec<ValkeyNode>> = clusters.iter().map(|c| members(c, before)).collect();
+        let states: Vec<ClusterState<'_>> = clusters
+            .iter()
+            .zip(&members)
+            .map(|(cluster, members)| ClusterState { cluster, members })
+            .collect();
+        impact("test".into(), &states, before, after, limit)
+    }
+
+    #[test]
+    fn repointing_an_image_rolls_every_cluster_resolving_to_it_and_no_other() {
+        let before = menu();
+        let mut after = before.clone();
+        after.images.insert("valkey-9-0".into(), image("9.1.2"));
+        let i = run(&before, &after, None);
+        assert!(i.rolls());
+        assert_eq!(
+            i.clusters,
+            [
+                ClusterImpact {
+                    namespace: "team-a".into(),
+                    name: "large-1".into(),
+                    outcome: Outcome::Rolls {
+                        members: 4,
+                        of: 4,
+                        shards: vec![0, 1]
+                    },
+                },
+                ClusterImpact {
+                    namespace: "team-b".into(),
+                    name: "standard-1".into(),
+                    outcome: Outcome::Rolls {
+                        members: 4,
+                        of: 4,
+                        shards: vec![0, 1]
+                    },
+                },
+            ]
+        );
+        assert_eq!(i.order, [["team-a/large-1", "team-b/standard-1"]]);
+        assert!(text(&i).contains("order: all at once"));
+    }
+
+    #[test]
+    fn a_setting_changed_on_a_base_rolls_its_children_too() {
+        let before = menu();
+        let mut after = before.clone();
+        after
+            .configs
+            .get_mut("standard")
+            .unwrap()
+            .valkey
+            .insert("maxmemory-policy".into(), "noeviction".into());
+        let rolled: Vec<String> = run(&before, &after, None)
+            .clusters
+            .iter()
+            .filter(|c| c.rolls())
+            .map(ClusterImpact::key)
+            .collect();
+        assert_eq!(rolled, ["team-a/large-1", "team-b/standard-1"]);
+        // Overridden by the child: only the base's own cluster rolls.
+        let mut after = before.clone();
+        after
+            .configs
+            .get_mut("standard")
+            .unwrap()
+            .valkey
+            .insert("maxmemory".into(), "1gb".into());
+        let rolled: Vec<String> = run(&before, &after, None)
+            .clusters
+            .iter()
+            .filter(|c| c.rolls())
+            .map(ClusterImpact::key)
+            .collect();
+        assert_eq!(rolled, ["team-b/standard-1"]);
+    }
+
+    #[test]
+    fn an_acl_change_or_no_change_rolls_nothing() {
+        let before = menu();
+        let mut after = before.clone();
+        after.configs.get_mut("standard").unwrap().acl = Some(vec![]);
+        let i = run(&before, &after, None);
+        assert!(!i.rolls());
+        assert!(i.order.is_empty());
+        assert!(text(&i).contains("no cluster would roll"));
+        assert!(!run(&before, &before, None).rolls());
+    }
+
+    #[test]
+    fn a_change_that_breaks_resolution_blocks_and_rolls_nothing() {
+        let before = menu();
+        let mut after = before.clone();
+        // Valkey 9 members cannot roll back to 8: the operator refuses, the cluster blocks.
+        after.images.insert("valkey-9-0".into(), image("8.1.4"));
+        let clusters = [cluster("team-a", "large-1", "large")];
+        let mut nodes = members(&clusters[0], &before);
+        for n in &mut nodes {
+            n.spec.version = "9.0.0".into();
+        }
+        let states = [ClusterState {
+            cluster: &clusters[0],
+            members: &nodes,
+        }];
+        let i = impact("test".into(), &states, &before, &after, None);
+        assert!(!i.rolls());
+        assert!(
+            matches!(&i.clusters[0].outcome, Outcome::Blocks { message } if message.contains("older major version"))
+        );
+    }
+
+    #[test]
+    fn a_rollout_limit_starts_clusters_in_waves_in_the_same_order() {
+        let before = menu();
+        let mut after = before.clone();
+        after.images.insert("valkey-9-0".into(), image("9.1.2"));
+        let i = run(&before, &after, Some(1));
+        assert_eq!(i.order, [["team-a/large-1"], ["team-b/standard-1"]]);
+        assert!(text(&i).contains("1 at a time"));
+    }
+
+    #[test]
+    fn without_a_change_the_readers_of_the_object_are_listed() {
+        let catalog = menu();
+        let clusters = [
+            cluster("team-a", "large-1", "large"),
+            cluster("team-c", "other-1", "other"),
+        ];
+        let states: Vec<ClusterState<'_>> = clusters
+            .iter()
+            .map(|cluster| ClusterState {
+                cluster,
+                members: &[],
+            })
+            .collect();
+        assert_eq!(
+            readers(&states, &catalog, &MenuRef::Config("standard".into())),
+            ["team-a/large-1 (0 members)"]
+        );
+    }
+}

@@ -1,0 +1,296 @@
+//! `kubectl valkey` (binary `kubectl-valkey`): what the menu resolves to and what a change
+//! would roll, before making it, and a cluster's status. It runs with the user's kubeconfig
+//! and RBAC only: a product team sees only what it can read.
+//!
+//! The pure parts ([`resolve`], [`impact`], [`status`]) lay out what the operator's own
+//! resolution and rendering produce; [`read`] is the only module that talks to the API server.
+//! See docs/plugin.md.
+
+pub mod impact;
+pub mod read;
+pub mod resolve;
+pub mod status;
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use crate::api::{ValkeyConfig, ValkeyImage};
+use crate::resolve::{MapCatalog, MenuRef};
+
+/// Exit code when `impact` finds members that would be replaced.
+pub const EXIT_WOULD_ROLL: i32 = 3;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl-valkey",
+    bin_name = "kubectl valkey",
+    version,
+    about = "See what the Valkey menu resolves to, what a change would roll, and how a cluster is doing"
+)]
+pub struct Cli {
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text", global = true)]
+    pub output: Output,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Yaml,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// The merged config (which level set each key), image, rendered valkey.conf and ACL users.
+    #[command(subcommand)]
+    Resolve(ResolveCommand),
+    /// The clusters a menu change would roll (exit code 3 when any would, 0 when none).
+    #[command(subcommand)]
+    Impact(ImpactCommand),
+    /// Shards, members, rollout or migration progress and the last Events of a cluster.
+    Status {
+        /// `<namespace>/<name>`, or `<name>` in the kubeconfig's namespace.
+        cluster: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ResolveCommand {
+    /// A ValkeyConfig along its baseRef chain.
+    Config { name: String },
+    /// A ValkeyCluster: exactly what the operator renders for it.
+    Cluster {
+        /// `<namespace>/<name>`, or `<name>` in the kubeconfig's namespace.
+        cluster: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ImpactCommand {
+    /// Repointing a ValkeyImage.
+    Image {
+        name: String,
+        /// The new tag.
+        #[arg(long)]
+        to_tag: Option<String>,
+        /// The new Valkey version (defaults to the current one).
+        #[arg(long)]
+        to_version: Option<String>,
+        /// The edited ValkeyImage manifest.
+        #[arg(short = 'f', long)]
+        filename: Option<PathBuf>,
+        /// Only clusters in this namespace (default: every namespace).
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+    },
+    /// Editing a ValkeyConfig (every config inheriting from it is affected too).
+    Config {
+        name: String,
+        /// The edited ValkeyConfig manifest.
+        #[arg(short = 'f', long)]
+        filename: Option<PathBuf>,
+        /// Only clusters in this namespace (default: every namespace).
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+    },
+}
+
+fn emit<T: Serialize>(
+    output: Output,
+    value: &T,
+    text: impl Fn(&T) -> String,
+) -> anyhow::Result<()> {
+    match output {
+        Output::Text => print!("{}", text(value)),
+        Output::Yaml => print!("{}", serde_yaml::to_string(value)?),
+        Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
+    }
+    Ok(())
+}
+
+/// Runs one command; returns the process exit code.
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot reach the Kubernetes API with your kubeconfig")?;
+    let default_ns = client.default_namespace().to_string();
+    match cli.command {
+        Command::Resolve(ResolveCommand::Config { name }) => {
+            let catalog = read::catalog(&client).await?;
+            let report = resolve::config_report(&catalog, &name)
+                .map_err(|e| anyhow::anyhow!("ValkeyConfig {name} does not resolve: {e}"))?;
+            emit(cli.output, &report, resolve::text)?;
+            Ok(0)
+        }
+        Command::Resolve(ResolveCommand::Cluster { cluster }) => {
+            let (ns, name) = split_key(&cluster, &default_ns);
+            let catalog = read::catalog(&client).await?;
+            let live = read::cluster(&client, &ns, &name).await?;
+            let acl_file = read::acl_file(&client, &ns, &name).await;
+            let report =
+                resolve::cluster_report(&catalog, &live.cluster, &live.members, acl_file.as_deref())
+                    .map_err(|e| {
+                        anyhow::anyhow!("ValkeyCluster {ns}/{name} does not resolve (the operator reports it Blocked): {e}")
+                    })?;
+            emit(cli.output, &report, resolve::text)?;
+            Ok(0)
+        }
+        Command::Impact(command) => {
+            let (namespace, before) = (
+                match &command {
+                    ImpactCommand::Image { namespace, .. }
+                    | ImpactCommand::Config { namespace, .. } => namespace.clone(),
+                },
+                read::catalog(&client).await?,
+            );
+            let clusters = read::clusters(&client, namespace.as_deref()).await?;
+            let states: Vec<impact::ClusterState<'_>> = clusters
+                .iter()
+                .map(|c| impact::ClusterState {
+                    cluster: &c.cluster,
+                    members: &c.members,
+                })
+                .collect();
+            let Some((change, after)) = proposed(&command, &before)? else {
+                let (kind, menu_ref) = match &command {
+                    ImpactCommand::Image { name, .. } => {
+                        ("ValkeyImage", MenuRef::Image(name.clone()))
+                    }
+                    ImpactCommand::Config { name, .. } => {
+                        ("ValkeyConfig", MenuRef::Config(name.clone()))
+                    }
+                };
+                let readers = impact::readers(&states, &before, &menu_ref);
+                let name = match &menu_ref {
+                    MenuRef::Image(n) | MenuRef::Config(n) | MenuRef::Role(n) => n,
+                };
+                let value = serde_json::json!({
+                    "change": format!("any change to {kind} {name}"),
+                    "readers": readers,
+                });
+                emit(cli.output, &value, |_| {
+                    let mut out = format!(
+                        "no change given (--to-tag, -f): clusters reading {kind} {name}, which any change to its image, resources or settings would roll:\n"
+                    );
+                    for r in &readers {
+                        out.push_str(&format!("  {r}\n"));
+                    }
+                    if readers.is_empty() {
+                        out.push_str("  (none)\n");
+                    }
+                    out
+                })?;
+                return Ok(if readers.is_empty() {
+                    0
+                } else {
+                    EXIT_WOULD_ROLL
+                });
+            };
+            let result = impact::impact(change, &states, &before, &after, None);
+            emit(cli.output, &result, impact::text)?;
+            Ok(if result.rolls() { EXIT_WOULD_ROLL } else { 0 })
+        }
+        Command::Status { cluster } => {
+            let (ns, name) = split_key(&cluster, &default_ns);
+            let live = read::cluster(&client, &ns, &name).await?;
+            let catalog = read::catalog(&client).await.ok();
+            let desired_hash = catalog.as_ref().and_then(|c| {
+                resolve::cluster_report(c, &live.cluster, &live.members, None)
+                    .ok()
+                    .and_then(|r| r.spec_hash)
+            });
+            let pods = read::member_pods(&client, &ns, &name).await?;
+            let zones = read::zones(&client, &pods).await;
+            let events = read::events(&client, &ns, &name).await?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            let report = status::report(&status::Inputs {
+                cluster: &live.cluster,
+                members: &live.members,
+                pods: &pods,
+                zones: &zones,
+                events: &events,
+                desired_hash: desired_hash.as_deref(),
+                now,
+            });
+            emit(cli.output, &report, status::text)?;
+            Ok(0)
+        }
+    }
+}
+
+/// `<ns>/<name>` or `<name>` in `default_ns`.
+pub fn split_key(key: &str, default_ns: &str) -> (String, String) {
+    match key.split_once('/') {
+        Some((ns, name)) => (ns.to_string(), name.to_string()),
+        None => (default_ns.to_string(), key.to_string()),
+    }
+}
+
+/// The menu with the proposed change, and its description; `None` when no change was given.
+pub fn proposed(
+    command: &ImpactCommand,
+    before: &MapCatalog,
+) -> anyhow::Result<Option<(String, MapCatalog)>> {
+    let mut after = before.clone();
+    match command {
+        ImpactCommand::Image {
+            name,
+            to_tag,
+            to_version,
+            filename,
+            ..
+        } => {
+            let Some(current) = before.images.get(name).cloned() else {
+                bail!("ValkeyImage {name} does not exist (kubectl get valkeyimages)");
+            };
+            let mut edited = match filename {
+                Some(path) => read_manifest::<ValkeyImage>(path)?.spec,
+                None => current.clone(),
+            };
+            if to_tag.is_none() && to_version.is_none() && filename.is_none() {
+                return Ok(None);
+            }
+            if let Some(tag) = to_tag {
+                edited.tag = tag.clone();
+            }
+            if let Some(version) = to_version {
+                edited.version = version.clone();
+            }
+            let change = format!(
+                "ValkeyImage {name}: {} (Valkey {}) -> {} (Valkey {})",
+                current.image_reference(),
+                current.version,
+                edited.image_reference(),
+                edited.version
+            );
+            after.images.insert(name.clone(), edited);
+            Ok(Some((change, after)))
+        }
+        ImpactCommand::Config { name, filename, .. } => {
+            let Some(path) = filename else {
+                return Ok(None);
+            };
+            let edited = read_manifest::<ValkeyConfig>(path)?;
+            after.configs.insert(name.clone(), edited.spec);
+            Ok(Some((
+                format!("ValkeyConfig {name} as in {}", path.display()),
+                after,
+            )))
+        }
+    }
+}
+
+fn read_manifest<K: serde::de::DeserializeOwned>(path: &PathBuf) -> anyhow::Result<K> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_yaml::from_str(&text)
+        .with_context(|| format!("{} is not a valid manifest", path.display()))
+}
