@@ -35,11 +35,14 @@ fn plugin_binary() -> anyhow::Result<PathBuf> {
             let target_dir = profile_dir.parent().ok_or("no target dir")?;
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let out = std::process::Command::new(cargo)
+                // The same workspace and features `make e2e` builds the tests with, so the
+                // operator library and every dependency are reused, not rebuilt.
                 .args([
                     "build",
                     "--quiet",
-                    "-p",
-                    "valkey-operator",
+                    "--workspace",
+                    "--features",
+                    "valkey-operator/e2e,valkey-e2e/e2e",
                     "--bin",
                     "kubectl-valkey",
                 ])

@@ -1,12 +1,13 @@
 //! Tenants doing odd things in their own namespace: an object the operator would create that
 //! already exists (a team's own Service named like the new cluster) is left untouched and the
-//! cluster is Blocked with a message naming it; freeing the name unblocks it by itself.
+//! cluster is Blocked with a message naming it; freeing the name unblocks it by itself. The
+//! same for a member's ConfigMap: that member waits, named in the cluster's message.
 #![cfg(feature = "e2e")]
 
 use std::time::Duration;
 
 use anyhow::bail;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
@@ -82,6 +83,70 @@ async fn a_service_of_the_team_named_like_the_cluster_is_untouched_and_blocks_it
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete("taken", &Default::default())
         .await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// A team's ConfigMap named like a member's (`<cluster>-0-0-config`) is left untouched: that
+/// member waits, its status and the cluster's message say which object is in the way, and
+/// deleting the ConfigMap lets the cluster form.
+#[tokio::test]
+async fn a_config_map_named_like_a_members_is_untouched_and_named() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-tenant-cm").await?;
+    let menu = Menu::publish(&client, "e2e-tenant-cm", "9.0.0").await?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let theirs: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "cm-0-0-config", "labels": {"team": "web"}},
+        "data": {"valkey.conf": "# the team's own\n"},
+    }))?;
+    config_maps.create(&PostParams::default(), &theirs).await?;
+    apply(
+        &client,
+        &ns.name,
+        cluster(&ns.name, "cm", &menu.config, 1, 0),
+    )
+    .await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let expected = format!(
+        "ConfigMap {}/cm-0-0-config already exists and was not created by valkey-operator",
+        ns.name
+    );
+    valkey_e2e::harness::wait_for(
+        "the cluster to name the ConfigMap in the way",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let (api, expected) = (api.clone(), expected.clone());
+            async move {
+                let message = api.get("cm").await?.status.unwrap_or_default().message;
+                let message = message.unwrap_or_default();
+                if message.contains(&expected) {
+                    Ok(Some(()))
+                } else {
+                    bail!("{message}")
+                }
+            }
+        },
+    )
+    .await?;
+    let after = config_maps.get("cm-0-0-config").await?;
+    assert_eq!(after.data, theirs.data, "data untouched");
+    assert_eq!(after.metadata.labels, theirs.metadata.labels);
+    assert!(after.metadata.owner_references.is_none(), "{after:?}");
+
+    config_maps
+        .delete("cm-0-0-config", &Default::default())
+        .await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "cm",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    api.delete("cm", &Default::default()).await?;
     menu.remove(&client).await?;
     Ok(())
 }

@@ -177,4 +177,10 @@ pub struct ClusterNodeStatus {
     /// Lifecycle: Joining, Active or Leaving.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<Lifecycle>,
+    /// Hash slots a primary serves, as Valkey reports them (`0-5460,10923`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<String>,
+    /// For a replica: bytes of replication stream it is behind its primary (0 = in sync).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_bytes: Option<i64>,
 }

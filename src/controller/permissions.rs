@@ -81,8 +81,8 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
     Permission {
         groups: &[""],
         resources: &["configmaps"],
-        verbs: &["list", "watch", "create", "patch"],
-        why: "each member's valkey.conf, server-side applied (node/mod.rs)",
+        verbs: &["get", "list", "watch", "create", "patch"],
+        why: "each member's valkey.conf, server-side applied (node/mod.rs) after a get that refuses to touch a ConfigMap of that name the member did not create",
     },
     Permission {
         groups: &[""],

@@ -26,9 +26,12 @@ pub struct MemberRow {
     /// Runs the desired spec (`None`: the menu does not resolve, unknown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<bool>,
-    /// Replication offset lag behind the primary, when known.
+    /// Replication offset lag behind the primary in bytes (replicas; from the cluster's status).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lag: Option<i64>,
+    /// Slots a primary serves, as Valkey reports them (from the cluster's status).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -38,6 +41,8 @@ pub struct ShardRow {
     /// The slots the shard owns once the split over `spec.shards` is even (`start-end`; none
     /// for a shard being drained).
     pub target_slots: String,
+    /// The slots its primary serves now (`-` when none does).
+    pub serving: String,
     pub members: Vec<MemberRow>,
 }
 
@@ -157,7 +162,8 @@ pub fn report(inputs: &Inputs<'_>) -> StatusReport {
                 node: if host.is_empty() { "-".into() } else { host },
                 ready,
                 current: inputs.desired_hash.map(|h| is_current(n, h)),
-                lag: None,
+                lag: seen.and_then(|s| s.lag_bytes),
+                slots: seen.and_then(|s| s.slots.clone()),
                 name,
             }
         })
@@ -175,6 +181,11 @@ pub fn report(inputs: &Inputs<'_>) -> StatusReport {
                 .get(s as usize)
                 .map(|r| format!("{}-{}", r.start(), r.end()))
                 .unwrap_or_else(|| "none (draining)".into()),
+            serving: rows
+                .iter()
+                .filter(|r| r.shard == s)
+                .find_map(|r| r.slots.clone())
+                .unwrap_or_else(|| "-".into()),
             members: rows.iter().filter(|r| r.shard == s).cloned().collect(),
         })
         .collect();
@@ -245,7 +256,11 @@ pub fn text(r: &StatusReport) -> String {
         let _ = writeln!(out, "  {c}");
     }
     for s in &r.shards {
-        let _ = writeln!(out, "\nshard {} (target slots {})", s.shard, s.target_slots);
+        let _ = writeln!(
+            out,
+            "\nshard {} (serves {}; target slots {})",
+            s.shard, s.serving, s.target_slots
+        );
         let _ = writeln!(
             out,
             "  {:<28} {:<8} {:<9} {:<8} {:<6} {:<20} {:<12} {:<8} LAG",
@@ -313,11 +328,20 @@ mod tests {
                 "scaling to 2 shard(s): 8192 slot(s) left to move from shard(s) 0 to shard(s) 1"
                     .into(),
             ),
-            nodes: vec![ClusterNodeStatus {
-                name: "c-0-0".into(),
-                role: Some(NodeRole::Primary),
-                ..Default::default()
-            }],
+            nodes: vec![
+                ClusterNodeStatus {
+                    name: "c-0-0".into(),
+                    role: Some(NodeRole::Primary),
+                    slots: Some("0-16383".into()),
+                    ..Default::default()
+                },
+                ClusterNodeStatus {
+                    name: "c-1-0".into(),
+                    role: Some(NodeRole::Replica),
+                    lag_bytes: Some(42),
+                    ..Default::default()
+                },
+            ],
             ..Default::default()
         });
         let resolved = crate::controller::cluster::resolve(&cluster, &seed_catalog(), []).unwrap();
@@ -351,6 +375,12 @@ mod tests {
         });
         assert_eq!(r.shards[0].target_slots, "0-8191");
         assert_eq!(r.shards[1].target_slots, "8192-16383");
+        assert_eq!(
+            r.shards[0].serving, "0-16383",
+            "what Valkey reports, via status"
+        );
+        assert_eq!(r.shards[1].serving, "-");
+        assert_eq!(r.shards[1].members[0].lag, Some(42));
         assert_eq!(r.shards[0].members[0].role, "primary");
         assert_eq!(r.shards[1].members[0].current, Some(false));
         assert_eq!(

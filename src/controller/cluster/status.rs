@@ -101,6 +101,8 @@ pub fn blocked(
                         role: n.status.as_ref().and_then(|s| s.role),
                         version: Some(n.spec.version.clone()),
                         lifecycle: n.status.as_ref().and_then(|s| s.lifecycle),
+                        slots: None,
+                        lag_bytes: None,
                     })
                     .collect()
             }),
@@ -168,9 +170,33 @@ pub fn from_plan(
                 } else {
                     o.member.lifecycle
                 }),
+                slots: o
+                    .member
+                    .view
+                    .as_ref()
+                    .filter(|v| !v.slots.is_empty())
+                    .map(|v| {
+                        crate::driver::slots::normalize(v.slots.iter().cloned())
+                            .iter()
+                            .map(crate::driver::slots::format_range)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    }),
+                lag_bytes: replication_lag(o, observed),
             })
             .collect(),
     }
+}
+
+/// How far a replica's replication offset is behind its primary's, both as observed this round.
+fn replication_lag(member: &Observed, observed: &[Observed]) -> Option<i64> {
+    let view = member.member.view.as_ref()?;
+    let primary_id = view.primary_id.as_ref()?;
+    let primary = observed
+        .iter()
+        .filter_map(|o| o.member.view.as_ref())
+        .find(|v| &v.id == primary_id)?;
+    Some((primary.repl_offset - view.repl_offset).max(0))
 }
 
 /// Patches status (server-side apply on the status subresource) and emits an Event when the
