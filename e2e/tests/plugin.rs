@@ -305,7 +305,9 @@ async fn status_mid_scale_shows_the_slots_left_to_move() -> anyhow::Result<()> {
     .await?;
     println!("{text}");
     assert!(text.contains("ValkeyCluster"), "{text}");
-    assert!(text.contains("shard 2 (target slots"), "{text}");
+    // The new shard: what it serves so far (from the operator's status) and its target.
+    assert!(text.contains("shard 2 (serves "), "{text}");
+    assert!(text.contains("target slots 10923-16383)"), "{text}");
     let (_, json, _) = plugin(&["status", &key, "-o", "json"]).await?;
     let report: Value = serde_json::from_str(&json)?;
     assert_eq!(report["shardsWanted"], 3);
