@@ -147,6 +147,42 @@ impl Context {
     pub async fn forget_driver(&self, key: &str) {
         self.drivers.lock().await.remove(key);
     }
+
+    /// Drops what memory holds for objects that no longer exist (a deleted cluster is not
+    /// reconciled once it is gone from the cache): driver connections of clusters not in
+    /// `clusters` and failure counts of clusters and members not in `clusters`/`nodes`
+    /// (`namespace/name` keys). Returns how many entries went.
+    pub async fn retain_live(
+        &self,
+        clusters: &std::collections::BTreeSet<String>,
+        nodes: &std::collections::BTreeSet<String>,
+    ) -> usize {
+        let mut dropped = 0;
+        {
+            let mut drivers = self.drivers.lock().await;
+            let before = drivers.len();
+            drivers.retain(|key, _| clusters.contains(key));
+            dropped += before - drivers.len();
+        }
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let before = failures.len();
+        failures.retain(|key, _| failure_key_is_live(key, clusters, nodes));
+        dropped + before - failures.len()
+    }
+}
+
+/// Whether a failure count's key (`cluster/<ns>/<name>` or `node/<ns>/<name>`) names an object
+/// that still exists; unknown kinds are kept.
+fn failure_key_is_live(
+    key: &str,
+    clusters: &std::collections::BTreeSet<String>,
+    nodes: &std::collections::BTreeSet<String>,
+) -> bool {
+    match key.split_once('/') {
+        Some(("cluster", k)) => clusters.contains(k),
+        Some(("node", k)) => nodes.contains(k),
+        _ => true,
+    }
 }
 
 /// Delay before the retry after `failures` consecutive failures (1-based).
@@ -198,6 +234,21 @@ pub fn object_key<K: ResourceExt>(obj: &K) -> String {
 #[cfg(test)]
 mod backoff_tests {
     use super::*;
+
+    #[test]
+    fn failure_counts_of_deleted_objects_are_dropped() {
+        let clusters = std::collections::BTreeSet::from(["ns/a".to_string()]);
+        let nodes = std::collections::BTreeSet::from(["ns/a-0-0".to_string()]);
+        assert!(failure_key_is_live("cluster/ns/a", &clusters, &nodes));
+        assert!(!failure_key_is_live("cluster/ns/gone", &clusters, &nodes));
+        assert!(failure_key_is_live("node/ns/a-0-0", &clusters, &nodes));
+        assert!(!failure_key_is_live("node/ns/a-0-1", &clusters, &nodes));
+        assert!(
+            !failure_key_is_live("node/ns/a", &clusters, &nodes),
+            "kinds are not mixed"
+        );
+        assert!(failure_key_is_live("other/x", &clusters, &nodes));
+    }
 
     #[test]
     fn retries_back_off_exponentially_up_to_30_seconds() {

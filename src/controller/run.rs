@@ -147,13 +147,35 @@ pub async fn run(
 
     // Credentials Secrets (in this namespace, not owned: owners cannot span namespaces) of
     // clusters that are gone are deleted: once the cluster cache has listed, then every 5 min.
+    // Also drops what memory holds for clusters and members that are gone.
     let sweep_clusters = clusters.clone();
+    let sweep_nodes = nodes.clone();
     let sweep_ctx = ctx.clone();
     tokio::spawn(async move {
-        if sweep_clusters.wait_until_ready().await.is_err() {
+        if sweep_clusters.wait_until_ready().await.is_err()
+            || sweep_nodes.wait_until_ready().await.is_err()
+        {
             return;
         }
         loop {
+            use crate::controller::object_key;
+            let live_clusters = sweep_clusters
+                .state()
+                .iter()
+                .map(|c| object_key(c.as_ref()))
+                .collect();
+            let live_nodes = sweep_nodes
+                .state()
+                .iter()
+                .map(|n| object_key(n.as_ref()))
+                .collect();
+            let dropped = sweep_ctx.retain_live(&live_clusters, &live_nodes).await;
+            if dropped > 0 {
+                info!(
+                    dropped,
+                    "dropped in-memory state of clusters and members that are gone"
+                );
+            }
             let live: std::collections::BTreeSet<String> = sweep_clusters
                 .state()
                 .iter()

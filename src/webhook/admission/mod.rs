@@ -208,11 +208,11 @@ impl WatchedMenu {
     }
 }
 
+/// Every review reads the caches, ValkeyConfig cycle checks included: a cache is milliseconds
+/// behind the API server, and a cycle that two concurrent edits slip past it is still caught
+/// by the controller (the clusters on it are Blocked, `ConfigResolved=False`), so no review
+/// costs a LIST.
 impl MenuSource for WatchedMenu {
-    fn fresh_snapshot(&self) -> BoxFuture<'_, Menu> {
-        self.fallback.snapshot()
-    }
-
     fn clusters(&self) -> BoxFuture<'_, Clusters> {
         if !self.ready.load(std::sync::atomic::Ordering::Acquire) {
             return self.fallback.clusters();
