@@ -93,3 +93,23 @@ pub async fn kill_operator(client: &Client) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A pod's `/metrics`, fetched over plain HTTP from the host (pods are reachable on the
+/// bridge).
+pub fn pod_metrics(pod: &Pod) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("pod IP")?;
+    let mut stream = std::net::TcpStream::connect_timeout(
+        &format!("{ip}:8080").parse()?,
+        Duration::from_secs(3),
+    )?;
+    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: operator\r\n\r\n")?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body)?;
+    Ok(body)
+}

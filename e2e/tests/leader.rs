@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Endpoints, Pod};
@@ -18,6 +18,7 @@ use serde_json::json;
 
 use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, wait_for};
+use valkey_e2e::valkey::pod_metrics as metrics;
 use valkey_e2e::valkey::{member_pods, wait_state};
 use valkey_e2e::workload::{Menu, apply, cluster};
 use valkey_operator::api::{ClusterState, ValkeyCluster};
@@ -73,26 +74,6 @@ async fn holder(client: &Client) -> anyhow::Result<Option<String>> {
         .get(LEASE_NAME)
         .await?;
     Ok(lease.spec.and_then(|s| s.holder_identity))
-}
-
-/// A pod's `/metrics`, fetched over plain HTTP from the host (pods are reachable on the
-/// bridge).
-fn metrics(pod: &Pod) -> anyhow::Result<String> {
-    use std::io::{Read, Write};
-    let ip = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .context("pod IP")?;
-    let mut stream = std::net::TcpStream::connect_timeout(
-        &format!("{ip}:8080").parse()?,
-        Duration::from_secs(3),
-    )?;
-    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: operator\r\n\r\n")?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body)?;
-    Ok(body)
 }
 
 /// The value of a sample line (`name{labels} value`), 0 when absent.

@@ -36,6 +36,7 @@ use super::validation::{
     printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.shards", description = "Number of shards (primaries)"),
     printcolumn(name = "REPLICAS", type_ = "integer", json_path = ".spec.replicasPerShard", description = "Replicas per shard"),
     printcolumn(name = "CONFIG", type_ = "string", json_path = ".spec.configRef", description = "ValkeyConfig the cluster uses"),
+    printcolumn(name = "PROGRESS", type_ = "string", json_path = ".status.conditions[?(@.type==\"Progressing\")].reason", description = "What the operator is doing: Forming, RollingOut, Scaling, ReplacingMembers, Updating; Settled when done"),
     printcolumn(name = "MESSAGE", type_ = "string", json_path = ".status.message", priority = 1),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -135,6 +136,11 @@ pub struct ValkeyClusterStatus {
     /// Every member of the Valkey cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<ClusterNodeStatus>,
+
+    /// Where applications connect: the client Service (`host:port`; a cluster-mode client
+    /// discovers every member from there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
 }
 
 /// Overall state of a Valkey cluster.

@@ -18,6 +18,9 @@ pub const RESERVED_PREFIX: &str = "valkey.gomomento.com/";
 /// `keys` moves them key by key (`MIGRATE`); anything else (or none) uses atomic slot
 /// migration where every member's Valkey supports it.
 pub const ANNOTATION_SLOT_MIGRATION: &str = "valkey.gomomento.com/slot-migration";
+/// `"true"` on a ValkeyCluster pauses its reconciliation (an incident, a maintenance window):
+/// members keep running and serving, the operator changes nothing until it is removed.
+pub const ANNOTATION_PAUSED: &str = "valkey.gomomento.com/paused";
 
 /// Label on every object the operator creates for a ValkeyCluster: the cluster's name.
 pub const LABEL_CLUSTER: &str = "valkey.gomomento.com/cluster";

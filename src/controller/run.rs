@@ -201,6 +201,7 @@ pub async fn run(
     let gauge_clusters = clusters.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+        let mut labelled = std::collections::HashSet::new();
         loop {
             tick.tick().await;
             let mut counts: std::collections::BTreeMap<String, i64> = [
@@ -209,11 +210,25 @@ pub async fn run(
             .iter()
             .map(|s| (s.to_string(), 0))
             .collect();
+            let mut now_labelled = std::collections::HashSet::new();
             for c in gauge_clusters.state() {
                 if let Some(state) = c.status.as_ref().and_then(|s| s.state) {
                     *counts.entry(format!("{state:?}")).or_default() += 1;
+                    let label = crate::telemetry::ClusterLabel {
+                        namespace: c.namespace().unwrap_or_default(),
+                        name: c.name_any(),
+                        state: format!("{state:?}"),
+                    };
+                    gauge_metrics.cluster_state.get_or_create(&label).set(1);
+                    now_labelled.insert(label);
                 }
             }
+            // Series of deleted clusters and of states left go; the others stay (no gap that
+            // would reset an alert's `for:` timer).
+            for gone in labelled.difference(&now_labelled) {
+                gauge_metrics.cluster_state.remove(gone);
+            }
+            labelled = now_labelled;
             for (state, n) in counts {
                 gauge_metrics
                     .clusters

@@ -36,6 +36,14 @@ pub struct StateLabel {
     pub state: String,
 }
 
+/// One ValkeyCluster and its state, so an alert can name the cluster.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabel {
+    pub namespace: String,
+    pub name: String,
+    pub state: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PathLabel {
     pub path: String,
@@ -53,6 +61,8 @@ pub struct Metrics {
     pub reconcile_errors: Family<ErrorLabel, Counter>,
     pub reconcile_duration: Family<ControllerLabel, Histogram>,
     pub clusters: Family<StateLabel, Gauge>,
+    /// 1 for each ValkeyCluster, labelled with its namespace, name and state.
+    pub cluster_state: Family<ClusterLabel, Gauge>,
     pub topology_actions: Family<ActionLabel, Counter>,
     pub failovers: Counter,
     pub slot_migrations: Counter,
@@ -96,6 +106,12 @@ impl Metrics {
         );
         let clusters = Family::<StateLabel, Gauge>::default();
         registry.register("clusters", "ValkeyClusters per state", clusters.clone());
+        let cluster_state = Family::<ClusterLabel, Gauge>::default();
+        registry.register(
+            "cluster_state",
+            "1 per ValkeyCluster, labelled with its namespace, name and current state (alert on state=\"Degraded\" naming the cluster)",
+            cluster_state.clone(),
+        );
         let topology_actions = Family::<ActionLabel, Counter>::default();
         registry.register(
             "topology_actions",
@@ -141,6 +157,7 @@ impl Metrics {
             reconcile_errors,
             reconcile_duration,
             clusters,
+            cluster_state,
             topology_actions,
             failovers,
             slot_migrations,

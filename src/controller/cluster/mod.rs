@@ -96,6 +96,13 @@ pub async fn reconcile(
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
 
+    // Paused by annotation: say so and touch nothing until it goes (removing it is a change
+    // that reconciles at once).
+    if status::is_paused(&cluster) {
+        status::publish(ctx, &cluster, status::paused(&cluster)).await?;
+        return Ok(Requeue::await_change());
+    }
+
     // Resolve. A broken reference blocks the cluster and touches nothing that runs.
     let members = cluster_nodes(&cctx.nodes, &namespace, &name);
     let running = members.iter().map(|n| n.spec.version.as_str());
@@ -148,6 +155,7 @@ pub async fn reconcile(
     )
     .await;
     publish_holds_data(ctx, &namespace, &observed, &cctx.pods).await;
+    sync_pod_annotations(ctx, &cluster, &observed, &cctx.pods).await;
     let topology = Topology {
         cluster: name.clone(),
         shards: cluster.spec.shards.max(0) as usize,
@@ -219,6 +227,39 @@ async fn acl_events(ctx: &Context, cluster: &ValkeyCluster, progress: &acl::AclP
 /// empty or syncing member out of the PodDisruptionBudget's healthy count and out of the client
 /// Service, so a drain evicts the next member only once the last one's replacement has synced.
 /// A failed write is logged and retried next reconcile: it only delays readiness.
+/// `spec.podAnnotations` on every running member pod, within a reconcile of the change:
+/// added, changed and removed keys (see `node::build::pod_annotations_patch`).
+async fn sync_pod_annotations(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    observed: &[observe::Observed],
+    pods: &Store<Pod>,
+) {
+    use kube::runtime::reflector::ObjectRef;
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    for pod_name in observed.iter().filter_map(|o| o.pod.as_ref()) {
+        let Some(pod) = pods.get(&ObjectRef::new(pod_name).within(&namespace)) else {
+            continue;
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let desired = &cluster.spec.pod_annotations;
+        let Some(patch) =
+            crate::controller::node::build::pod_annotations_patch(pod.annotations(), desired)
+        else {
+            continue;
+        };
+        if let Err(e) = api
+            .patch(pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            warn!(pod = %pod_name, error = %e, "could not update the pod's annotations");
+        }
+    }
+}
+
 async fn publish_holds_data(
     ctx: &Context,
     namespace: &str,

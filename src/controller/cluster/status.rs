@@ -68,6 +68,7 @@ pub fn blocked(
     );
     let message = cause.message.to_string();
     ValkeyClusterStatus {
+        endpoint: cluster.status.as_ref().and_then(|s| s.endpoint.clone()),
         state: Some(ClusterState::Blocked),
         message: Some(message.clone()),
         observed_generation: generation,
@@ -128,6 +129,66 @@ pub fn previous_acl_condition(cluster: &ValkeyCluster) -> Option<Condition> {
         .find(|c| c.type_ == ACL_APPLIED)
 }
 
+/// The `Progressing` condition for a plan: whether the operator is changing the cluster, and
+/// the kind of change (the plan's words say which: see `plan::plan`'s messages).
+pub fn progressing(plan: &Plan) -> (bool, &'static str) {
+    let m = plan.message.as_str();
+    match plan.phase {
+        Phase::Ready => (false, "Settled"),
+        Phase::Degraded => (false, "Degraded"),
+        Phase::Forming => (true, "Forming"),
+        Phase::Updating if m.starts_with("rolling out") => (true, "RollingOut"),
+        Phase::Updating if m.starts_with("scaling") => (true, "Scaling"),
+        Phase::Updating
+            if m.contains("promoting") || m.contains("retiring") || m.contains("replac") =>
+        {
+            (true, "ReplacingMembers")
+        }
+        Phase::Updating => (true, "Updating"),
+    }
+}
+
+/// The cluster carries `valkey.gomomento.com/paused: "true"`.
+pub fn is_paused(cluster: &ValkeyCluster) -> bool {
+    cluster
+        .annotations()
+        .get(crate::api::constants::ANNOTATION_PAUSED)
+        .is_some_and(|v| v == "true")
+}
+
+/// Status of a paused cluster: state and members as last observed, the message and a
+/// `Progressing=False, Paused` condition saying how to resume.
+pub fn paused(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
+    let previous = previous_conditions(cluster);
+    let generation = cluster.metadata.generation;
+    let message = format!(
+        "reconciliation paused by the {} annotation: members keep running, nothing is changed; remove the annotation to resume",
+        crate::api::constants::ANNOTATION_PAUSED
+    );
+    let mut status = cluster.status.clone().unwrap_or_default();
+    status.message = Some(message.clone());
+    status.conditions.retain(|c| c.type_ != "Progressing");
+    status.conditions.push(condition(
+        "Progressing",
+        false,
+        "Paused",
+        &message,
+        generation,
+        &previous,
+    ));
+    status
+}
+
+/// Where applications connect: the client Service.
+pub fn endpoint(cluster: &ValkeyCluster) -> String {
+    format!(
+        "{}.{}.svc:{}",
+        crate::controller::names::client_service(&cluster.name_any()),
+        cluster.namespace().unwrap_or_default(),
+        crate::api::constants::CLIENT_PORT
+    )
+}
+
 /// Status from the plan, this round's observations and the ACL step.
 pub fn from_plan(
     cluster: &ValkeyCluster,
@@ -151,12 +212,17 @@ pub fn from_plan(
         observed_generation: generation,
         conditions: vec![
             condition("ConfigResolved", true, "Resolved", "configRef, base chain, image and roles resolved", generation, &previous),
-            condition("Ready", ready, if ready { "Active" } else { "NotReady" }, &plan.message, generation, &previous),
+            condition("Ready", ready, &format!("{state:?}"), &plan.message, generation, &previous),
+            {
+                let (ok, reason) = progressing(plan);
+                condition("Progressing", ok, reason, &plan.message, generation, &previous)
+            },
             {
                 let (ok, reason, message) = acl.condition();
                 condition(ACL_APPLIED, ok, reason, &message, generation, &previous)
             },
         ],
+        endpoint: Some(endpoint(cluster)),
         nodes: observed
             .iter()
             .map(|o| ClusterNodeStatus {
@@ -327,4 +393,101 @@ pub async fn update_node_statuses(
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(phase: Phase, message: &str) -> Plan {
+        Plan {
+            phase,
+            actions: vec![],
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn progressing_names_the_kind_of_change() {
+        for (phase, message, want) in [
+            (Phase::Forming, "creating 6 member(s)", (true, "Forming")),
+            (
+                Phase::Updating,
+                "rolling out shard 1 (1 of 3 shards done, 4 of 6 members on the new spec)",
+                (true, "RollingOut"),
+            ),
+            (
+                Phase::Updating,
+                "scaling to 3 shard(s): 5460 slot(s) left to move from shard(s) 0, 1 to shard(s) 2",
+                (true, "Scaling"),
+            ),
+            (
+                Phase::Updating,
+                "shard 0: its primary c-0-0 is gone (its pod was lost); promoting c-0-1",
+                (true, "ReplacingMembers"),
+            ),
+            (
+                Phase::Updating,
+                "attaching replicas to their primaries",
+                (true, "Updating"),
+            ),
+            (
+                Phase::Ready,
+                "3 shard(s) with 1 replica(s) each",
+                (false, "Settled"),
+            ),
+            (
+                Phase::Degraded,
+                "waiting for 1 of 6 member(s)",
+                (false, "Degraded"),
+            ),
+        ] {
+            assert_eq!(progressing(&plan(phase, message)), want, "{message}");
+        }
+    }
+
+    #[test]
+    fn a_paused_cluster_keeps_its_state_and_says_how_to_resume() {
+        let mut c: ValkeyCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": "shop", "annotations": {"valkey.gomomento.com/paused": "true"}},
+            "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 0},
+            "status": {"state": "Active", "message": "all good"},
+        }))
+        .unwrap();
+        assert!(is_paused(&c));
+        let s = paused(&c);
+        assert_eq!(s.state, Some(ClusterState::Active));
+        assert!(
+            s.message
+                .unwrap()
+                .contains("remove the annotation to resume")
+        );
+        let p = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .unwrap();
+        assert_eq!((p.status.as_str(), p.reason.as_str()), ("False", "Paused"));
+        c.metadata.annotations = Some(
+            [(
+                crate::api::constants::ANNOTATION_PAUSED.to_string(),
+                "false".to_string(),
+            )]
+            .into(),
+        );
+        assert!(!is_paused(&c));
+    }
+
+    #[test]
+    fn the_endpoint_is_the_client_service() {
+        let mut c: ValkeyCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": "shop"},
+            "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 0},
+        }))
+        .unwrap();
+        c.metadata.namespace = Some("my-app".into());
+        assert_eq!(endpoint(&c), "shop.my-app.svc:6379");
+    }
 }

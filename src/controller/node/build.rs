@@ -78,12 +78,56 @@ pub fn config_map(node: &ValkeyNode) -> ConfigMap {
     }
 }
 
+/// Pod annotation listing the keys that came from the cluster's `spec.podAnnotations`, so a key
+/// removed from the spec is removed from running pods (and nobody else's annotation is).
+pub const MANAGED_ANNOTATIONS: &str = "valkey.gomomento.com/pod-annotations";
+
+fn managed_keys(desired: &BTreeMap<String, String>) -> Option<String> {
+    (!desired.is_empty()).then(|| desired.keys().cloned().collect::<Vec<_>>().join(","))
+}
+
+/// The merge patch that brings a running pod's annotations to the cluster's
+/// `spec.podAnnotations` (`desired`): keys added or changed, keys this operator added earlier
+/// and since removed from the spec deleted, other annotations left alone. `None` when the pod
+/// is up to date.
+pub fn pod_annotations_patch(
+    current: &BTreeMap<String, String>,
+    desired: &BTreeMap<String, String>,
+) -> Option<serde_json::Value> {
+    let mut patch = serde_json::Map::new();
+    for (k, v) in desired {
+        if current.get(k) != Some(v) {
+            patch.insert(k.clone(), serde_json::Value::String(v.clone()));
+        }
+    }
+    let managed = current
+        .get(MANAGED_ANNOTATIONS)
+        .map(String::as_str)
+        .unwrap_or("");
+    for k in managed.split(',').filter(|k| !k.is_empty()) {
+        if !desired.contains_key(k) && current.contains_key(k) {
+            patch.insert(k.to_string(), serde_json::Value::Null);
+        }
+    }
+    let keys = managed_keys(desired);
+    if current.get(MANAGED_ANNOTATIONS) != keys.as_ref() {
+        patch.insert(
+            MANAGED_ANNOTATIONS.to_string(),
+            keys.map_or(serde_json::Value::Null, serde_json::Value::String),
+        );
+    }
+    (!patch.is_empty()).then(|| json!({"metadata": {"annotations": patch}}))
+}
+
 /// The member's pod. Its name is the ValkeyNode's; it is owned by the ValkeyNode, so deleting
 /// the node deletes the pod. `pod_annotations` are the cluster's `spec.podAnnotations`.
 pub fn pod(node: &ValkeyNode, pod_annotations: &BTreeMap<String, String>) -> Pod {
     let (node_name, _namespace, cluster) = identity(node);
     let mut meta = owned_meta(node, node_name.clone());
     let mut annotations = pod_annotations.clone();
+    if let Some(keys) = managed_keys(pod_annotations) {
+        annotations.insert(MANAGED_ANNOTATIONS.to_string(), keys);
+    }
     annotations.insert(
         CONFIG_HASH_ANNOTATION.to_string(),
         sha256_hex(valkey_conf(node))[..12].to_string(),
@@ -348,6 +392,40 @@ mod tests {
             expr.values.as_ref().unwrap(),
             &vec!["zone-a".to_string(), "zone-b".to_string()]
         );
+    }
+
+    #[test]
+    fn pod_annotations_follow_the_spec_and_leave_others_alone() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        // A pod created with {a, b}, then someone else's annotation added.
+        let mut current = map(&[("a", "1"), ("b", "2"), ("theirs", "x")]);
+        current.insert(MANAGED_ANNOTATIONS.into(), "a,b".into());
+        assert_eq!(
+            pod_annotations_patch(&current, &map(&[("a", "1"), ("b", "2")])),
+            None
+        );
+        // b removed, a changed, c added: theirs untouched.
+        let patch = pod_annotations_patch(&current, &map(&[("a", "9"), ("c", "3")])).unwrap();
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {
+                "a": "9", "b": null, "c": "3", MANAGED_ANNOTATIONS: "a,c"
+            }}})
+        );
+        // Everything removed: the bookkeeping goes too.
+        let patch = pod_annotations_patch(&current, &BTreeMap::new()).unwrap();
+        assert_eq!(
+            patch,
+            json!({"metadata": {"annotations": {"a": null, "b": null, MANAGED_ANNOTATIONS: null}}})
+        );
+        // A key that is not ours (no bookkeeping) is never deleted.
+        let patch = pod_annotations_patch(&map(&[("theirs", "x")]), &BTreeMap::new());
+        assert_eq!(patch, None);
     }
 
     #[test]

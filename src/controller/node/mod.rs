@@ -4,7 +4,6 @@
 
 pub mod build;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,19 +101,12 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
             }
         }
         Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
-            // Live change: add or update the cluster's annotations on the running pod.
-            let current = pod.annotations();
-            let missing: BTreeMap<&String, &String> = annotations
-                .iter()
-                .filter(|(k, v)| current.get(*k) != Some(*v))
-                .collect();
-            if !missing.is_empty() {
-                pods.patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({"metadata": {"annotations": missing}})),
-                )
-                .await?;
+            // Live change: the cluster's annotations on the running pod (added, changed and
+            // removed). The cluster controller does the same on each of its reconciles, which
+            // a spec change triggers at once.
+            if let Some(patch) = build::pod_annotations_patch(pod.annotations(), &annotations) {
+                pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
             }
         }
         Some(_) => {}

@@ -1,0 +1,213 @@
+//! What a platform team operating clusters relies on, on a live cluster: `spec.podAnnotations`
+//! edits reach running pods within 10 s (added, changed and removed keys; annotations others
+//! put on the pods are left alone), status says how to connect and what is in progress
+//! (`Progressing` with its reason, `Ready` with the state), a per-cluster state metric names
+//! the cluster, and `valkey.gomomento.com/paused: "true"` stops every change until removed.
+#![cfg(feature = "e2e")]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use valkey_e2e::harness::{TestNamespace, client, wait_for};
+use valkey_e2e::valkey::{OPERATOR_NAMESPACE, member_pods, pod_metrics, wait_state};
+use valkey_e2e::workload::active_cluster;
+use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyNode};
+
+const NAME: &str = "ops";
+
+async fn patch_cluster(client: &Client, ns: &str, patch: serde_json::Value) -> anyhow::Result<()> {
+    Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+        .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Waits until every member pod's annotations satisfy `ok`; returns how long that took.
+async fn pods_annotated(
+    client: &Client,
+    ns: &str,
+    what: &str,
+    ok: impl Fn(&BTreeMap<String, String>) -> bool,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let ok = &ok;
+    wait_for(
+        what,
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || async move {
+            let pods = member_pods(client, ns, NAME).await?;
+            ensure!(!pods.is_empty(), "no member pods");
+            match pods.iter().find(|p| !ok(p.annotations())) {
+                Some(p) => bail!("{}: {:?}", p.name_any(), p.annotations()),
+                None => Ok(Some(())),
+            }
+        },
+    )
+    .await?;
+    Ok(started.elapsed())
+}
+
+fn condition(c: &ValkeyCluster, type_: &str) -> Option<(String, String)> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+        .map(|x| (x.status.clone(), x.reason.clone()))
+}
+
+#[tokio::test]
+async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-ops").await?;
+    let menu = active_cluster(&client, &ns.name, NAME, "9.0.0", (1, 1)).await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+
+    // Status: where to connect, what is going on.
+    let c = api.get(NAME).await?;
+    let status = c.status.clone().context("status")?;
+    assert_eq!(
+        status.endpoint.as_deref(),
+        Some(format!("{NAME}.{}.svc:6379", ns.name).as_str())
+    );
+    assert_eq!(
+        condition(&c, "Ready"),
+        Some(("True".into(), "Active".into()))
+    );
+    assert_eq!(
+        condition(&c, "Progressing"),
+        Some(("False".into(), "Settled".into()))
+    );
+
+    // podAnnotations: added, changed, removed, within 10 s; someone else's stays.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for p in member_pods(&client, &ns.name, NAME).await? {
+        pods.patch(
+            &p.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"theirs": "x"}}})),
+        )
+        .await?;
+    }
+    patch_cluster(
+        &client,
+        &ns.name,
+        json!({"spec": {"podAnnotations": {"team": "shop", "cost-center": "42"}}}),
+    )
+    .await?;
+    let added = pods_annotated(&client, &ns.name, "annotations added", |a| {
+        a.get("team").map(String::as_str) == Some("shop")
+            && a.get("cost-center").map(String::as_str) == Some("42")
+    })
+    .await?;
+    patch_cluster(
+        &client,
+        &ns.name,
+        json!({"spec": {"podAnnotations": {"team": "web", "cost-center": null}}}),
+    )
+    .await?;
+    let changed = pods_annotated(&client, &ns.name, "annotation changed and removed", |a| {
+        a.get("team").map(String::as_str) == Some("web")
+            && !a.contains_key("cost-center")
+            && a.get("theirs").map(String::as_str) == Some("x")
+    })
+    .await?;
+    println!(
+        "podAnnotations reached every pod: added in {added:?}, changed/removed in {changed:?}"
+    );
+
+    // The per-cluster metric names this cluster and its state.
+    let operator_pods = Api::<Pod>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+        .await?;
+    let line = format!(
+        "valkey_operator_cluster_state{{namespace=\"{}\",name=\"{NAME}\",state=\"Active\"}} 1",
+        ns.name
+    );
+    wait_for(
+        "the cluster_state metric",
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        || {
+            let (pods, line) = (&operator_pods.items, &line);
+            async move {
+                let all: Vec<String> = pods.iter().filter_map(|p| pod_metrics(p).ok()).collect();
+                if all.iter().any(|m| m.lines().any(|l| l == line)) {
+                    Ok(Some(()))
+                } else {
+                    bail!("no line {line}")
+                }
+            }
+        },
+    )
+    .await?;
+
+    // Paused: a scale-out waits, status says why; unpaused, it happens.
+    patch_cluster(
+        &client,
+        &ns.name,
+        json!({"metadata": {"annotations": {"valkey.gomomento.com/paused": "true"}}}),
+    )
+    .await?;
+    patch_cluster(&client, &ns.name, json!({"spec": {"shards": 2}})).await?;
+    wait_for(
+        "the paused status",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || {
+            let api = api.clone();
+            async move {
+                let c = api.get(NAME).await?;
+                let message = c
+                    .status
+                    .clone()
+                    .unwrap_or_default()
+                    .message
+                    .unwrap_or_default();
+                if message.contains("paused")
+                    && condition(&c, "Progressing").is_some_and(|p| p.1 == "Paused")
+                {
+                    Ok(Some(()))
+                } else {
+                    bail!("{message}")
+                }
+            }
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let nodes = Api::<ValkeyNode>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default())
+        .await?;
+    assert_eq!(nodes.items.len(), 2, "no member created while paused");
+    patch_cluster(
+        &client,
+        &ns.name,
+        json!({"metadata": {"annotations": {"valkey.gomomento.com/paused": null}}}),
+    )
+    .await?;
+    let c = wait_state(
+        &client,
+        &ns.name,
+        NAME,
+        ClusterState::Active,
+        Duration::from_secs(240),
+    )
+    .await?;
+    assert_eq!(
+        c.status.unwrap_or_default().nodes.len(),
+        4,
+        "scaled once resumed"
+    );
+
+    api.delete(NAME, &Default::default()).await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
