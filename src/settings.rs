@@ -17,6 +17,9 @@ pub struct Settings {
     pub default_zone_spread: ZoneSpread,
     /// Where clients may reach the members' client port from (NetworkPolicy).
     pub clients_from: ClientsFrom,
+    /// At most this many ValkeyClusters run a rolling replacement at once (a ValkeyImage
+    /// repoint rolls every cluster on it); `None`: no limit.
+    pub max_concurrent_rollouts: Option<usize>,
 }
 
 /// `clientsFrom`: the pods allowed to the client port of every cluster's members, besides the
@@ -50,12 +53,13 @@ impl Default for Settings {
         Settings {
             default_zone_spread: ZoneSpread::BestEffort,
             clients_from: ClientsFrom::SameNamespace,
+            max_concurrent_rollouts: None,
         }
     }
 }
 
 /// Keys this version understands.
-const KNOWN_KEYS: &[&str] = &["defaultZoneSpread", "clientsFrom"];
+const KNOWN_KEYS: &[&str] = &["defaultZoneSpread", "clientsFrom", "maxConcurrentRollouts"];
 
 impl Settings {
     /// Parses the ConfigMap's data. Unknown keys are errors too: a typo must not silently
@@ -73,6 +77,12 @@ impl Settings {
                     settings.clients_from = value.trim().parse().map_err(|e| {
                         format!("{SETTINGS_CONFIGMAP}: key clientsFrom: {e}; fix the ConfigMap and restart")
                     })?;
+                }
+                "maxConcurrentRollouts" => {
+                    let n: usize = value.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("{SETTINGS_CONFIGMAP}: key maxConcurrentRollouts: {value:?} is not a positive whole number (leave the key out for no limit); fix the ConfigMap and restart")
+                    })?;
+                    settings.max_concurrent_rollouts = Some(n);
                 }
                 other => {
                     return Err(format!(
@@ -128,6 +138,16 @@ mod tests {
         let err = Settings::from_data(&data(&[("defaultZoneSpread", "always")])).unwrap_err();
         assert!(err.contains("defaultZoneSpread"), "{err}");
         assert!(err.contains("bestEffort or required"), "{err}");
+    }
+
+    #[test]
+    fn max_concurrent_rollouts_is_a_positive_number() {
+        let s = Settings::from_data(&data(&[("maxConcurrentRollouts", "2")])).unwrap();
+        assert_eq!(s.max_concurrent_rollouts, Some(2));
+        for bad in ["0", "-1", "two", ""] {
+            let err = Settings::from_data(&data(&[("maxConcurrentRollouts", bad)])).unwrap_err();
+            assert!(err.contains("maxConcurrentRollouts"), "{err}");
+        }
     }
 
     #[test]

@@ -76,6 +76,8 @@ pub struct Context {
     drivers: Mutex<HashMap<String, (String, Arc<FredDriver>)>>,
     /// Consecutive failed reconciles per object (`controller/namespace/name`), for backoff.
     failures: std::sync::Mutex<HashMap<String, u32>>,
+    /// Clusters admitted to run a rolling replacement (see `admit_rollout`).
+    rollouts: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Context {
@@ -105,6 +107,7 @@ impl Context {
             election,
             drivers: Mutex::new(HashMap::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
+            rollouts: Default::default(),
         }
     }
 
@@ -148,6 +151,26 @@ impl Context {
         self.drivers.lock().await.remove(key);
     }
 
+    /// Whether cluster `key` may take its next rolling-replacement step under the
+    /// `maxConcurrentRollouts` setting; `started` says it already has replacement members (a
+    /// rollout under way, say from before an operator restart, is never stopped half way).
+    /// Err carries how many clusters are rolling.
+    pub fn admit_rollout(&self, key: &str, started: bool) -> Result<(), usize> {
+        let mut admitted = self.rollouts.lock().unwrap_or_else(|e| e.into_inner());
+        admit(
+            &mut admitted,
+            key,
+            started,
+            self.settings.max_concurrent_rollouts,
+        )
+    }
+
+    /// Cluster `key` has no outdated member any more: its rollout slot is free.
+    pub fn rollout_done(&self, key: &str) {
+        let mut admitted = self.rollouts.lock().unwrap_or_else(|e| e.into_inner());
+        admitted.remove(key);
+    }
+
     /// Drops what memory holds for objects that no longer exist (a deleted cluster is not
     /// reconciled once it is gone from the cache): driver connections of clusters not in
     /// `clusters` and failure counts of clusters and members not in `clusters`/`nodes`
@@ -164,11 +187,35 @@ impl Context {
             drivers.retain(|key, _| clusters.contains(key));
             dropped += before - drivers.len();
         }
+        {
+            let mut admitted = self.rollouts.lock().unwrap_or_else(|e| e.into_inner());
+            let before = admitted.len();
+            admitted.retain(|key| clusters.contains(key));
+            dropped += before - admitted.len();
+        }
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let before = failures.len();
         failures.retain(|key, _| failure_key_is_live(key, clusters, nodes));
         dropped + before - failures.len()
     }
+}
+
+/// Admission to the rollout slots: a cluster already admitted or already under way goes on;
+/// another is admitted while fewer than `limit` are. Err: how many are rolling.
+fn admit(
+    admitted: &mut std::collections::BTreeSet<String>,
+    key: &str,
+    started: bool,
+    limit: Option<usize>,
+) -> Result<(), usize> {
+    if admitted.contains(key) {
+        return Ok(());
+    }
+    if started || limit.is_none_or(|l| admitted.len() < l) {
+        admitted.insert(key.to_string());
+        return Ok(());
+    }
+    Err(admitted.len())
 }
 
 /// Whether a failure count's key (`cluster/<ns>/<name>` or `node/<ns>/<name>`) names an object
@@ -234,6 +281,28 @@ pub fn object_key<K: ResourceExt>(obj: &K) -> String {
 #[cfg(test)]
 mod backoff_tests {
     use super::*;
+
+    #[test]
+    fn rollouts_are_admitted_up_to_the_limit_and_started_ones_always() {
+        let mut admitted = std::collections::BTreeSet::new();
+        assert_eq!(admit(&mut admitted, "a", false, Some(2)), Ok(()));
+        assert_eq!(admit(&mut admitted, "b", false, Some(2)), Ok(()));
+        assert_eq!(admit(&mut admitted, "c", false, Some(2)), Err(2));
+        assert_eq!(
+            admit(&mut admitted, "a", false, Some(2)),
+            Ok(()),
+            "admitted stays"
+        );
+        assert_eq!(
+            admit(&mut admitted, "d", true, Some(2)),
+            Ok(()),
+            "under way goes on"
+        );
+        admitted.remove("a");
+        admitted.remove("b");
+        assert_eq!(admit(&mut admitted, "c", false, Some(2)), Ok(()));
+        assert_eq!(admit(&mut admitted, "e", false, None), Ok(()), "no limit");
+    }
 
     #[test]
     fn failure_counts_of_deleted_objects_are_dropped() {

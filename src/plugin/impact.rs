@@ -101,8 +101,8 @@ pub fn impact(
 }
 
 /// The waves in which rollouts start. Without a limit every cluster reconciles on its own, so
-/// all start at once; a limit (planned: `maxConcurrentRollouts`) starts them `limit` at a time,
-/// in this order.
+/// all start at once; the operator's `maxConcurrentRollouts` starts them `limit` at a time (in
+/// the order the operator reconciles them; this lists them by name).
 pub fn rollout_order(rolling: Vec<String>, limit: Option<usize>) -> Vec<Vec<String>> {
     if rolling.is_empty() {
         return Vec::new();

@@ -36,6 +36,13 @@ pub struct Cli {
     pub output: Output,
     #[command(subcommand)]
     pub command: Command,
+    /// The operator's `maxConcurrentRollouts` for `impact` (default: read from the operator's
+    /// settings ConfigMap when you may read it, else no limit).
+    #[arg(long, global = true)]
+    pub max_concurrent_rollouts: Option<usize>,
+    /// Namespace the operator runs in (its settings ConfigMap is there).
+    #[arg(long, global = true, default_value = "valkey-operator-system")]
+    pub operator_namespace: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -192,7 +199,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                     EXIT_WOULD_ROLL
                 });
             };
-            let result = impact::impact(change, &states, &before, &after, None);
+            let limit = match cli.max_concurrent_rollouts {
+                Some(n) => Some(n),
+                None => read::max_concurrent_rollouts(&client, &cli.operator_namespace).await,
+            };
+            let result = impact::impact(change, &states, &before, &after, limit);
             emit(cli.output, &result, impact::text)?;
             Ok(if result.rolls() { EXIT_WOULD_ROLL } else { 0 })
         }

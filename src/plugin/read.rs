@@ -158,3 +158,12 @@ pub async fn events(client: &Client, ns: &str, name: &str) -> anyhow::Result<Vec
         .with_context(|| format!("cannot list the Events of {ns}/{name}"))?
         .items)
 }
+
+/// The operator's `maxConcurrentRollouts`, parsed as the operator parses it, when the user may
+/// read its settings ConfigMap; `None` (no limit) otherwise.
+pub async fn max_concurrent_rollouts(client: &Client, operator_namespace: &str) -> Option<usize> {
+    crate::settings::Settings::load(client.clone(), operator_namespace)
+        .await
+        .ok()?
+        .max_concurrent_rollouts
+}

@@ -169,10 +169,21 @@ pub async fn reconcile(
 
     // Plan the next step and act on it.
     let plan = plan::plan(&topology);
-    ctx.metrics.rollout(
-        &object_key(cluster.as_ref()),
-        topology.members.iter().any(|m| !m.current),
-    );
+    let key = object_key(cluster.as_ref());
+    let stale = topology.members.iter().any(|m| !m.current);
+    ctx.metrics.rollout(&key, stale);
+    if !stale {
+        ctx.rollout_done(&key);
+    }
+    // A rolling-replacement step waits for a slot under maxConcurrentRollouts.
+    if status::progressing(&plan).1 == "RollingOut" {
+        let started = topology.members.iter().any(|m| m.current);
+        if let Err(rolling) = ctx.admit_rollout(&key, started) {
+            let waiting = status::waiting_for_rollout_slot(&cluster, rolling);
+            status::publish(ctx, &cluster, waiting).await?;
+            return Ok(Requeue::requeue(Duration::from_secs(10)));
+        }
+    }
     let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), &namespace);
     for action in &plan.actions {
         act(

@@ -179,6 +179,35 @@ pub fn paused(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
     status
 }
 
+/// Status of a cluster whose rollout waits for one of the `maxConcurrentRollouts` slots:
+/// members as last observed, Updating, `Progressing=True, WaitingForRolloutSlot`.
+pub fn waiting_for_rollout_slot(cluster: &ValkeyCluster, rolling: usize) -> ValkeyClusterStatus {
+    let previous = previous_conditions(cluster);
+    let generation = cluster.metadata.generation;
+    let message = format!(
+        "waiting to roll out: {rolling} cluster(s) are rolling out, the operator's maxConcurrentRollouts; this one starts when one finishes"
+    );
+    let mut status = cluster.status.clone().unwrap_or_default();
+    status.state = Some(ClusterState::Updating);
+    status.message = Some(message.clone());
+    status.observed_generation = generation;
+    status
+        .conditions
+        .retain(|c| c.type_ != "Progressing" && c.type_ != "Ready");
+    status.conditions.push(condition(
+        "Ready", false, "Updating", &message, generation, &previous,
+    ));
+    status.conditions.push(condition(
+        "Progressing",
+        true,
+        "WaitingForRolloutSlot",
+        &message,
+        generation,
+        &previous,
+    ));
+    status
+}
+
 /// Where applications connect: the client Service.
 pub fn endpoint(cluster: &ValkeyCluster) -> String {
     format!(
