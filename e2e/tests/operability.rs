@@ -5,7 +5,7 @@
 //! the cluster, and `valkey.gomomento.com/paused: "true"` stops every change until removed.
 #![cfg(feature = "e2e")]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
@@ -88,6 +88,8 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
 
     // podAnnotations: added, changed, removed, within 10 s; someone else's stays.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let uids = |ps: Vec<Pod>| -> BTreeSet<String> { ps.iter().filter_map(|p| p.uid()).collect() };
+    let uids_before = uids(member_pods(&client, &ns.name, NAME).await?);
     for p in member_pods(&client, &ns.name, NAME).await? {
         pods.patch(
             &p.name_any(),
@@ -121,6 +123,11 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
     .await?;
     println!(
         "podAnnotations reached every pod: added in {added:?}, changed/removed in {changed:?}"
+    );
+    assert_eq!(
+        uids(member_pods(&client, &ns.name, NAME).await?),
+        uids_before,
+        "pods patched in place, not replaced"
     );
 
     // The per-cluster metric names this cluster and its state.

@@ -1,6 +1,7 @@
 //! `maxConcurrentRollouts`: a ValkeyImage repoint that three clusters use rolls at most one
-//! of them at a time with the setting at 1; the others say they wait for a slot, and every
-//! cluster ends up on the new version. Runs alone (`make e2e`'s serial group): it changes the
+//! of them at a time with the setting at 1 (never two Updating at once); the others stay
+//! Active saying they wait for a slot, every cluster ends up on the new version, and the
+//! verifying writers on all three lose nothing. Runs alone (`make e2e`'s serial group): it changes the
 //! operator's settings and restarts it, and restores both at the end.
 #![cfg(feature = "e2e")]
 
@@ -15,7 +16,7 @@ use serde_json::json;
 
 use valkey_e2e::harness::{TestNamespace, client, kubectl_run};
 use valkey_e2e::valkey::{OPERATOR_NAMESPACE, wait_state};
-use valkey_e2e::workload::{Menu, apply, cluster};
+use valkey_e2e::workload::{Menu, Writer, apply, cluster};
 use valkey_operator::api::{ClusterState, ValkeyCluster};
 
 const CLUSTERS: [&str; 3] = ["r1", "r2", "r3"];
@@ -126,16 +127,22 @@ async fn a_repoint_rolls_one_cluster_at_a_time_with_max_concurrent_rollouts_1() 
         .await?;
     }
 
+    let mut writers = Vec::new();
+    for name in CLUSTERS {
+        writers.push((name, Writer::start(&client, &ns.name, name).await?));
+    }
     let started = Instant::now();
     menu.repoint(&client, "9.1.2").await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
-    let (mut most_at_once, mut saw_waiting) = (0, false);
+    let (mut most_at_once, mut most_updating, mut saw_waiting) = (0, 0, false);
     loop {
-        let mut rolling = 0;
-        let mut done = 0;
+        let (mut rolling, mut updating, mut done) = (0, 0, 0);
         for name in CLUSTERS {
             let c = api.get(name).await?;
             let v = versions(&c);
+            if c.status.as_ref().and_then(|s| s.state) == Some(ClusterState::Updating) {
+                updating += 1;
+            }
             // Mixed versions: its rollout is under way.
             if v.len() > 1 || progressing_reason(&c) == "RollingOut" {
                 rolling += 1;
@@ -149,6 +156,7 @@ async fn a_repoint_rolls_one_cluster_at_a_time_with_max_concurrent_rollouts_1() 
             }
         }
         most_at_once = most_at_once.max(rolling);
+        most_updating = most_updating.max(updating);
         if done == CLUSTERS.len() {
             break;
         }
@@ -166,6 +174,17 @@ async fn a_repoint_rolls_one_cluster_at_a_time_with_max_concurrent_rollouts_1() 
         "maxConcurrentRollouts 1 let more roll at once"
     );
     assert!(saw_waiting, "no cluster said it waits for a rollout slot");
+    assert!(
+        most_updating <= 1,
+        "{most_updating} clusters Updating at once"
+    );
+    for (name, writer) in writers {
+        let report = writer.finish(&client, &ns.name, name).await?;
+        println!(
+            "{name}: {} acknowledged writes, 0 lost",
+            report.acknowledged.len()
+        );
+    }
 
     for name in CLUSTERS {
         api.delete(name, &Default::default()).await?;

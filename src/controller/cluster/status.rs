@@ -179,8 +179,9 @@ pub fn paused(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
     status
 }
 
-/// Status of a cluster whose rollout waits for one of the `maxConcurrentRollouts` slots:
-/// members as last observed, Updating, `Progressing=True, WaitingForRolloutSlot`.
+/// Status of a cluster whose rollout waits for one of the `maxConcurrentRollouts` slots: state,
+/// members and `Ready` as last observed (nothing changes yet: it serves as before), the
+/// message and `Progressing=True, WaitingForRolloutSlot`.
 pub fn waiting_for_rollout_slot(cluster: &ValkeyCluster, rolling: usize) -> ValkeyClusterStatus {
     let previous = previous_conditions(cluster);
     let generation = cluster.metadata.generation;
@@ -188,15 +189,8 @@ pub fn waiting_for_rollout_slot(cluster: &ValkeyCluster, rolling: usize) -> Valk
         "waiting to roll out: {rolling} cluster(s) are rolling out, the operator's maxConcurrentRollouts; this one starts when one finishes"
     );
     let mut status = cluster.status.clone().unwrap_or_default();
-    status.state = Some(ClusterState::Updating);
     status.message = Some(message.clone());
-    status.observed_generation = generation;
-    status
-        .conditions
-        .retain(|c| c.type_ != "Progressing" && c.type_ != "Ready");
-    status.conditions.push(condition(
-        "Ready", false, "Updating", &message, generation, &previous,
-    ));
+    status.conditions.retain(|c| c.type_ != "Progressing");
     status.conditions.push(condition(
         "Progressing",
         true,
