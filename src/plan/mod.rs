@@ -11,9 +11,8 @@ pub mod rebalance;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::Lifecycle;
-use crate::driver::parse::{NodeId, OpenSlot};
-use crate::driver::slots::{SLOT_COUNT, SlotRange, even_ranges, range_len};
-use crate::driver::{FailoverMode, MemberAddr};
+use crate::topology::slots::{SLOT_COUNT, SlotRange, even_ranges, range_len};
+use crate::topology::{FailoverMode, MemberAddr, NodeId, OpenSlot};
 
 /// An atomic slot migration whose job has not advanced for this long is cancelled and
 /// planned again (Valkey documents that jobs can fail under heavy writes to the slots).

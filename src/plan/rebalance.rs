@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::driver::slots::{SlotRange, even_ranges, normalize, range_len};
+use crate::topology::slots::{SlotRange, even_ranges, normalize, range_len};
 
 /// Slots going from one shard to another.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,7 +102,7 @@ fn to_ranges(slots: &[u16]) -> Vec<SlotRange> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::slots::SLOT_COUNT;
+    use crate::topology::slots::SLOT_COUNT;
     use proptest::prelude::*;
 
     fn layout(shards: usize) -> BTreeMap<usize, Vec<SlotRange>> {
