@@ -11,7 +11,9 @@ pub mod rebalance;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::Lifecycle;
-use crate::topology::slots::{SLOT_COUNT, SlotRange, even_ranges, range_len};
+use crate::topology::slots::{
+    SLOT_COUNT, SlotRange, count_slots, even_ranges, range_len, subtract,
+};
 use crate::topology::{FailoverMode, MemberAddr, NodeId, OpenSlot};
 
 /// An atomic slot migration whose job has not advanced for this long is cancelled and
@@ -822,7 +824,7 @@ fn plan_stages(topology: &Topology) -> Plan {
         .copied()
         .filter(|m| !view(m).cluster_ok)
         .collect();
-    let covered = distinct_slots(&owned);
+    let covered = count_slots(owned.iter().cloned());
     if !not_ok.is_empty() || covered != usize::from(SLOT_COUNT) {
         let mut parts = Vec::new();
         if !not_ok.is_empty() {
@@ -1252,42 +1254,6 @@ fn rebalance_slots(
         ));
     }
     Some(Plan::new(Phase::Updating, actions, message))
-}
-
-/// Number of distinct slots in possibly overlapping ranges.
-pub fn distinct_slots(ranges: &[SlotRange]) -> usize {
-    let mut seen = vec![false; usize::from(SLOT_COUNT)];
-    for r in ranges {
-        for slot in r.clone() {
-            seen[usize::from(slot)] = true;
-        }
-    }
-    seen.iter().filter(|s| **s).count()
-}
-
-/// The parts of `range` not covered by any of `owned`.
-pub fn subtract(range: &SlotRange, owned: &[SlotRange]) -> Vec<SlotRange> {
-    let mut free = Vec::new();
-    let mut start = *range.start();
-    let end = *range.end();
-    let mut sorted: Vec<&SlotRange> = owned
-        .iter()
-        .filter(|o| o.end() >= range.start() && o.start() <= range.end())
-        .collect();
-    sorted.sort_by_key(|r| *r.start());
-    for o in sorted {
-        if *o.start() > start {
-            free.push(start..=(*o.start() - 1).min(end));
-        }
-        if *o.end() >= end {
-            return free;
-        }
-        start = start.max(*o.end() + 1);
-    }
-    if start <= end {
-        free.push(start..=end);
-    }
-    free
 }
 
 #[cfg(test)]

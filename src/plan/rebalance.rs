@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::topology::slots::{SlotRange, even_ranges, normalize, range_len};
+use crate::topology::slots::{SlotRange, count_slots, even_ranges, normalize, range_len};
 
 /// Slots going from one shard to another.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub fn rebalance(owned: &BTreeMap<usize, Vec<SlotRange>>, shards: usize) -> Vec<
     let target = |s: usize| targets.get(s).copied().unwrap_or(0);
     let mut deficits: Vec<(usize, usize)> = (0..shards)
         .map(|s| {
-            let have = owned.get(&s).map_or(0, |r| count(r));
+            let have = owned.get(&s).map_or(0, |r| count_slots(r.iter().cloned()));
             (s, target(s).saturating_sub(have))
         })
         .filter(|(_, d)| *d > 0)
@@ -44,7 +44,7 @@ pub fn rebalance(owned: &BTreeMap<usize, Vec<SlotRange>>, shards: usize) -> Vec<
     let mut moves: Vec<SlotMove> = Vec::new();
     for (&from, ranges) in owned {
         let ranges = normalize(ranges.iter().cloned());
-        let excess = count(&ranges).saturating_sub(target(from));
+        let excess = count_slots(ranges.iter().cloned()).saturating_sub(target(from));
         if excess == 0 {
             continue;
         }
@@ -64,13 +64,6 @@ pub fn rebalance(owned: &BTreeMap<usize, Vec<SlotRange>>, shards: usize) -> Vec<
         }
     }
     moves
-}
-
-fn count(ranges: &[SlotRange]) -> usize {
-    normalize(ranges.iter().cloned())
-        .iter()
-        .map(range_len)
-        .sum()
 }
 
 /// The `n` highest slots of normalized `ranges`, ascending.
@@ -130,6 +123,10 @@ mod tests {
             .entry(m.to)
             .or_default()
             .extend(m.ranges.iter().cloned());
+    }
+
+    fn count(ranges: &[SlotRange]) -> usize {
+        count_slots(ranges.iter().cloned())
     }
 
     fn counts(owned: &BTreeMap<usize, Vec<SlotRange>>) -> BTreeMap<usize, usize> {
