@@ -7,4 +7,5 @@ pub mod plugin;
 pub mod resolve;
 pub mod settings;
 pub mod telemetry;
+pub mod topology;
 pub mod webhook;

@@ -8,16 +8,16 @@
 pub mod fred;
 pub mod migrate;
 pub mod parse;
-pub mod slots;
 pub mod testing;
 
 use std::fmt;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 
 pub use self::fred::FredDriver;
+pub use crate::topology::slots;
+pub use crate::topology::{FailoverMode, MemberAddr};
 pub use parse::{
     ClusterInfo, ClusterNode, ConnectedReplica, Health, MigrationOperation, MigrationState,
     NodeFlags, NodeId, OpenSlot, PrimaryLink, ReplicationInfo, Role, ServerInfo, Shard, ShardNode,
@@ -33,46 +33,6 @@ pub use slots::{SlotRange, even_ranges};
 /// 'cluster|syncslots' command` otherwise; 9.1.2 does not need it.
 pub const DEFAULT_USER_ACL: &str =
     "user default off resetkeys resetchannels -@all +cluster|syncslots";
-
-/// Address of one Valkey member (`ip:port` or `hostname:port`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct MemberAddr {
-    pub host: String,
-    pub port: u16,
-}
-
-impl MemberAddr {
-    pub fn new(host: impl Into<String>, port: u16) -> Self {
-        MemberAddr {
-            host: host.into(),
-            port,
-        }
-    }
-}
-
-impl fmt::Display for MemberAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-impl std::str::FromStr for MemberAddr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (host, port) = s
-            .rsplit_once(':')
-            .ok_or_else(|| format!("member address {s:?} lacks a port (expected host:port)"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = port
-            .parse()
-            .map_err(|_| format!("member address {s:?} has a bad port"))?;
-        Ok(MemberAddr::new(host, port))
-    }
-}
 
 /// The ACL user the operator authenticates as (`AUTH username password`).
 #[derive(Clone, PartialEq, Eq)]
@@ -205,17 +165,6 @@ pub type DriverResult<T> = Result<T, DriverError>;
 /// Future returned by driver calls (boxed so the trait is object safe:
 /// controllers hold an `Arc<dyn ClusterDriver>`, tests substitute fakes).
 pub type DriverFuture<'a, T> = BoxFuture<'a, DriverResult<T>>;
-
-/// `CLUSTER FAILOVER` flavours.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailoverMode {
-    /// Coordinated with the primary: no acknowledged write lost.
-    Default,
-    /// Without the primary's agreement (primary unreachable), still with a majority vote.
-    Force,
-    /// Without any agreement (no majority): last resort.
-    Takeover,
-}
 
 /// `CLUSTER RESET` flavours.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

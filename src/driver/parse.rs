@@ -12,28 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::slots::{SlotRange, parse_range};
 
-/// A Valkey node id (40 hex characters as printed by `CLUSTER MYID`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct NodeId(pub String);
-
-impl NodeId {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for NodeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<&str> for NodeId {
-    fn from(s: &str) -> Self {
-        NodeId(s.to_owned())
-    }
-}
+pub use crate::topology::{NodeId, OpenSlot};
 
 /// A parse failure: what was being parsed and what did not fit.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -126,14 +105,6 @@ pub struct NodeFlags {
     pub nofailover: bool,
     /// Flags this parser does not know (kept, not dropped).
     pub other: Vec<String>,
-}
-
-/// A slot being moved, as shown in `CLUSTER NODES` by the node that has it open.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OpenSlot {
-    pub slot: u16,
-    /// The peer: the target of a migrating slot or the source of an importing one.
-    pub peer: NodeId,
 }
 
 /// One line of `CLUSTER NODES`.

@@ -6,9 +6,12 @@
 //! receivers never go above their target, so recomputing the moves after any part of them
 //! happened yields exactly the rest: no slot ever moves twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::driver::slots::{SlotRange, even_ranges, normalize, range_len};
+use super::context::{Answered, shard_leader};
+use super::{Action, MigrationMethod, MoveMethod, MoveTarget, Phase, Plan};
+use crate::topology::MemberAddr;
+use crate::topology::slots::{SlotRange, count_slots, even_ranges, normalize, range_len};
 
 /// Slots going from one shard to another.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +39,7 @@ pub fn rebalance(owned: &BTreeMap<usize, Vec<SlotRange>>, shards: usize) -> Vec<
     let target = |s: usize| targets.get(s).copied().unwrap_or(0);
     let mut deficits: Vec<(usize, usize)> = (0..shards)
         .map(|s| {
-            let have = owned.get(&s).map_or(0, |r| count(r));
+            let have = owned.get(&s).map_or(0, |r| count_slots(r.iter().cloned()));
             (s, target(s).saturating_sub(have))
         })
         .filter(|(_, d)| *d > 0)
@@ -44,7 +47,7 @@ pub fn rebalance(owned: &BTreeMap<usize, Vec<SlotRange>>, shards: usize) -> Vec<
     let mut moves: Vec<SlotMove> = Vec::new();
     for (&from, ranges) in owned {
         let ranges = normalize(ranges.iter().cloned());
-        let excess = count(&ranges).saturating_sub(target(from));
+        let excess = count_slots(ranges.iter().cloned()).saturating_sub(target(from));
         if excess == 0 {
             continue;
         }
@@ -64,13 +67,6 @@ pub fn rebalance(owned: &BTreeMap<usize, Vec<SlotRange>>, shards: usize) -> Vec<
         }
     }
     moves
-}
-
-fn count(ranges: &[SlotRange]) -> usize {
-    normalize(ranges.iter().cloned())
-        .iter()
-        .map(range_len)
-        .sum()
 }
 
 /// The `n` highest slots of normalized `ranges`, ascending.
@@ -99,10 +95,122 @@ fn to_ranges(slots: &[u16]) -> Vec<SlotRange> {
     out
 }
 
+/// 9. Shard count changed: move slots so every shard holds its even share (scale-out fills
+///    new shards, scale-in empties the shards beyond spec.shards), one batch per source
+///    (held while silent members are missing).
+pub(super) fn rebalance_shards(a: &Answered) -> Option<Plan> {
+    if a.holding {
+        return None;
+    }
+    let shards = a.observed.topology.shards;
+    let owned: BTreeMap<usize, Vec<SlotRange>> = a
+        .by_shard
+        .iter()
+        .map(|(shard, list)| {
+            let slots = list
+                .iter()
+                .flat_map(|m| m.view.slots.iter().cloned())
+                .collect();
+            (*shard, slots)
+        })
+        .collect();
+    let moves = rebalance(&owned, shards);
+    if moves.is_empty() {
+        return None;
+    }
+    let (actions, failures) = move_batches(a, &moves)?;
+    Some(Plan::new(
+        Phase::Updating,
+        actions,
+        scaling_message(shards, &moves, &failures),
+    ))
+}
+
+/// One `MoveSlots` per source shard, from its leader to the leaders of the target shards
+/// (atomic when the source, every target and the cluster's migration method allow it), and
+/// the failed migrations being retried.
+fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<(Vec<Action>, Vec<String>)> {
+    let leader = |shard: usize| {
+        a.by_shard
+            .get(&shard)
+            .and_then(|list| shard_leader(list, &a.slot_owners))
+    };
+    let primaries: Vec<MemberAddr> = a
+        .by_shard
+        .values()
+        .flatten()
+        .filter(|m| !m.view.slots.is_empty())
+        .map(|m| m.addr.clone())
+        .collect();
+    let mut batches: BTreeMap<usize, Vec<MoveTarget>> = BTreeMap::new();
+    let mut atomic_ok: BTreeMap<usize, bool> = BTreeMap::new();
+    for m in moves {
+        let (Some(_), Some(target)) = (leader(m.from), leader(m.to)) else {
+            continue;
+        };
+        batches.entry(m.from).or_default().push(MoveTarget {
+            member: target.addr.clone(),
+            id: target.view.id.clone(),
+            ranges: m.ranges.clone(),
+        });
+        let ok = atomic_ok.entry(m.from).or_insert(true);
+        *ok &= target.view.atomic_migration;
+    }
+    let mut actions = Vec::new();
+    let mut failures = Vec::new();
+    for (from, targets) in batches {
+        let source = leader(from)?;
+        let method = if a.observed.topology.migration == MigrationMethod::Auto
+            && source.view.atomic_migration
+            && atomic_ok.get(&from).copied().unwrap_or(false)
+        {
+            MoveMethod::Atomic
+        } else {
+            MoveMethod::Keys
+        };
+        if let Some(why) = &source.view.failed_migration {
+            failures.push(format!("{}: {why}", source.name));
+        }
+        actions.push(Action::MoveSlots {
+            source: source.addr.clone(),
+            source_id: source.view.id.clone(),
+            method,
+            targets,
+            primaries: primaries.clone(),
+        });
+    }
+    Some((actions, failures))
+}
+
+/// What is left to move, from which shards to which, and which failed migrations are retried.
+fn scaling_message(shards: usize, moves: &[SlotMove], failures: &[String]) -> String {
+    let moving: usize = moves.iter().map(SlotMove::slot_count).sum();
+    let from: BTreeSet<usize> = moves.iter().map(|m| m.from).collect();
+    let to: BTreeSet<usize> = moves.iter().map(|m| m.to).collect();
+    let list = |set: &BTreeSet<usize>| {
+        set.iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut message = format!(
+        "scaling to {shards} shard(s): {moving} slot(s) left to move from shard(s) {} to shard(s) {}",
+        list(&from),
+        list(&to)
+    );
+    if !failures.is_empty() {
+        message.push_str(&format!(
+            "; retrying after a failed migration ({})",
+            failures.join("; ")
+        ));
+    }
+    message
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::slots::SLOT_COUNT;
+    use crate::topology::slots::SLOT_COUNT;
     use proptest::prelude::*;
 
     fn layout(shards: usize) -> BTreeMap<usize, Vec<SlotRange>> {
@@ -130,6 +238,10 @@ mod tests {
             .entry(m.to)
             .or_default()
             .extend(m.ranges.iter().cloned());
+    }
+
+    fn count(ranges: &[SlotRange]) -> usize {
+        count_slots(ranges.iter().cloned())
     }
 
     fn counts(owned: &BTreeMap<usize, Vec<SlotRange>>) -> BTreeMap<usize, usize> {

@@ -1,9 +1,12 @@
 //! Planner tests: single rules, plus a simulation that applies each plan to a model of Valkey
 //! (meet, gossip, slots, replication) until the cluster is formed, from any crash point.
 
+use std::collections::BTreeMap;
+
 use proptest::prelude::*;
 
 use super::*;
+use crate::topology::slots::{SLOT_COUNT, range_len, subtract};
 
 /// A model of the Valkey side: per member id, known ids, slots, primary.
 #[derive(Clone, Debug, Default)]

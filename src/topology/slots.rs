@@ -89,6 +89,31 @@ pub fn count_slots(ranges: impl IntoIterator<Item = SlotRange>) -> usize {
     normalize(ranges).iter().map(range_len).sum()
 }
 
+/// The parts of `range` not covered by any of `owned`.
+pub fn subtract(range: &SlotRange, owned: &[SlotRange]) -> Vec<SlotRange> {
+    let mut free = Vec::new();
+    let mut start = *range.start();
+    let end = *range.end();
+    let mut sorted: Vec<&SlotRange> = owned
+        .iter()
+        .filter(|o| o.end() >= range.start() && o.start() <= range.end())
+        .collect();
+    sorted.sort_by_key(|r| *r.start());
+    for o in sorted {
+        if *o.start() > start {
+            free.push(start..=(*o.start() - 1).min(end));
+        }
+        if *o.end() >= end {
+            return free;
+        }
+        start = start.max(*o.end() + 1);
+    }
+    if start <= end {
+        free.push(start..=end);
+    }
+    free
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,250 @@
+//! Failures: members gone for good, members that do not answer, members that lost their
+//! identity, and shards whose primary is gone (its most up-to-date replica takes over).
+
+use std::collections::BTreeSet;
+
+use super::context::{Answered, AnsweredMember, Observed, names, short, slot_owners};
+use super::{Action, Member, Phase, Plan, Topology};
+use crate::api::Lifecycle;
+use crate::topology::{FailoverMode, NodeId};
+
+/// Established members (they have a node id and were Active) that do not answer: their pod
+/// or its node is down, and they may come back. The rest of the cluster carries on without
+/// them (members join, replicas attach, the gone are retired), but nothing that could need
+/// them moves: no rollout step, no slot move, no scale-in.
+pub(super) fn silent_members(topology: &Topology) -> Vec<&Member> {
+    topology
+        .members
+        .iter()
+        .filter(|m| {
+            m.lifecycle == Lifecycle::Active
+                && !m.answered()
+                && m.gone.is_none()
+                && m.node_id.is_some()
+        })
+        .collect()
+}
+
+/// 2a. Members whose Valkey is gone for good (see [`Member::gone`]) are never waited for,
+///     judged from the members that answer: a gone primary that still owns slots hands them
+///     to its most up-to-date replica (`FORCE` with a majority of slot-owning primaries alive,
+///     `TAKEOVER` without one); a gone member that owns none is retired (stage 1 then creates
+///     its replacement). A gone primary with no answering replica is waited for by name (its
+///     data went with it, unless a replica comes back).
+pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
+    let gone: Vec<&Member> = o
+        .members
+        .iter()
+        .copied()
+        .filter(|m| m.gone.is_some())
+        .collect();
+    if gone.is_empty() {
+        return None;
+    }
+    let answering: Vec<AnsweredMember> = o
+        .members
+        .iter()
+        .copied()
+        .filter_map(AnsweredMember::of)
+        .collect();
+    let slot_owners = slot_owners(&answering);
+    let live: BTreeSet<NodeId> = answering.iter().map(|m| m.view.id.clone()).collect();
+    let mut actions = Vec::new();
+    let mut notes = Vec::new();
+    let mut retire = Vec::new();
+    for g in gone {
+        let reason = g.gone.as_deref().unwrap_or("gone");
+        let Some(id) = g.id().filter(|id| slot_owners.contains(id)) else {
+            notes.push(format!("{} is gone ({reason}); replacing it", g.name));
+            retire.push(g.name.clone());
+            continue;
+        };
+        let Some(best) = most_up_to_date(&answering, &id) else {
+            notes.push(format!(
+                "shard {}: its primary {} is gone ({reason}) and no replica of it answers",
+                g.shard, g.name
+            ));
+            continue;
+        };
+        notes.push(format!(
+            "shard {}: its primary {} is gone ({reason}); promoting {}",
+            g.shard, g.name, best.name
+        ));
+        actions.push(Action::Failover {
+            member: best.addr.clone(),
+            shard: best.shard,
+            mode: failover_mode(&slot_owners, &live),
+        });
+    }
+    if !retire.is_empty() {
+        actions.push(Action::MarkLeaving { names: retire });
+    }
+    Some(Plan::new(Phase::Degraded, actions, notes.join("; ")))
+}
+
+/// 2. Every member runs and answers. A replacement created for a spec that has since changed
+///    again, and that never answered (its image could not be pulled, it could not be
+///    scheduled), holds nothing: retire it so the rollout can go on with the current spec.
+pub(super) fn retire_abandoned(o: &Observed) -> Option<Plan> {
+    let abandoned: Vec<&Member> = o
+        .members
+        .iter()
+        .copied()
+        .filter(|m| {
+            !m.answered() && !m.current && m.lifecycle == Lifecycle::Joining && m.node_id.is_none()
+        })
+        .collect();
+    (!abandoned.is_empty()).then(|| {
+        Plan::new(
+            o.changing.clone(),
+            vec![Action::MarkLeaving {
+                names: abandoned.iter().map(|m| m.name.clone()).collect(),
+            }],
+            format!(
+                "retiring {}: created for a spec that changed again and never started",
+                names(&abandoned)
+            ),
+        )
+    })
+}
+
+/// 2. Every member runs and answers. A new member still starting is progress; an established
+///    one gone silent is degradation. When only silent members (see [`silent_members`]) are
+///    missing and somebody answers, the cluster carries on without them.
+pub(super) fn wait_for_answers(o: &Observed) -> Option<Plan> {
+    let unreachable: Vec<&Member> = o
+        .members
+        .iter()
+        .copied()
+        .filter(|m| !m.answered())
+        .collect();
+    let silent = silent_members(o.topology);
+    let carry_on = !silent.is_empty()
+        && unreachable.len() == silent.len()
+        && unreachable.len() < o.members.len();
+    if unreachable.is_empty() || carry_on {
+        return None;
+    }
+    let problems: Vec<String> = unreachable
+        .iter()
+        .filter_map(|m| m.pod_problem.as_ref().map(|p| format!("{}: {p}", m.name)))
+        .collect();
+    let mut message = format!(
+        "waiting for {} of {} member(s) to run and answer: {}",
+        unreachable.len(),
+        o.members.len(),
+        names(&unreachable)
+    );
+    if !problems.is_empty() {
+        message.push_str(&format!(
+            " ({}); existing members keep serving",
+            problems.join("; ")
+        ));
+    }
+    let phase = if unreachable.iter().any(|m| m.lifecycle == Lifecycle::Active) {
+        Phase::Degraded
+    } else {
+        o.changing.clone()
+    };
+    Some(Plan::new(phase, vec![], message))
+}
+
+/// 2b. Failures. A member whose Valkey lost its identity (its pod was lost and replaced: new
+///     node id, no data) is retired, and a new member takes its place. A shard whose primary
+///     is gone for good (every member, leaving ones included, answered with another id) is
+///     taken over by its most up-to-date replica at once, without waiting for Valkey's
+///     failure detection, or at all when too few primaries are left to vote.
+pub(super) fn replace_failed(a: &Answered) -> Option<Plan> {
+    let topology = a.observed.topology;
+    if topology.members.iter().any(|m| !m.answered()) {
+        // Somebody does not answer: it may still be the primary in question.
+        return None;
+    }
+    let live: BTreeSet<NodeId> = topology
+        .members
+        .iter()
+        .filter_map(|m| m.view.as_ref().map(|v| v.id.clone()))
+        .collect();
+    let lost: Vec<AnsweredMember> = a
+        .members
+        .iter()
+        .copied()
+        .filter(|m| {
+            m.node_id.as_ref().is_some_and(|id| *id != m.view.id) && m.view.slots.is_empty()
+        })
+        .collect();
+    let (mut actions, mut notes) = promote_orphaned_replicas(a, &live);
+    if !lost.is_empty() {
+        notes.push(format!(
+            "retiring {} (lost its data and node id; a new member replaces it)",
+            names(&lost)
+        ));
+        actions.push(Action::MarkLeaving {
+            names: lost.iter().map(|m| m.name.clone()).collect(),
+        });
+    }
+    (!actions.is_empty()).then(|| Plan::new(Phase::Degraded, actions, notes.join("; ")))
+}
+
+/// Failovers to the most up-to-date replica of each slot-owning primary that is no longer
+/// `live`, with a note per promotion.
+fn promote_orphaned_replicas(a: &Answered, live: &BTreeSet<NodeId>) -> (Vec<Action>, Vec<String>) {
+    let gone_owners: BTreeSet<&NodeId> = a
+        .slot_owners
+        .iter()
+        .filter(|id| !live.contains(*id))
+        .collect();
+    let orphaned: BTreeSet<&NodeId> = a
+        .members
+        .iter()
+        .filter_map(|m| m.view.primary_id.as_ref())
+        .filter(|p| gone_owners.contains(p))
+        .collect();
+    let mut actions = Vec::new();
+    let mut notes = Vec::new();
+    for gone in orphaned {
+        let Some(best) = most_up_to_date(&a.members, gone) else {
+            continue;
+        };
+        notes.push(format!(
+            "shard {}: its primary {} is gone; promoting {}",
+            best.shard,
+            short(gone),
+            best.name
+        ));
+        actions.push(Action::Failover {
+            member: best.addr.clone(),
+            shard: best.shard,
+            mode: failover_mode(&a.slot_owners, live),
+        });
+    }
+    (actions, notes)
+}
+
+/// The replica of `primary` with the highest replication offset (by name on a tie).
+fn most_up_to_date<'a>(
+    members: &[AnsweredMember<'a>],
+    primary: &NodeId,
+) -> Option<AnsweredMember<'a>> {
+    members
+        .iter()
+        .copied()
+        .filter(|m| m.view.primary_id.as_ref() == Some(primary))
+        .max_by(|a, b| {
+            a.view
+                .repl_offset
+                .cmp(&b.view.repl_offset)
+                .then_with(|| b.name.cmp(&a.name))
+        })
+}
+
+/// `FORCE` still needs a majority of the slot-owning primaries to vote; without one (e.g. a
+/// single-shard cluster) only `TAKEOVER` can promote the replica.
+fn failover_mode(slot_owners: &BTreeSet<NodeId>, live: &BTreeSet<NodeId>) -> FailoverMode {
+    let alive = slot_owners.iter().filter(|id| live.contains(*id)).count();
+    if alive * 2 > slot_owners.len() {
+        FailoverMode::Force
+    } else {
+        FailoverMode::Takeover
+    }
+}

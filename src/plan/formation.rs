@@ -1,0 +1,247 @@
+//! Forming the cluster: members created, introduced to each other, slots assigned to each
+//! shard's primary, replicas attached and in sync, the cluster healthy, members Active.
+
+use std::collections::BTreeSet;
+
+use super::context::{
+    Answered, AnsweredMember, Observed, names, owned_slots, shard_leader, shard_primary,
+};
+use super::{Action, Phase, Plan, member_name};
+use crate::api::Lifecycle;
+use crate::topology::NodeId;
+use crate::topology::slots::{SLOT_COUNT, count_slots, even_ranges, subtract};
+
+/// 1. Every shard has its members (replacements for the rollout shard included), named with
+///    the lowest index not in use in their shard.
+pub(super) fn create_members(o: &Observed) -> Option<Plan> {
+    let topology = o.topology;
+    let used: BTreeSet<&str> = topology.members.iter().map(|m| m.name.as_str()).collect();
+    let mut creates = Vec::new();
+    for shard in 0..topology.shards {
+        let list = o.shard_members(shard);
+        let have = if Some(shard) == o.rollout_shard {
+            list.iter().filter(|m| m.current).count()
+        } else {
+            list.len()
+        };
+        let name = |index: usize| member_name(&topology.cluster, shard, index);
+        let mut index = 0;
+        for _ in have..o.per_shard {
+            while used.contains(name(index).as_str())
+                || creates.iter().any(
+                    |a| matches!(a, Action::CreateNode { name: created, .. } if *created == name(index)),
+                )
+            {
+                index += 1;
+            }
+            creates.push(Action::CreateNode {
+                name: name(index),
+                shard,
+            });
+        }
+    }
+    if creates.is_empty() {
+        return None;
+    }
+    let message = match o.rollout_shard {
+        Some(shard) if o.ever_formed => format!(
+            "{}: creating {} replacement member(s)",
+            o.rollout_note(shard),
+            creates.len()
+        ),
+        _ => format!("creating {} member(s)", creates.len()),
+    };
+    Some(Plan::new(o.changing.clone(), creates, message))
+}
+
+/// 3. Everybody knows everybody. Meet through a seed: one that holds slots if any (it is part
+///    of the established cluster), else the first by name; then wait for gossip.
+pub(super) fn introduce(a: &Answered) -> Option<Plan> {
+    let changing = &a.observed.changing;
+    let seed = a
+        .members
+        .iter()
+        .find(|m| !m.view.slots.is_empty())
+        .or_else(|| a.members.iter().min_by(|x, y| x.name.cmp(&y.name)))?;
+    let meets: Vec<Action> = a
+        .members
+        .iter()
+        .filter(|m| m.name != seed.name && !seed.view.known.contains(&m.view.id))
+        .map(|m| Action::Meet {
+            via: seed.addr.clone(),
+            target: m.addr.clone(),
+        })
+        .collect();
+    if !meets.is_empty() {
+        return Some(Plan::new(
+            changing.clone(),
+            meets,
+            format!("introducing {} member(s) to the cluster", a.members.len()),
+        ));
+    }
+    let all_ids: BTreeSet<&NodeId> = a.members.iter().map(|m| &m.view.id).collect();
+    let strangers: Vec<AnsweredMember> = a
+        .members
+        .iter()
+        .copied()
+        .filter(|m| !all_ids.iter().all(|id| m.view.known.contains(*id)))
+        .collect();
+    (!strangers.is_empty()).then(|| {
+        Plan::new(
+            changing.clone(),
+            vec![],
+            format!(
+                "waiting for members to learn about each other: {}",
+                names(&strangers)
+            ),
+        )
+    })
+}
+
+/// 4. Every slot has an owner: each shard's range goes to its primary (the member owning
+///    slots, or for a new cluster the first primary of the shard by name).
+///    Owned means owned by anyone any member knows of: the slots of a failed primary that is
+///    no longer one of our members (its pod lost its data and came back as a new node) are NOT
+///    free. Assigning them to the empty node would make the old primary's replica follow it
+///    and wipe the shard's data; the shard waits for its replica to take over instead.
+pub(super) fn assign_slots(a: &Answered) -> Option<Plan> {
+    let topology = a.observed.topology;
+    let owned = owned_slots(topology);
+    let mut assigns = Vec::new();
+    for (shard, range) in even_ranges(topology.shards).iter().enumerate() {
+        let unowned = subtract(range, &owned);
+        if unowned.is_empty() {
+            continue;
+        }
+        let list = a.shard_members(shard);
+        let owner = shard_primary(list).or_else(|| {
+            list.iter()
+                .copied()
+                .filter(|m| m.view.is_primary && m.view.primary_id.is_none())
+                .min_by(|x, y| x.name.cmp(&y.name))
+        });
+        if let Some(owner) = owner {
+            assigns.push(Action::AssignSlots {
+                member: owner.addr.clone(),
+                ranges: unowned,
+            });
+        }
+    }
+    (!assigns.is_empty())
+        .then(|| Plan::new(a.observed.changing.clone(), assigns, "assigning hash slots"))
+}
+
+/// 5. Every other member of a shard replicates its primary.
+pub(super) fn replicate(a: &Answered) -> Option<Plan> {
+    let mut replicates = Vec::new();
+    let mut no_primary = Vec::new();
+    for (shard, list) in &a.by_shard {
+        let Some(primary) = shard_leader(list, &a.slot_owners) else {
+            no_primary.push(shard.to_string());
+            continue;
+        };
+        let primary_id = &primary.view.id;
+        for m in list.iter().filter(|m| m.name != primary.name) {
+            if m.view.primary_id.as_ref() != Some(primary_id) {
+                replicates.push(Action::Replicate {
+                    member: m.addr.clone(),
+                    primary: primary_id.clone(),
+                });
+            }
+        }
+    }
+    if !replicates.is_empty() {
+        return Some(Plan::new(
+            a.observed.changing.clone(),
+            replicates,
+            "attaching replicas to their primaries",
+        ));
+    }
+    (!no_primary.is_empty()).then(|| {
+        Plan::new(
+            Phase::Degraded,
+            vec![],
+            format!(
+                "shard(s) {} have no primary owning slots",
+                no_primary.join(", ")
+            ),
+        )
+    })
+}
+
+/// 6. Replicas in sync before anything is retired or failed over.
+pub(super) fn wait_for_sync(a: &Answered) -> Option<Plan> {
+    let o = &a.observed;
+    let syncing: Vec<AnsweredMember> = a
+        .members
+        .iter()
+        .copied()
+        .filter(|m| m.view.primary_id.is_some() && !m.view.replica_in_sync)
+        .collect();
+    if syncing.is_empty() {
+        return None;
+    }
+    let message = match o.rollout_shard {
+        Some(shard) if o.ever_formed => format!(
+            "{}: waiting for replicas to sync: {}",
+            o.rollout_note(shard),
+            names(&syncing)
+        ),
+        _ => format!("waiting for replicas to sync: {}", names(&syncing)),
+    };
+    Some(Plan::new(o.changing.clone(), vec![], message))
+}
+
+/// 12. Healthy everywhere: cluster_state ok, all slots covered.
+pub(super) fn check_health(a: &Answered) -> Option<Plan> {
+    let not_ok: Vec<AnsweredMember> = a
+        .members
+        .iter()
+        .copied()
+        .filter(|m| !m.view.cluster_ok)
+        .collect();
+    let covered = count_slots(owned_slots(a.observed.topology));
+    if not_ok.is_empty() && covered == usize::from(SLOT_COUNT) {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if !not_ok.is_empty() {
+        parts.push(format!("cluster_state not ok on {}", names(&not_ok)));
+    }
+    if covered != usize::from(SLOT_COUNT) {
+        parts.push(format!("{covered} of {SLOT_COUNT} slots covered"));
+    }
+    let phase = if a.observed.ever_formed {
+        Phase::Degraded
+    } else {
+        Phase::Forming
+    };
+    Some(Plan::new(
+        phase,
+        vec![],
+        format!("waiting: {}", parts.join("; ")),
+    ))
+}
+
+/// 13. Formed: members still Joining become Active.
+pub(super) fn mark_active(a: &Answered) -> Plan {
+    let topology = a.observed.topology;
+    let joining: Vec<String> = a
+        .members
+        .iter()
+        .filter(|m| m.lifecycle == Lifecycle::Joining)
+        .map(|m| m.name.clone())
+        .collect();
+    let message = format!(
+        "{} shard(s) with {} replica(s) each; all {SLOT_COUNT} slots served",
+        topology.shards, topology.replicas_per_shard
+    );
+    if joining.is_empty() {
+        return Plan::new(Phase::Ready, vec![], message);
+    }
+    Plan::new(
+        Phase::Ready,
+        vec![Action::MarkActive { names: joining }],
+        message,
+    )
+}

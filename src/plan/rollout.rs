@@ -1,0 +1,76 @@
+//! Rolling replacement: one shard at a time, members on an outdated spec are replaced by new
+//! ones that join as in-sync replicas, a coordinated failover moves the primary role to one of
+//! them, and the stale members retire.
+
+use super::context::{Answered, AnsweredMember, Observed, names, shard_leader};
+use super::{Action, Phase, Plan};
+use crate::topology::FailoverMode;
+
+impl Observed<'_> {
+    /// Rollout progress for messages: shards done, members on the new spec.
+    pub(super) fn rollout_note(&self, shard: usize) -> String {
+        let shards = self.topology.shards;
+        let done = (0..shards)
+            .filter(|s| self.shard_members(*s).iter().all(|m| m.current))
+            .count();
+        // Members still on the old spec, against the members a finished rollout will have.
+        let stale = self.members.iter().filter(|m| !m.current).count();
+        let wanted = shards * self.per_shard;
+        format!(
+            "rolling out shard {shard} ({done} of {shards} shards done, {} of {wanted} members on the new spec)",
+            wanted.saturating_sub(stale)
+        )
+    }
+}
+
+/// 8. Rolling replacement of the rollout shard: fail over from a stale primary to an in-sync
+///    current replica, then retire the stale members.
+pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
+    if a.holding {
+        return None;
+    }
+    let o = &a.observed;
+    let shard = o.rollout_shard?;
+    let note = o.rollout_note(shard);
+    let list = a.shard_members(shard);
+    let Some(primary) = shard_leader(list, &a.slot_owners) else {
+        return Some(Plan::new(
+            Phase::Degraded,
+            vec![],
+            format!("{note}: shard {shard} has no primary"),
+        ));
+    };
+    if !primary.current {
+        let Some(target) = list
+            .iter()
+            .filter(|m| m.current && m.in_sync_replica())
+            .min_by(|x, y| x.name.cmp(&y.name))
+        else {
+            return Some(Plan::new(
+                Phase::Updating,
+                vec![],
+                format!("{note}: waiting for an in-sync replacement"),
+            ));
+        };
+        return Some(Plan::new(
+            Phase::Updating,
+            vec![Action::Failover {
+                member: target.addr.clone(),
+                shard,
+                mode: FailoverMode::Default,
+            }],
+            format!(
+                "{note}: failing over from {} to {}",
+                primary.name, target.name
+            ),
+        ));
+    }
+    let stale: Vec<AnsweredMember> = list.iter().copied().filter(|m| !m.current).collect();
+    Some(Plan::new(
+        Phase::Updating,
+        vec![Action::MarkLeaving {
+            names: stale.iter().map(|m| m.name.clone()).collect(),
+        }],
+        format!("{note}: retiring {}", names(&stale)),
+    ))
+}
