@@ -14,7 +14,7 @@ export PATH := $(CACHE)/k8s-v$(K8S_VERSION)/bin:$(HOME)/.cargo/bin:/usr/local/go
 # e2e tests share one cluster on a 2-core machine: a few at a time.
 E2E_THREADS ?= 3
 
-.PHONY: up down status tools test unit e2e crds manifests chart-test lint bench chaos
+.PHONY: up down status tools test unit e2e crds manifests chart-test lint bench chaos image
 
 ## up: build what is missing, start the local Kubernetes, install CRDs, RBAC, operator, samples
 up:
@@ -30,8 +30,8 @@ status:
 tools:
 	bash e2e/tools/install.sh
 
-## test: the whole suite (lint, unit, real-Valkey driver tests, then e2e on a fresh local cluster)
-test: tools lint unit chart-test
+## test: the whole suite (lint, unit, real-Valkey driver tests, chart checks, the image, then e2e on a fresh local cluster)
+test: tools lint unit chart-test image
 	bash e2e/cluster.sh down
 	set -o pipefail; trap 'bash e2e/cluster.sh down' EXIT; \
 	  bash e2e/cluster.sh up && $(MAKE) --no-print-directory e2e && bash e2e/launcher-test.sh
@@ -56,6 +56,11 @@ chart-test:
 ## manifests: render the plain manifests (manifests/rbac, manifests/install, webhooks/) from the chart
 manifests:
 	bash e2e/render-manifests.sh
+
+## image: the operator image as an OCI archive (static release build, buildah, no daemon),
+## checked by running its entrypoint's `--version` from the unpacked image
+image:
+	bash e2e/image.sh
 
 ## crds: regenerate crds/ from the Rust types
 crds:

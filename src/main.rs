@@ -139,10 +139,14 @@ fn run(
             };
         tracing::info!(?settings, "starting valkey-operator");
         let metrics = std::sync::Arc::new(valkey_operator::telemetry::Metrics::new());
-        let admin = tokio::spawn(valkey_operator::telemetry::serve_admin(
-            admin_addr,
-            metrics.clone(),
-        ));
+        let admin_metrics = metrics.clone();
+        let admin = tokio::spawn(async move {
+            if let Err(e) = valkey_operator::telemetry::serve_admin(admin_addr, admin_metrics).await
+            {
+                // Without /healthz the kubelet restarts the process: say why first.
+                tracing::error!(error = %e, %admin_addr, "admin server (/metrics, /healthz, /readyz) stopped");
+            }
+        });
         let webhook_settings = valkey_operator::webhook::WebhookSettings {
             addr: webhook.webhook_addr,
             cert: webhook.webhook_cert,
@@ -204,8 +208,14 @@ fn run(
         admin.abort();
         webhook_server.abort();
         match result {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => {
+                tracing::info!(
+                    "exiting (code 0): the controllers stopped after SIGTERM or SIGINT, a normal shutdown"
+                );
+                ExitCode::SUCCESS
+            }
             Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "exiting (code 1)");
                 eprintln!("error: {e:#}");
                 ExitCode::FAILURE
             }

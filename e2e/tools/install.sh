@@ -9,9 +9,10 @@ mkdir -p "$CACHE"
 log() { printf '[install] %s\n' "$*" >&2; }
 
 # --- Debian packages: iproute2 (netns, veth, bridge), util-linux (nsenter/unshare), openssl (PKI),
-#     redis-tools (valkey-cli/redis-cli compatible client), redis-server (TLS-capable stand-in).
+#     redis-tools (valkey-cli/redis-cli compatible client), redis-server (TLS-capable stand-in),
+#     buildah (make image: the operator image without a Docker daemon).
 need=()
-for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools redis-server:redis-server pip3:python3-pip unzip:unzip; do
+for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools redis-server:redis-server pip3:python3-pip unzip:unzip buildah:buildah; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
