@@ -107,6 +107,43 @@ certs_without_cert_manager() { # certs/generate.sh: a chain that verifies, the S
 }
 check "certs/generate.sh: serving certificate for the Service, signed by a CA that survives rotation" certs_without_cert_manager
 
+schema_refuses() { # values -> rendering fails, naming the value
+  local out
+  if out=$(render "$@" 2>&1); then return 1; fi
+  grep -q "values don't meet the specifications of the schema" <<<"$out"
+}
+check "values.schema.json: a misspelt key and an unquoted maxConcurrentRollouts are refused" \
+  bash -c "$(declare -f render schema_refuses); HELM='$HELM' CHART='$CHART' K8S_VERSION='$K8S_VERSION'; \
+    schema_refuses --set replicaCont=2 && schema_refuses --set settings.maxConcurrentRollouts=0"
+
+render --set replicaCount=1 > "$tmp/default.yaml"
+render --set replicaCount=2 --set monitoring.serviceMonitor.enabled=true --set monitoring.prometheusRule.enabled=true > "$tmp/monitoring.yaml"
+check "monitoring off by default; with one replica no PodDisruptionBudget" \
+  bash -c "! grep -qE '^kind: (ServiceMonitor|PrometheusRule|PodDisruptionBudget)$' '$tmp/default.yaml'"
+operator_objects() {
+  python3 - "$tmp/monitoring.yaml" "$CHART/files/rules.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kind = lambda k: [d for d in docs if d["kind"] == k]
+(sm,), (rule,), (pdb,) = kind("ServiceMonitor"), kind("PrometheusRule"), kind("PodDisruptionBudget")
+(deploy,) = [d for d in kind("Deployment") if d["metadata"]["name"] == "valkey-operator"]
+(svc,) = [d for d in kind("Service") if d["metadata"]["name"] == "valkey-operator-metrics"]
+assert sm["spec"]["endpoints"][0]["port"] == "admin" and "admin" in [p["name"] for p in svc["spec"]["ports"]]
+assert all(svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+assert rule["spec"]["groups"] == yaml.safe_load(open(sys.argv[2])), "PrometheusRule is files/rules.yaml"
+alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+assert alerts == ["ValkeyOperatorNoLeader", "ValkeyClusterDegraded", "ValkeyClusterRolloutStalled",
+                  "ValkeyOperatorReconcileErrors", "ValkeyOperatorWebhookSlow"], alerts
+assert pdb["spec"]["minAvailable"] == 1
+keys = [c["topologyKey"] for c in deploy["spec"]["template"]["spec"]["topologySpreadConstraints"]]
+assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"], keys
+PY
+}
+check "monitoring on: ServiceMonitor on the metrics port, PrometheusRule = files/rules.yaml (5 alerts); 2 replicas: PDB and spread" operator_objects
+PROMTOOL="$CACHE/promtool-v$PROMTOOL_VERSION/bin/promtool"
+check "promtool check rules: the chart's alerting rules" \
+  bash -c "printf 'groups:\n' > '$tmp/rules.yaml' && sed 's/^/  /' '$CHART/files/rules.yaml' >> '$tmp/rules.yaml' && '$PROMTOOL' check rules '$tmp/rules.yaml' >&2"
+
 "$REPO/e2e/render-manifests.sh" "$tmp/rendered" >/dev/null
 drift() {
   local f ok=0

@@ -39,9 +39,9 @@ pub async fn client() -> anyhow::Result<Client> {
     Ok(client)
 }
 
-/// kubectl of the pinned version (falls back to the one on PATH).
-pub fn kubectl() -> Command {
-    let cache = std::env::var_os("VALKEY_OPERATOR_CACHE")
+/// Where `e2e/tools/install.sh` caches the tools it builds.
+pub fn tool_cache() -> PathBuf {
+    std::env::var_os("VALKEY_OPERATOR_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             std::env::var_os("XDG_CACHE_HOME")
@@ -50,7 +50,33 @@ pub fn kubectl() -> Command {
                     PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache")
                 })
                 .join("valkey-operator")
-        });
+        })
+}
+
+/// promtool of the version pinned in `e2e/versions.env` (`make tools` builds it).
+pub fn promtool() -> anyhow::Result<PathBuf> {
+    let versions = crate::state::lc_dir()
+        .parent()
+        .map(|repo| repo.join("e2e/versions.env"))
+        .context("no checkout")?;
+    let text = std::fs::read_to_string(&versions)
+        .with_context(|| format!("reading {}", versions.display()))?;
+    let version = text
+        .lines()
+        .find_map(|l| l.strip_prefix("PROMTOOL_VERSION="))
+        .context("PROMTOOL_VERSION in e2e/versions.env")?;
+    let path = tool_cache().join(format!("promtool-v{}/bin/promtool", version.trim()));
+    anyhow::ensure!(
+        path.is_file(),
+        "{} is missing: run `make tools`",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// kubectl of the pinned version (falls back to the one on PATH).
+pub fn kubectl() -> Command {
+    let cache = tool_cache();
     let pinned = std::fs::read_dir(&cache)
         .ok()
         .and_then(|dir| {

@@ -2,7 +2,7 @@
 //! edits reach running pods within 10 s (added, changed and removed keys; annotations others
 //! put on the pods are left alone), status says how to connect and what is in progress
 //! (`Progressing` with its reason, `Ready` with the state), a per-cluster state metric names
-//! the cluster, and `valkey.gomomento.com/paused: "true"` stops every change until removed.
+//! the cluster, the metrics page passes `promtool check metrics`, and `valkey.gomomento.com/paused: "true"` stops every change until removed.
 #![cfg(feature = "e2e")]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -155,6 +155,40 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         },
     )
     .await?;
+
+    // The whole metrics page passes promtool's checks (exposition format and naming).
+    let page = operator_pods
+        .items
+        .iter()
+        .find_map(|p| pod_metrics(p).ok())
+        .context("no operator /metrics")?;
+    let body = page
+        .split_once("\r\n\r\n")
+        .map_or(page.as_str(), |(_, b)| b)
+        .to_string();
+    let promtool = valkey_e2e::harness::promtool()?;
+    let checked = tokio::task::spawn_blocking(move || -> anyhow::Result<std::process::Output> {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .context("stdin")?
+            .write_all(body.as_bytes())?;
+        Ok(child.wait_with_output()?)
+    })
+    .await??;
+    ensure!(
+        checked.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
 
     // Paused: a scale-out waits, status says why; unpaused, it happens.
     patch_cluster(

@@ -75,4 +75,13 @@ if ! [ -x "$helmbin/helm" ]; then
       -o "$helmbin.tmp/helm" helm.sh/helm/v3/cmd/helm)
   rm -rf "$helmbin" && mv "$helmbin.tmp" "$helmbin"
 fi
+# --- promtool (make chart-test checks the chart's alerting rules, the e2e suite the /metrics
+#     page): `go install` of the Prometheus module's command at a pinned version.
+promtoolbin="$CACHE/promtool-v$PROMTOOL_VERSION/bin"
+if ! [ -x "$promtoolbin/promtool" ]; then
+  log "building promtool v$PROMTOOL_VERSION (Prometheus Go module; large, first time only)"
+  GOBIN="$promtoolbin.tmp" GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
+    go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@v$PROMTOOL_VERSION"
+  rm -rf "$promtoolbin" && mv "$promtoolbin.tmp" "$promtoolbin"
+fi
 log "tools ready in $CACHE"

@@ -241,17 +241,63 @@ impl Drop for ReconcileTimer<'_> {
     }
 }
 
+/// The classic Prometheus text format (0.0.4) of an OpenMetrics page: a counter family is named
+/// with its `_total` suffix in HELP and TYPE (OpenMetrics names the family without it), and
+/// the OpenMetrics-only lines (`# UNIT`, `# EOF`) go.
+pub fn openmetrics_to_text(page: &str) -> String {
+    let counters: std::collections::HashSet<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(page.len() + 64);
+    for line in page.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
 /// Serves /metrics, /healthz and /readyz (ready once the controllers' caches are synced, or at
 /// once on a replica standing by for the leader lease: it serves the webhooks only).
 pub async fn serve_admin(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
-    async fn metrics_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-        (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            m.encode(),
-        )
+    // OpenMetrics for scrapers that ask for it (Prometheus does), the classic text format
+    // otherwise (curl, promtool, older scrapers).
+    async fn metrics_handler(
+        State(m): State<Arc<Metrics>>,
+        headers: axum::http::HeaderMap,
+    ) -> impl IntoResponse {
+        let openmetrics = headers
+            .get(header::ACCEPT)
+            .and_then(|a| a.to_str().ok())
+            .is_some_and(|a| a.contains("application/openmetrics-text"));
+        if openmetrics {
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
+                m.encode(),
+            )
+        } else {
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                openmetrics_to_text(&m.encode()),
+            )
+        }
     }
     async fn ready_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
         if m.ready.load(Ordering::Relaxed) {
@@ -322,5 +368,57 @@ mod tests {
         assert!(text.contains(
             "valkey_operator_reconcile_duration_seconds_count{controller=\"cluster\"} 1"
         ));
+    }
+}
+
+#[cfg(test)]
+mod text_format_tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_named_with_total_and_openmetrics_lines_go() {
+        let m = Metrics::new();
+        m.failovers.inc();
+        m.reconciles
+            .get_or_create(&ControllerLabel {
+                controller: "cluster".into(),
+            })
+            .inc();
+        let text = openmetrics_to_text(&m.encode());
+        assert!(
+            text.contains("# HELP valkey_operator_failovers_total "),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE valkey_operator_failovers_total counter"),
+            "{text}"
+        );
+        assert!(text.contains("valkey_operator_failovers_total 1"), "{text}");
+        assert!(
+            text.contains("# TYPE valkey_operator_reconciles_total counter"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT "),
+            "{text}"
+        );
+        // Every sample's family has HELP and TYPE lines under the sample's own base name.
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| {
+                    name.strip_suffix(s)
+                        .filter(|b| text.contains(&format!("# TYPE {b} histogram")))
+                })
+                .unwrap_or(name);
+            assert!(
+                text.contains(&format!("# HELP {base} ")),
+                "no HELP for {name}"
+            );
+        }
     }
 }
