@@ -271,3 +271,13 @@ pub fn start_node_in(state: &StateDir, node: &str) -> anyhow::Result<()> {
         Err(e) => Err(e.into()),
     }
 }
+
+/// A Node's `Ready` condition status (`True`, `False`, `Unknown`; empty when it has none).
+pub fn node_ready(n: &k8s_openapi::api::core::v1::Node) -> String {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone())
+        .unwrap_or_default()
+}

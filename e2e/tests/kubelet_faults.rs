@@ -217,15 +217,6 @@ async fn cut_a_pod_from_the_apiserver_and_heal_it() {
     .await;
 }
 
-fn node_ready(n: &Node) -> String {
-    n.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.status.clone())
-        .unwrap_or_default()
-}
-
 #[tokio::test]
 async fn stop_a_node_then_start_it_again() {
     let node = "node-c";
@@ -248,7 +239,9 @@ async fn stop_a_node_then_start_it_again() {
             // The node lifecycle controller notices the missing heartbeats.
             wait_until(Duration::from_secs(120), "node Ready=Unknown", || {
                 let nodes = nodes.clone();
-                async move { (node_ready(&nodes.get(node).await.ok()?) == "Unknown").then_some(()) }
+                async move {
+                    (faults::node_ready(&nodes.get(node).await.ok()?) == "Unknown").then_some(())
+                }
             })
             .await;
             assert_eq!(
@@ -276,7 +269,7 @@ async fn stop_a_node_then_start_it_again() {
                         .as_ref()
                         .and_then(|s| s.taints.as_ref())
                         .is_none_or(|t| t.is_empty());
-                    (node_ready(&n) == "True" && untainted).then_some(())
+                    (faults::node_ready(&n) == "True" && untainted).then_some(())
                 }
             },
         )

@@ -40,15 +40,6 @@ impl Drop for StartNodes {
     }
 }
 
-fn ready(n: &Node) -> String {
-    n.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.status.clone())
-        .unwrap_or_default()
-}
-
 async fn node_ready_is(client: &Client, node: &str, want: &str) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     wait_for(
@@ -59,7 +50,7 @@ async fn node_ready_is(client: &Client, node: &str, want: &str) -> anyhow::Resul
             let nodes = nodes.clone();
             async move {
                 let n = nodes.get_opt(node).await?.context("node not registered")?;
-                let r = ready(&n);
+                let r = faults::node_ready(&n);
                 if r == want {
                     Ok(Some(()))
                 } else {

@@ -362,6 +362,16 @@ mod tests {
         assert!(text(&i).contains("order: all at once"));
     }
 
+    /// The clusters that roll, by key.
+    fn rolled(before: &MapCatalog, after: &MapCatalog) -> Vec<String> {
+        run(before, after, None)
+            .clusters
+            .iter()
+            .filter(|c| c.rolls())
+            .map(ClusterImpact::key)
+            .collect()
+    }
+
     #[test]
     fn a_setting_changed_on_a_base_rolls_its_children_too() {
         let before = menu();
@@ -372,13 +382,10 @@ mod tests {
             .unwrap()
             .valkey
             .insert("maxmemory-policy".into(), "noeviction".into());
-        let rolled: Vec<String> = run(&before, &after, None)
-            .clusters
-            .iter()
-            .filter(|c| c.rolls())
-            .map(ClusterImpact::key)
-            .collect();
-        assert_eq!(rolled, ["team-a/large-1", "team-b/standard-1"]);
+        assert_eq!(
+            rolled(&before, &after),
+            ["team-a/large-1", "team-b/standard-1"]
+        );
         // Overridden by the child: only the base's own cluster rolls.
         let mut after = before.clone();
         after
@@ -387,13 +394,7 @@ mod tests {
             .unwrap()
             .valkey
             .insert("maxmemory".into(), "1gb".into());
-        let rolled: Vec<String> = run(&before, &after, None)
-            .clusters
-            .iter()
-            .filter(|c| c.rolls())
-            .map(ClusterImpact::key)
-            .collect();
-        assert_eq!(rolled, ["team-b/standard-1"]);
+        assert_eq!(rolled(&before, &after), ["team-b/standard-1"]);
     }
 
     #[test]

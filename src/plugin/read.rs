@@ -29,14 +29,7 @@ pub async fn catalog(client: &Client) -> anyhow::Result<MapCatalog> {
         .list(&lp)
         .await
         .context("cannot list ValkeyRoles")?;
-    Ok(MapCatalog {
-        configs: configs
-            .into_iter()
-            .map(|c| (c.name_any(), c.spec))
-            .collect(),
-        images: images.into_iter().map(|i| (i.name_any(), i.spec)).collect(),
-        roles: roles.into_iter().map(|r| (r.name_any(), r.spec)).collect(),
-    })
+    Ok(MapCatalog::from_objects(configs, images, roles))
 }
 
 /// A cluster and its members.

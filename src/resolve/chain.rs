@@ -28,6 +28,25 @@ pub struct MapCatalog {
     pub roles: BTreeMap<String, ValkeyRoleSpec>,
 }
 
+impl MapCatalog {
+    /// The catalog of listed menu objects, keyed by name.
+    pub fn from_objects(
+        configs: impl IntoIterator<Item = crate::api::ValkeyConfig>,
+        images: impl IntoIterator<Item = crate::api::ValkeyImage>,
+        roles: impl IntoIterator<Item = crate::api::ValkeyRole>,
+    ) -> MapCatalog {
+        use kube::ResourceExt as _;
+        MapCatalog {
+            configs: configs
+                .into_iter()
+                .map(|c| (c.name_any(), c.spec))
+                .collect(),
+            images: images.into_iter().map(|i| (i.name_any(), i.spec)).collect(),
+            roles: roles.into_iter().map(|r| (r.name_any(), r.spec)).collect(),
+        }
+    }
+}
+
 impl Catalog for MapCatalog {
     fn config(&self, name: &str) -> Option<ValkeyConfigSpec> {
         self.configs.get(name).cloned()

@@ -606,28 +606,38 @@ pub fn migration_method(cluster: &ValkeyCluster) -> MigrationMethod {
     }
 }
 
-/// Server-side apply of an object the cluster controller owns alone.
-pub async fn apply<K>(ctx: &Context, namespace: &str, obj: K) -> Result<K, Error>
-where
+/// A namespaced object the operator creates and server-side applies.
+pub trait Applied:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + Serialize
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Applied for K where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + Serialize
         + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+        + std::fmt::Debug
 {
+}
+
+/// Server-side apply of an object the cluster controller owns alone.
+pub async fn apply<K: Applied>(ctx: &Context, namespace: &str, obj: K) -> Result<K, Error> {
     apply_as(ctx, namespace, obj, CLUSTER_MANAGER).await
 }
 
 /// Server-side apply as field manager `manager`, refusing (`Error::NameTaken`) when an object
 /// of that name exists that `obj`'s controlling owner did not create.
-pub async fn apply_as<K>(ctx: &Context, namespace: &str, obj: K, manager: &str) -> Result<K, Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+pub async fn apply_as<K: Applied>(
+    ctx: &Context,
+    namespace: &str,
+    obj: K,
+    manager: &str,
+) -> Result<K, Error> {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
     let name = obj.meta().name.clone().unwrap_or_default();
     if let Some(existing) = api.get_opt(&name).await? {

@@ -119,14 +119,7 @@ impl MenuSource for ApiMenu {
                 .await
                 .map_err(|_| format!("the API server did not answer within {:?}", self.timeout))?
                 .map_err(|e| e.to_string())?;
-            Ok(MapCatalog {
-                configs: configs
-                    .into_iter()
-                    .map(|c| (c.name_any(), c.spec))
-                    .collect(),
-                images: images.into_iter().map(|i| (i.name_any(), i.spec)).collect(),
-                roles: roles.into_iter().map(|r| (r.name_any(), r.spec)).collect(),
-            })
+            Ok(MapCatalog::from_objects(configs, images, roles))
         })
     }
 
