@@ -65,7 +65,7 @@ pub async fn healed(
     since: Instant,
 ) -> anyhow::Result<Duration> {
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    wait_for(
+    let result = wait_for(
         "members replaced and the cluster Active",
         Duration::from_secs(300),
         Duration::from_millis(500),
@@ -93,7 +93,11 @@ pub async fn healed(
             }
         },
     )
-    .await?;
+    .await;
+    if let Err(e) = result {
+        let why = crate::valkey::explain(client, ns, name).await;
+        return Err(e.context(why));
+    }
     let took = since.elapsed();
     println!("healed ({gone:?} replaced) {took:?} after the fault");
     Ok(took)

@@ -23,7 +23,7 @@ pub async fn wait_state(
     timeout: Duration,
 ) -> anyhow::Result<ValkeyCluster> {
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    wait_for(
+    let result = wait_for(
         &format!("ValkeyCluster {ns}/{name} to be {want:?}"),
         timeout,
         Duration::from_millis(500),
@@ -40,7 +40,11 @@ pub async fn wait_state(
             }
         },
     )
-    .await
+    .await;
+    match result {
+        Ok(c) => Ok(c),
+        Err(e) => Err(e.context(explain(client, ns, name).await)),
+    }
 }
 
 /// The member pods of a Valkey cluster.
@@ -112,4 +116,94 @@ pub fn pod_metrics(pod: &Pod) -> anyhow::Result<String> {
     let mut body = String::new();
     stream.read_to_string(&mut body)?;
     Ok(body)
+}
+
+/// What a failed wait needs to be diagnosed after the fact (CI keeps no cluster): each member
+/// pod's phase, its node's view of the cluster and its replication link, and the operator's
+/// log lines about the cluster. Best effort: whatever cannot be read is said so.
+pub async fn explain(client: &Client, ns: &str, cluster: &str) -> String {
+    use std::fmt::Write as _;
+    use valkey_operator::driver::{ClusterDriver, MemberAddr};
+    let mut out = format!("--- {ns}/{cluster} as its members see it ---\n");
+    let driver = match operator_driver(client, ns, cluster).await {
+        Ok(d) => Some(d),
+        Err(e) => {
+            let _ = writeln!(out, "no operator credentials: {e:#}");
+            None
+        }
+    };
+    let pods = member_pods(client, ns, cluster).await.unwrap_or_default();
+    for pod in &pods {
+        let status = pod.status.clone().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "pod {} phase {:?} ip {:?} deleting {}",
+            pod.name_any(),
+            status.phase,
+            status.pod_ip,
+            pod.metadata.deletion_timestamp.is_some()
+        );
+        let (Some(ip), Some(driver)) = (status.pod_ip, driver.as_ref()) else {
+            continue;
+        };
+        let addr = MemberAddr::new(ip, 6379);
+        match driver.replication_info(&addr).await {
+            Ok(r) => {
+                let _ = writeln!(
+                    out,
+                    "  role {:?} link {:?} offset {} replicas {:?}",
+                    r.role, r.primary_link, r.repl_offset, r.connected_replicas
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  INFO replication: {e}");
+            }
+        }
+        match driver.cluster_nodes(&addr).await {
+            Ok(nodes) => {
+                for n in nodes {
+                    let _ = writeln!(
+                        out,
+                        "  node {} {}:{} myself={} primary={:?} of={:?} fail={} slots={:?} migrating={:?} importing={:?}",
+                        n.id,
+                        n.ip,
+                        n.port,
+                        n.flags.myself,
+                        n.flags.primary,
+                        n.primary_id,
+                        n.flags.fail || n.flags.pfail,
+                        n.slots,
+                        n.migrating,
+                        n.importing
+                    );
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  CLUSTER NODES: {e}");
+            }
+        }
+    }
+    let _ = writeln!(out, "--- operator log lines about {ns} ---");
+    let operators = Api::<Pod>::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let listed = operators
+        .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+        .await;
+    for p in listed.map(|l| l.items).unwrap_or_default() {
+        let params = kube::api::LogParams {
+            tail_lines: Some(3000),
+            ..Default::default()
+        };
+        match operators.logs(&p.name_any(), &params).await {
+            Ok(text) => {
+                let lines: Vec<&str> = text.lines().filter(|l| l.contains(ns)).collect();
+                for l in &lines[lines.len().saturating_sub(80)..] {
+                    let _ = writeln!(out, "{l}");
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(out, "logs of {}: {e}", p.name_any());
+            }
+        }
+    }
+    out
 }

@@ -22,14 +22,21 @@ pub(super) fn finish_slot_moves(a: &Answered) -> Option<Plan> {
 type OpenMove<'a> = (AnsweredMember<'a>, AnsweredMember<'a>, Vec<u16>);
 
 /// Slots left `MIGRATING`/`IMPORTING` by a key-by-key move: moved on when both ends answer
-/// (and the source still owns the slot, for an importing one), closed otherwise.
+/// (and the source still owns the slot, for an importing one), closed otherwise. Only
+/// primaries' open slots count: Valkey shows a primary's on its replicas too, and a replica
+/// takes neither `MIGRATE` nor `CLUSTER SETSLOT` (a promoted replica is a primary by then).
 fn resume_key_moves(members: &[AnsweredMember]) -> Option<Plan> {
+    let primaries_only: Vec<AnsweredMember> = members
+        .iter()
+        .copied()
+        .filter(|m| m.view.is_primary)
+        .collect();
     let by_id: BTreeMap<&NodeId, AnsweredMember> =
-        members.iter().map(|m| (&m.view.id, *m)).collect();
+        primaries_only.iter().map(|m| (&m.view.id, *m)).collect();
     // By (source name, target name), and by member name.
     let mut resume: BTreeMap<(&str, &str), OpenMove> = BTreeMap::new();
     let mut close: BTreeMap<&str, (AnsweredMember, Vec<u16>)> = BTreeMap::new();
-    for &m in members {
+    for &m in &primaries_only {
         for open in &m.view.migrating {
             match by_id.get(&open.peer) {
                 Some(&target) => open_move(&mut resume, m, target).push(open.slot),

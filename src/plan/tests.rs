@@ -962,3 +962,45 @@ fn a_silent_member_holds_rollouts_and_slot_moves() {
     }
     assert_eq!(sim.nodes.len(), 6);
 }
+
+/// Valkey copies a primary's open slots (`MIGRATING`/`IMPORTING`) to its replicas' view of
+/// themselves. A replica cannot take `CLUSTER SETSLOT`, so only primaries' open slots are moved
+/// on or closed: a replica's are its primary's, settled on the primary.
+#[test]
+fn open_slots_seen_on_replicas_are_settled_on_primaries_only() {
+    let mut sim = Sim::default();
+    form(&mut sim, 2, 1, |_| usize::MAX);
+    let source = sim.nodes["c-0-0"].clone();
+    let target = sim.nodes["c-1-0"].clone();
+    let gone = NodeId("a-primary-that-is-gone".into());
+    let slot = |peer: &NodeId| OpenSlot {
+        slot: 7,
+        peer: peer.clone(),
+    };
+    let mut t = sim.topology(2, 1);
+    for m in &mut t.members {
+        let view = m.view.as_mut().unwrap();
+        match m.name.as_str() {
+            "c-0-0" | "c-0-1" => view.migrating = vec![slot(&target.id)],
+            "c-1-0" => view.importing = vec![slot(&source.id)],
+            // Importing from a primary no longer there: on a replica, nothing to close.
+            "c-1-1" => view.importing = vec![slot(&gone)],
+            _ => {}
+        }
+    }
+    let p = plan(&t);
+    assert_eq!(p.actions.len(), 1, "{:?}", p.actions);
+    match &p.actions[0] {
+        Action::MoveSlots {
+            source: from,
+            targets,
+            ..
+        } => {
+            assert_eq!(from, &source.addr);
+            assert_eq!(targets.len(), 1);
+            assert_eq!(targets[0].member, target.addr);
+            assert_eq!(targets[0].ranges, vec![7..=7]);
+        }
+        other => panic!("expected the move to go on between the primaries, got {other:?}"),
+    }
+}
