@@ -10,16 +10,14 @@ cd "$(dirname "$0")/.."
 log() { printf '[image] %s\n' "$*" >&2; }
 version=$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"]=="valkey-operator"))')
 target=${CARGO_TARGET_DIR:-target}
-triple=x86_64-unknown-linux-gnu
 out=${IMAGE_ARCHIVE:-$target/image/valkey-operator-$version.oci.tar}
 tag=localhost/valkey-operator:$version
 
 log "static release build (valkey-operator $version)"
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --quiet \
-  --target "$triple" --bin valkey-operator
+binary=$(bash e2e/release-build.sh)
 stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/binary/out" "$stage/context"
-cp "$target/$triple/release/valkey-operator" "$stage/binary/out/valkey-operator"
+cp "$binary" "$stage/binary/out/valkey-operator"
 strip "$stage/binary/out/valkey-operator" 2>/dev/null || true
 
 log "buildah bud -f Containerfile (binary from the host build)"
