@@ -10,7 +10,9 @@
 #   4. the release namespace reaches every namespaced object and every webhook service;
 #   5. the chart's CRDs are crds/ (annotations, labels, namespace aside);
 #   6. certs/generate.sh makes a verifying chain for the webhook Service, keeping its CA;
-#   7. the checked-in plain manifests are what `make manifests` renders (no drift).
+#   7. the persona ClusterRoles render by default with the chart's labels and are those of the
+#      plain manifests, which also carry the example bindings the e2e suites use;
+#   8. the checked-in plain manifests are what `make manifests` renders (no drift).
 # Prints one line per check and a closing "N passed, N failed" line.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -140,6 +142,33 @@ assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"], keys
 PY
 }
 check "monitoring on: ServiceMonitor on the metrics port, PrometheusRule = files/rules.yaml (5 alerts); 2 replicas: PDB and spread" operator_objects
+render --set personaRoles.create=false > "$tmp/no-personas.yaml"
+personas() { # default render, render without them, the plain manifests
+  python3 - "$tmp/default.yaml" "$tmp/no-personas.yaml" "$REPO/manifests/rbac/platform-team.yaml" "$REPO/manifests/rbac/product-team.yaml" <<'PY'
+import sys, yaml
+load = lambda *fs: [d for f in fs for d in yaml.safe_load_all(open(f)) if d]
+names = ["valkey-menu-reader", "valkey-platform-team", "valkey-product-team", "valkey-viewer"]
+def personas(docs):
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] != "valkey-operator"}
+def essence(role): # name, rules, labels other than the release's
+    labels = {k: v for k, v in role["metadata"]["labels"].items() if k not in ("app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart")}
+    return role["metadata"]["name"], role["rules"], labels
+default, plain = load(sys.argv[1]), load(sys.argv[3], sys.argv[4])
+chart = personas(default)
+assert sorted(chart) == names, sorted(chart)
+assert all(r["metadata"]["labels"]["app.kubernetes.io/instance"] == "vo" and "helm.sh/chart" in r["metadata"]["labels"] for r in chart.values())
+assert not personas(load(sys.argv[2])), "personaRoles.create=false still renders them"
+assert [essence(chart[n]) for n in names] == [essence(personas(plain)[n]) for n in names], "the plain manifests' persona roles differ"
+# Example bindings: off in the chart, in the plain manifests (tests/api_e2e.rs binds as these groups).
+bindings = lambda docs: {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")): (d["roleRef"]["name"], [s["name"] for s in d["subjects"]])
+                         for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding") and d["metadata"]["name"] != "valkey-operator"}
+assert not bindings(default) and not [d for d in default if d["kind"] == "Namespace"], "example bindings rendered by default"
+assert bindings(plain) == {("ClusterRoleBinding", "valkey-platform-team", None): ("valkey-platform-team", ["platform-team"]),
+                           ("ClusterRoleBinding", "valkey-menu-reader", None): ("valkey-menu-reader", ["team-a"]),
+                           ("RoleBinding", "valkey-product-team", "team-a"): ("valkey-product-team", ["team-a"])}, bindings(plain)
+PY
+}
+check "persona ClusterRoles by default (none with personaRoles.create=false), as in manifests/rbac/ with its example bindings" personas
 PROMTOOL="$CACHE/promtool-v$PROMTOOL_VERSION/bin/promtool"
 check "promtool check rules: the chart's alerting rules" \
   bash -c "printf 'groups:\n' > '$tmp/rules.yaml' && sed 's/^/  /' '$CHART/files/rules.yaml' >> '$tmp/rules.yaml' && '$PROMTOOL' check rules '$tmp/rules.yaml' >&2"
@@ -147,7 +176,8 @@ check "promtool check rules: the chart's alerting rules" \
 "$REPO/e2e/render-manifests.sh" "$tmp/rendered" >/dev/null
 drift() {
   local f ok=0
-  for f in manifests/rbac/operator.yaml manifests/install/operator.yaml webhooks/validating.yaml; do
+  for f in manifests/rbac/operator.yaml manifests/rbac/platform-team.yaml manifests/rbac/product-team.yaml \
+      manifests/install/operator.yaml webhooks/validating.yaml; do
     diff -u "$REPO/$f" "$tmp/rendered/$f" >&2 || { echo "$f differs from the chart; run make manifests" >&2; ok=1; }
   done
   return $ok
