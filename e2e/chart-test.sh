@@ -131,6 +131,7 @@ kind = lambda k: [d for d in docs if d["kind"] == k]
 (deploy,) = [d for d in kind("Deployment") if d["metadata"]["name"] == "valkey-operator"]
 (svc,) = [d for d in kind("Service") if d["metadata"]["name"] == "valkey-operator-metrics"]
 assert sm["spec"]["endpoints"][0]["port"] == "admin" and "admin" in [p["name"] for p in svc["spec"]["ports"]]
+assert sm["spec"]["endpoints"][0]["honorLabels"] is True, "the clusters' namespace label must survive the scrape"
 assert all(svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
 assert rule["spec"]["groups"] == yaml.safe_load(open(sys.argv[2])), "PrometheusRule is files/rules.yaml"
 alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
