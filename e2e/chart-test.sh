@@ -10,7 +10,11 @@
 #   4. the release namespace reaches every namespaced object and every webhook service;
 #   5. the chart's CRDs are crds/ (annotations, labels, namespace aside);
 #   6. certs/generate.sh makes a verifying chain for the webhook Service, keeping its CA;
-#   7. the checked-in plain manifests are what `make manifests` renders (no drift).
+#   7. the Grafana dashboard is valid, uses only the operator's metrics (METRICS below, the alert
+#      rules too), its queries parse, and its ConfigMap renders only when enabled;
+#   8. the persona ClusterRoles render by default with the chart's labels and are those of the
+#      plain manifests, which also carry the example bindings the e2e suites use;
+#   9. the checked-in plain manifests are what `make manifests` renders (no drift).
 # Prints one line per check and a closing "N passed, N failed" line.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +23,29 @@ CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
 HELM="$CACHE/helm-v$HELM_VERSION/bin/helm"
 CHART=$REPO/charts/valkey-operator
 passed=0; failed=0
+# The operator's metrics (name and type; docs/operations.md): all the dashboard and the alert
+# rules may use, and the dashboard shows each. Histograms also have _bucket, _sum and _count.
+METRICS="
+valkey_operator_build_info gauge
+valkey_operator_leader gauge
+valkey_operator_clusters gauge
+valkey_operator_cluster_info gauge
+valkey_operator_cluster_members gauge
+valkey_operator_cluster_members_ready gauge
+valkey_operator_cluster_slots_to_move gauge
+valkey_operator_cluster_members_outdated gauge
+valkey_operator_reconciles_total counter
+valkey_operator_reconcile_errors_total counter
+valkey_operator_reconcile_duration_seconds histogram
+valkey_operator_webhook_request_duration_seconds histogram
+valkey_operator_webhook_admissions_total counter
+valkey_operator_valkey_command_duration_seconds histogram
+valkey_operator_valkey_command_errors_total counter
+valkey_operator_failovers_total counter
+valkey_operator_slot_migrations_total counter
+valkey_operator_rollouts_in_progress gauge
+valkey_operator_topology_actions_total counter
+"
 check() { # name command...
   local name=$1; shift
   if "$@"; then echo "ok   - $name"; passed=$((passed + 1)); else echo "FAIL - $name"; failed=$((failed + 1)); fi
@@ -129,6 +156,7 @@ kind = lambda k: [d for d in docs if d["kind"] == k]
 (deploy,) = [d for d in kind("Deployment") if d["metadata"]["name"] == "valkey-operator"]
 (svc,) = [d for d in kind("Service") if d["metadata"]["name"] == "valkey-operator-metrics"]
 assert sm["spec"]["endpoints"][0]["port"] == "admin" and "admin" in [p["name"] for p in svc["spec"]["ports"]]
+assert sm["spec"]["endpoints"][0]["honorLabels"] is True, "the clusters' namespace label must survive the scrape"
 assert all(svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
 assert rule["spec"]["groups"] == yaml.safe_load(open(sys.argv[2])), "PrometheusRule is files/rules.yaml"
 alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
@@ -140,14 +168,128 @@ assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"], keys
 PY
 }
 check "monitoring on: ServiceMonitor on the metrics port, PrometheusRule = files/rules.yaml (5 alerts); 2 replicas: PDB and spread" operator_objects
+DASHBOARD=$CHART/files/dashboard.json
+dashboard_valid() { # JSON, Grafana's shape, every query on the datasource variable, no overlapping panels
+  python3 - "$DASHBOARD" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["uid"] == "valkey-operator" and d["title"] and d["schemaVersion"] >= 39, "uid, title, schemaVersion"
+variables = {v["name"]: v for v in d["templating"]["list"]}
+assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+for name in ("namespace", "cluster"):
+    assert variables[name]["type"] == "query" and variables[name]["definition"].startswith("label_values(valkey_operator_cluster_info"), name
+ds = {"type": "prometheus", "uid": "${datasource}"}
+assert all(variables[n]["datasource"] == ds for n in ("namespace", "cluster"))
+panels = d["panels"]
+assert len({p["id"] for p in panels}) == len(panels), "panel ids are unique"
+cells = set()
+for p in panels:
+    g = p["gridPos"]
+    assert g["x"] >= 0 and g["w"] > 0 and g["x"] + g["w"] <= 24, p["title"]
+    mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+    assert not mine & cells, "overlaps: " + p["title"]
+    cells |= mine
+    if p["type"] != "row":
+        assert p["title"] and p["datasource"] == ds and p["targets"], p["title"]
+        assert all(t["datasource"] == ds and t["expr"] for t in p["targets"]), p["title"]
+PY
+}
+check "files/dashboard.json: valid JSON, schemaVersion 39+, datasource/namespace/cluster variables, every query on \$datasource, no overlap" dashboard_valid
+known_metrics() {
+  python3 - "$DASHBOARD" "$CHART/files/rules.yaml" "$METRICS" <<'PY'
+import re, sys
+allowed, listed = set(), set()
+for line in sys.argv[3].split("\n"):
+    if line.strip():
+        name, kind = line.split()
+        listed.add(name); allowed.add(name)
+        if kind == "histogram":
+            allowed |= {name + s for s in ("_bucket", "_sum", "_count")}
+names = lambda f: set(re.findall(r"valkey_operator_[a-z0-9_]*[a-z0-9]", open(f).read()))
+dashboard, rules = names(sys.argv[1]), names(sys.argv[2])
+unknown = (dashboard | rules) - allowed
+assert not unknown, "not an operator metric: %s" % sorted(unknown)
+shown = {n for n in listed if any(m == n or m.startswith(n + "_") and m[len(n) + 1:] in ("bucket", "sum", "count") for m in dashboard)}
+assert shown == listed, "not on the dashboard: %s" % sorted(listed - shown)
+PY
+}
+check "the dashboard and the alert rules use only the operator's metrics (METRICS), the dashboard every one" known_metrics
+dashboard_queries_parse() { # each panel query as a recording rule, Grafana's variables replaced
+  python3 - "$DASHBOARD" > "$tmp/dashboard-rules.yaml" <<'PY' || return 1
+import json, sys, yaml
+d = json.load(open(sys.argv[1]))
+subst = {"$__rate_interval": "5m", "$__range": "1h", "$namespace": ".*", "$cluster": ".*"}
+rules = []
+for p in d["panels"]:
+    for t in p.get("targets", []):
+        expr = t["expr"]
+        for k, v in subst.items():
+            expr = expr.replace(k, v)
+        assert "$" not in expr, t["expr"]
+        rules.append({"record": "dashboard:query_%d" % len(rules), "expr": expr})
+print(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, sort_keys=False))
+PY
+  "$PROMTOOL" check rules "$tmp/dashboard-rules.yaml" >&2
+}
 PROMTOOL="$CACHE/promtool-v$PROMTOOL_VERSION/bin/promtool"
+check "promtool: every dashboard query parses" dashboard_queries_parse
+render --set monitoring.grafanaDashboard.enabled=true --set monitoring.grafanaDashboard.namespace=grafana \
+  --set monitoring.grafanaDashboard.annotations.grafana_folder=Valkey > "$tmp/dashboard.yaml"
+render --set monitoring.grafanaDashboard.enabled=true --set monitoring.grafanaDashboard.label=dashboards \
+  --set-string monitoring.grafanaDashboard.labelValue=valkey > "$tmp/dashboard-label.yaml"
+dashboard_configmap() {
+  python3 - "$tmp/default.yaml" "$tmp/monitoring.yaml" "$tmp/dashboard.yaml" "$tmp/dashboard-label.yaml" "$DASHBOARD" <<'PY'
+import json, sys, yaml
+def dashboards(f):
+    return [d for d in yaml.safe_load_all(open(f)) if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "valkey-operator-dashboard"]
+assert not dashboards(sys.argv[1]) and not dashboards(sys.argv[2]), "rendered while monitoring.grafanaDashboard.enabled is false"
+(cm,) = dashboards(sys.argv[3])
+meta = cm["metadata"]
+assert meta["labels"]["grafana_dashboard"] == "1" and meta["labels"]["app.kubernetes.io/instance"] == "vo", meta["labels"]
+assert meta["namespace"] == "grafana" and meta["annotations"] == {"grafana_folder": "Valkey"}, meta
+assert list(cm["data"]) == ["valkey-operator.json"] and json.loads(cm["data"]["valkey-operator.json"]) == json.load(open(sys.argv[5]))
+(cm,) = dashboards(sys.argv[4])
+assert cm["metadata"]["labels"]["dashboards"] == "valkey" and "grafana_dashboard" not in cm["metadata"]["labels"]
+assert cm["metadata"]["namespace"] == "ops" and "annotations" not in cm["metadata"]
+PY
+}
+check "dashboard ConfigMap only when enabled: sidecar label (configurable), namespace, annotations, data = files/dashboard.json" dashboard_configmap
+
+render --set personaRoles.create=false > "$tmp/no-personas.yaml"
+personas() { # default render, render without them, the plain manifests
+  python3 - "$tmp/default.yaml" "$tmp/no-personas.yaml" "$REPO/manifests/rbac/platform-team.yaml" "$REPO/manifests/rbac/product-team.yaml" <<'PY'
+import sys, yaml
+load = lambda *fs: [d for f in fs for d in yaml.safe_load_all(open(f)) if d]
+names = ["valkey-menu-reader", "valkey-platform-team", "valkey-product-team", "valkey-viewer"]
+def personas(docs):
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] != "valkey-operator"}
+def essence(role): # name, rules, labels other than the release's
+    labels = {k: v for k, v in role["metadata"]["labels"].items() if k not in ("app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart")}
+    return role["metadata"]["name"], role["rules"], labels
+default, plain = load(sys.argv[1]), load(sys.argv[3], sys.argv[4])
+chart = personas(default)
+assert sorted(chart) == names, sorted(chart)
+assert all(r["metadata"]["labels"]["app.kubernetes.io/instance"] == "vo" and "helm.sh/chart" in r["metadata"]["labels"] for r in chart.values())
+assert not personas(load(sys.argv[2])), "personaRoles.create=false still renders them"
+assert [essence(chart[n]) for n in names] == [essence(personas(plain)[n]) for n in names], "the plain manifests' persona roles differ"
+# Example bindings: off in the chart, in the plain manifests (tests/api_e2e.rs binds as these groups).
+bindings = lambda docs: {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")): (d["roleRef"]["name"], [s["name"] for s in d["subjects"]])
+                         for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding") and d["metadata"]["name"] != "valkey-operator"}
+assert not bindings(default) and not [d for d in default if d["kind"] == "Namespace"], "example bindings rendered by default"
+assert bindings(plain) == {("ClusterRoleBinding", "valkey-platform-team", None): ("valkey-platform-team", ["platform-team"]),
+                           ("ClusterRoleBinding", "valkey-menu-reader", None): ("valkey-menu-reader", ["team-a"]),
+                           ("RoleBinding", "valkey-product-team", "team-a"): ("valkey-product-team", ["team-a"])}, bindings(plain)
+PY
+}
+check "persona ClusterRoles by default (none with personaRoles.create=false), as in manifests/rbac/ with its example bindings" personas
 check "promtool check rules: the chart's alerting rules" \
   bash -c "printf 'groups:\n' > '$tmp/rules.yaml' && sed 's/^/  /' '$CHART/files/rules.yaml' >> '$tmp/rules.yaml' && '$PROMTOOL' check rules '$tmp/rules.yaml' >&2"
 
 "$REPO/e2e/render-manifests.sh" "$tmp/rendered" >/dev/null
 drift() {
   local f ok=0
-  for f in manifests/rbac/operator.yaml manifests/install/operator.yaml webhooks/validating.yaml; do
+  for f in manifests/rbac/operator.yaml manifests/rbac/platform-team.yaml manifests/rbac/product-team.yaml \
+      manifests/install/operator.yaml webhooks/validating.yaml; do
     diff -u "$REPO/$f" "$tmp/rendered/$f" >&2 || { echo "$f differs from the chart; run make manifests" >&2; ok=1; }
   done
   return $ok

@@ -295,7 +295,8 @@ nodes_ready() {
 project_up() {
   operator_up
   $KUBECTL wait --for condition=Established --timeout=60s -f "$REPO/crds/" >/dev/null
-  # Example bindings for the two personas (the operator's own RBAC comes with the chart).
+  # The persona ClusterRoles and their example bindings, as rendered from the chart into the
+  # plain manifests (the release leaves them out: e2e/chart-values.yaml).
   $KUBECTL apply --server-side --force-conflicts -f "$REPO/manifests/rbac/platform-team.yaml" \
     -f "$REPO/manifests/rbac/product-team.yaml" >/dev/null
   log "persona RBAC installed"

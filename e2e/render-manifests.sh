@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Renders the plain manifests (for `kubectl apply` without Helm) from charts/valkey-operator:
-#   manifests/rbac/operator.yaml, manifests/install/operator.yaml, webhooks/validating.yaml.
+#   manifests/rbac/operator.yaml, manifests/rbac/platform-team.yaml,
+#   manifests/rbac/product-team.yaml, manifests/install/operator.yaml, webhooks/validating.yaml.
 # Usage: e2e/render-manifests.sh [OUT_DIR]   (default: the repository itself; `make manifests`)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +26,12 @@ render() { # out-file intro template...
 render "$OUT/manifests/rbac/operator.yaml" \
   "The operator's namespace, service account and least-privilege RBAC. Apply after crds/." \
   namespace.yaml rbac.yaml
+render "$OUT/manifests/rbac/platform-team.yaml" \
+  "Platform team: ClusterRole valkey-platform-team and an example binding (group platform-team)." \
+  personas/platform-team.yaml
+render "$OUT/manifests/rbac/product-team.yaml" \
+  "Product teams: ClusterRoles valkey-product-team, valkey-menu-reader, valkey-viewer; example team-a." \
+  personas/product-team.yaml
 render "$OUT/manifests/install/operator.yaml" \
   "Settings ConfigMap, Deployment, metrics and webhook Services. Apply after manifests/rbac/." \
   operator.yaml
