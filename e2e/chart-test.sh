@@ -23,29 +23,9 @@ CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
 HELM="$CACHE/helm-v$HELM_VERSION/bin/helm"
 CHART=$REPO/charts/valkey-operator
 passed=0; failed=0
-# The operator's metrics (name and type; docs/operations.md): all the dashboard and the alert
-# rules may use, and the dashboard shows each. Histograms also have _bucket, _sum and _count.
-METRICS="
-valkey_operator_build_info gauge
-valkey_operator_leader gauge
-valkey_operator_clusters gauge
-valkey_operator_cluster_info gauge
-valkey_operator_cluster_members gauge
-valkey_operator_cluster_members_ready gauge
-valkey_operator_cluster_slots_to_move gauge
-valkey_operator_cluster_members_outdated gauge
-valkey_operator_reconciles_total counter
-valkey_operator_reconcile_errors_total counter
-valkey_operator_reconcile_duration_seconds histogram
-valkey_operator_webhook_request_duration_seconds histogram
-valkey_operator_webhook_admissions_total counter
-valkey_operator_valkey_command_duration_seconds histogram
-valkey_operator_valkey_command_errors_total counter
-valkey_operator_failovers_total counter
-valkey_operator_slot_migrations_total counter
-valkey_operator_rollouts_in_progress gauge
-valkey_operator_topology_actions_total counter
-"
+# The operator's metrics (name and type; docs/operations.md), kept in e2e/metrics.txt: all the
+# dashboard and the alert rules may use, and the dashboard shows each.
+METRICS=$(grep -v '^#' "$REPO/e2e/metrics.txt")
 check() { # name command...
   local name=$1; shift
   if "$@"; then echo "ok   - $name"; passed=$((passed + 1)); else echo "FAIL - $name"; failed=$((failed + 1)); fi

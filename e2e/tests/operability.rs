@@ -85,6 +85,23 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         condition(&c, "Progressing"),
         Some(("False".into(), "Settled".into()))
     );
+    assert_eq!(
+        condition(&c, "Degraded"),
+        Some(("False".into(), "Healthy".into()))
+    );
+    // What `kubectl get` shows in READY and VERSION, and the figures behind them.
+    assert_eq!(status.ready.as_deref(), Some("2/2"));
+    assert_eq!(status.version.as_deref(), Some("9.0.0"));
+    assert_eq!(status.tls, Some(false));
+    assert_eq!(
+        status.progress,
+        Some(valkey_operator::api::ClusterProgress {
+            desired_members: 2,
+            ready_members: 2,
+            outdated_members: 0,
+            slots_to_move: 0,
+        })
+    );
 
     // podAnnotations: added, changed, removed, within 10 s; someone else's stays.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
@@ -130,26 +147,34 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         "pods patched in place, not replaced"
     );
 
-    // The per-cluster metric names this cluster and its state.
+    // The per-cluster metrics name this cluster, its state and its figures.
     let operator_pods = Api::<Pod>::namespaced(client.clone(), OPERATOR_NAMESPACE)
         .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
         .await?;
-    let line = format!(
-        "valkey_operator_cluster_state{{namespace=\"{}\",name=\"{NAME}\",state=\"Active\"}} 1",
-        ns.name
-    );
+    let labels = format!("namespace=\"{}\",name=\"{NAME}\"", ns.name);
+    let lines = [
+        format!("valkey_operator_cluster_info{{{labels},state=\"Active\"}} 1"),
+        format!("valkey_operator_cluster_members{{{labels}}} 2"),
+        format!("valkey_operator_cluster_members_ready{{{labels}}} 2"),
+        format!("valkey_operator_cluster_slots_to_move{{{labels}}} 0"),
+        format!("valkey_operator_cluster_members_outdated{{{labels}}} 0"),
+    ];
     wait_for(
-        "the cluster_state metric",
+        "the per-cluster metrics",
         Duration::from_secs(30),
         Duration::from_secs(1),
         || {
-            let (pods, line) = (&operator_pods.items, &line);
+            let (pods, lines) = (&operator_pods.items, &lines);
             async move {
                 let all: Vec<String> = pods.iter().filter_map(|p| pod_metrics(p).ok()).collect();
-                if all.iter().any(|m| m.lines().any(|l| l == line)) {
+                let missing: Vec<&String> = lines
+                    .iter()
+                    .filter(|want| !all.iter().any(|m| m.lines().any(|l| &l == want)))
+                    .collect();
+                if missing.is_empty() {
                     Ok(Some(()))
                 } else {
-                    bail!("no line {line}")
+                    bail!("no lines {missing:?}")
                 }
             }
         },
@@ -167,6 +192,7 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         .map_or(page.as_str(), |(_, b)| b)
         .to_string();
     let promtool = valkey_e2e::harness::promtool()?;
+    let piped = body.clone();
     let checked = tokio::task::spawn_blocking(move || -> anyhow::Result<std::process::Output> {
         use std::io::Write as _;
         let mut child = std::process::Command::new(promtool)
@@ -179,7 +205,7 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
             .stdin
             .take()
             .context("stdin")?
-            .write_all(body.as_bytes())?;
+            .write_all(piped.as_bytes())?;
         Ok(child.wait_with_output()?)
     })
     .await??;
@@ -188,6 +214,28 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         "promtool check metrics: {}{}",
         String::from_utf8_lossy(&checked.stdout),
         String::from_utf8_lossy(&checked.stderr)
+    );
+    // Every metric the chart's dashboard and alerts may use (e2e/metrics.txt) is declared,
+    // with its type, and the operator declares no other. A family without samples is not on
+    // the page: error counters of a run without errors.
+    let listed: BTreeSet<String> = include_str!("../metrics.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
+        .collect();
+    let declared: BTreeSet<String> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(str::to_string)
+        .collect();
+    let listed_only: Vec<&String> = listed
+        .difference(&declared)
+        .filter(|m| !m.ends_with("_errors_total counter"))
+        .collect();
+    let declared_only: Vec<&String> = declared.difference(&listed).collect();
+    ensure!(
+        listed_only.is_empty() && declared_only.is_empty(),
+        "e2e/metrics.txt and the /metrics page differ: listed only {listed_only:?}, declared only {declared_only:?}"
     );
 
     // Paused: a scale-out waits, status says why; unpaused, it happens.

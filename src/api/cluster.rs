@@ -33,6 +33,8 @@ use super::validation::{
     validation = Rule::new(CLUSTER_NAME.cel("self.metadata.name"))
         .msg(format!("metadata.name of a ValkeyCluster must be {}", CLUSTER_NAME.describe)),
     printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Active, Updating, Blocked, Degraded or Deleting"),
+    printcolumn(name = "READY", type_ = "string", json_path = ".status.ready", description = "Members ready / members the spec asks for"),
+    printcolumn(name = "VERSION", type_ = "string", json_path = ".status.version", description = "Valkey version the members run (old -> new during a rollout)"),
     printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.shards", description = "Number of shards (primaries)"),
     printcolumn(name = "REPLICAS", type_ = "integer", json_path = ".spec.replicasPerShard", description = "Replicas per shard"),
     printcolumn(name = "CONFIG", type_ = "string", json_path = ".spec.configRef", description = "ValkeyConfig the cluster uses"),
@@ -141,6 +143,38 @@ pub struct ValkeyClusterStatus {
     /// discovers every member from there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+
+    /// Whether clients must connect with TLS (`spec.tls` is set) to the endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<bool>,
+
+    /// Members ready out of the members the spec asks for (`5/6`), as `kubectl get` shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+
+    /// Valkey version the members run; during a rollout, the versions from old to new
+    /// (`8.1.1 -> 9.0.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+
+    /// Where the cluster stands, in numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ClusterProgress>,
+}
+
+/// A cluster's figures: members asked for and ready, members still on an outdated spec (a
+/// rollout's progress: 0 when done), hash slots still to move between shards.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterProgress {
+    /// Members the spec asks for: shards x (1 + replicasPerShard).
+    pub desired_members: i32,
+    /// Members that run, answer and serve their role (a primary, or an in-sync replica).
+    pub ready_members: i32,
+    /// Members still running an outdated spec.
+    pub outdated_members: i32,
+    /// Hash slots still to move before every shard holds its even share.
+    pub slots_to_move: i32,
 }
 
 /// Overall state of a Valkey cluster.

@@ -19,7 +19,8 @@ pub mod validation;
 
 pub use acl::{AclBinding, AclPermission, ChannelPermission, KeyAccess, KeyPermission};
 pub use cluster::{
-    ClusterNodeStatus, ClusterState, TlsSpec, ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus,
+    ClusterNodeStatus, ClusterProgress, ClusterState, TlsSpec, ValkeyCluster, ValkeyClusterSpec,
+    ValkeyClusterStatus,
 };
 pub use config::{Resources, ValkeyConfig, ValkeyConfigSpec, ValkeyConfigStatus};
 pub use image::{ValkeyImage, ValkeyImageSpec, ValkeyImageStatus};

@@ -142,6 +142,7 @@ impl Context {
         });
         config.connect_timeout = Duration::from_secs(3);
         config.command_timeout = Duration::from_secs(10);
+        config.observer = Some(self.metrics.clone());
         let driver = Arc::new(FredDriver::new(config));
         drivers.insert(key.to_string(), (password.to_string(), driver.clone()));
         driver

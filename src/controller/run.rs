@@ -196,12 +196,14 @@ pub async fn run(
         }
     });
 
-    // Clusters per state, recomputed from the cache (correct across operator restarts).
+    // Clusters per state and per-cluster figures, recomputed from the cache's statuses
+    // (correct across operator restarts).
     let gauge_metrics = metrics.clone();
     let gauge_clusters = clusters.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
         let mut labelled = std::collections::HashSet::new();
+        let mut with_figures = std::collections::BTreeSet::new();
         loop {
             tick.tick().await;
             let mut counts: std::collections::BTreeMap<String, i64> = [
@@ -211,7 +213,24 @@ pub async fn run(
             .map(|s| (s.to_string(), 0))
             .collect();
             let mut now_labelled = std::collections::HashSet::new();
+            let mut now_with_figures = std::collections::BTreeSet::new();
             for c in gauge_clusters.state() {
+                if let Some(p) = c.status.as_ref().and_then(|s| s.progress.as_ref()) {
+                    let key = crate::telemetry::ClusterKey {
+                        namespace: c.namespace().unwrap_or_default(),
+                        name: c.name_any(),
+                    };
+                    gauge_metrics.cluster_figures(
+                        &key,
+                        crate::telemetry::ClusterFigures {
+                            members: p.desired_members.into(),
+                            members_ready: p.ready_members.into(),
+                            slots_to_move: p.slots_to_move.into(),
+                            members_outdated: p.outdated_members.into(),
+                        },
+                    );
+                    now_with_figures.insert(key);
+                }
                 if let Some(state) = c.status.as_ref().and_then(|s| s.state) {
                     *counts.entry(format!("{state:?}")).or_default() += 1;
                     let label = crate::telemetry::ClusterLabel {
@@ -219,16 +238,20 @@ pub async fn run(
                         name: c.name_any(),
                         state: format!("{state:?}"),
                     };
-                    gauge_metrics.cluster_state.get_or_create(&label).set(1);
+                    gauge_metrics.cluster_info.get_or_create(&label).set(1);
                     now_labelled.insert(label);
                 }
             }
             // Series of deleted clusters and of states left go; the others stay (no gap that
             // would reset an alert's `for:` timer).
             for gone in labelled.difference(&now_labelled) {
-                gauge_metrics.cluster_state.remove(gone);
+                gauge_metrics.cluster_info.remove(gone);
             }
             labelled = now_labelled;
+            for gone in with_figures.difference(&now_with_figures) {
+                gauge_metrics.forget_cluster(gone);
+            }
+            with_figures = now_with_figures;
             for (state, n) in counts {
                 gauge_metrics
                     .clusters
@@ -246,7 +269,11 @@ pub async fn run(
                     "cluster/{}",
                     crate::controller::object_key(cluster.as_ref())
                 );
+                let started = std::time::Instant::now();
                 let result = cluster::reconcile(cluster, cctx.clone()).await;
+                cctx.ctx
+                    .metrics
+                    .reconciled("cluster", started, result.is_ok());
                 if result.is_ok() {
                     cctx.ctx.reconciled(&key);
                 }
@@ -260,7 +287,9 @@ pub async fn run(
         .run(
             |node, ctx| async move {
                 let key = format!("node/{}", crate::controller::object_key(node.as_ref()));
+                let started = std::time::Instant::now();
                 let result = node::reconcile(node, ctx.clone()).await;
+                ctx.metrics.reconciled("node", started, result.is_ok());
                 if result.is_ok() {
                     ctx.reconciled(&key);
                 }

@@ -52,13 +52,23 @@ impl FredDriver {
         self.raw(member, label, args).await.map(to_reply)
     }
 
-    /// Like [`FredDriver::command`], with fred's own reply type (binary safe).
+    /// Like [`FredDriver::command`], with fred's own reply type (binary safe). Timed and
+    /// counted by the configured observer.
     pub async fn raw(
         &self,
         member: &MemberAddr,
         label: &str,
         args: Vec<Value>,
     ) -> DriverResult<Value> {
+        let started = std::time::Instant::now();
+        let result = self.run(member, label, args).await;
+        if let Some(observer) = &self.config.observer {
+            observer.observe_command(label, started.elapsed(), result.is_ok());
+        }
+        result
+    }
+
+    async fn run(&self, member: &MemberAddr, label: &str, args: Vec<Value>) -> DriverResult<Value> {
         let err = |kind| DriverError {
             member: member.clone(),
             command: label.to_owned(),

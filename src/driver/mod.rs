@@ -59,15 +59,35 @@ pub struct TlsSettings {
     pub server_name: Option<String>,
 }
 
+/// Told of every command the driver runs: its name (no arguments), its round trip and
+/// whether it succeeded (the operator's metrics; the driver knows nothing of them).
+pub trait CommandObserver: Send + Sync {
+    fn observe_command(&self, command: &str, took: Duration, ok: bool);
+}
+
 /// How the driver connects and how long it waits.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct DriverConfig {
     pub credentials: Credentials,
     pub tls: Option<TlsSettings>,
+    /// Told of every command and its outcome, when set.
+    pub observer: Option<std::sync::Arc<dyn CommandObserver>>,
     /// Bound on establishing (and authenticating) a connection to one member.
     pub connect_timeout: Duration,
     /// Bound on one command round trip (connection included).
     pub command_timeout: Duration,
+}
+
+impl std::fmt::Debug for DriverConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverConfig")
+            .field("credentials", &self.credentials)
+            .field("tls", &self.tls)
+            .field("observed", &self.observer.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
 }
 
 impl DriverConfig {
@@ -75,6 +95,7 @@ impl DriverConfig {
         DriverConfig {
             credentials,
             tls: None,
+            observer: None,
             connect_timeout: Duration::from_secs(5),
             command_timeout: Duration::from_secs(10),
         }

@@ -8,6 +8,7 @@
 
 mod context;
 mod failures;
+mod figures;
 mod formation;
 mod migrations;
 pub mod rebalance;
@@ -21,6 +22,7 @@ use crate::topology::slots::SlotRange;
 use crate::topology::{FailoverMode, MemberAddr, NodeId, OpenSlot};
 
 use context::{Answered, Observed, names};
+pub use figures::{Figures, degraded_reason, figures};
 
 /// An atomic slot migration whose job has not advanced for this long is cancelled and
 /// planned again (Valkey documents that jobs can fail under heavy writes to the slots).

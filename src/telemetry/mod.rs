@@ -25,6 +25,13 @@ pub struct ControllerLabel {
     pub controller: String,
 }
 
+/// A reconcile's controller and how it ended (`ok` or `error`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub controller: String,
+    pub result: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabel {
     pub controller: String,
@@ -44,6 +51,31 @@ pub struct ClusterLabel {
     pub state: String,
 }
 
+/// One ValkeyCluster, for its per-cluster figures.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ClusterKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// One admission webhook and its answer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabel {
+    pub webhook: String,
+    pub allowed: String,
+}
+
+/// A Valkey command, by name (no arguments).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CommandLabel {
+    pub command: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabel {
+    pub version: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PathLabel {
     pub path: String,
@@ -57,12 +89,18 @@ pub struct ActionLabel {
 /// The operator's metrics. Names follow the words used in the API and docs.
 pub struct Metrics {
     registry: Registry,
-    pub reconciles: Family<ControllerLabel, Counter>,
+    pub reconciles: Family<ResultLabel, Counter>,
     pub reconcile_errors: Family<ErrorLabel, Counter>,
     pub reconcile_duration: Family<ControllerLabel, Histogram>,
     pub clusters: Family<StateLabel, Gauge>,
     /// 1 for each ValkeyCluster, labelled with its namespace, name and state.
-    pub cluster_state: Family<ClusterLabel, Gauge>,
+    pub cluster_info: Family<ClusterLabel, Gauge>,
+    /// Per ValkeyCluster: members its spec asks for, members ready (running, answering, in
+    /// the cluster), slots still to move, members still on an outdated spec.
+    pub cluster_members: Family<ClusterKey, Gauge>,
+    pub cluster_members_ready: Family<ClusterKey, Gauge>,
+    pub cluster_slots_to_move: Family<ClusterKey, Gauge>,
+    pub cluster_members_outdated: Family<ClusterKey, Gauge>,
     pub topology_actions: Family<ActionLabel, Counter>,
     pub failovers: Counter,
     pub slot_migrations: Counter,
@@ -70,6 +108,9 @@ pub struct Metrics {
     /// 1 while this replica holds the leader lease and runs the controllers.
     pub leader: Gauge,
     pub webhook_duration: Family<PathLabel, Histogram>,
+    pub webhook_admissions: Family<AdmissionLabel, Counter>,
+    pub valkey_command_duration: Family<CommandLabel, Histogram>,
+    pub valkey_command_errors: Family<CommandLabel, Counter>,
     /// Clusters with a rolling replacement under way (the gauge is its size).
     rolling_out: std::sync::Mutex<std::collections::BTreeSet<String>>,
     pub ready: AtomicBool,
@@ -84,10 +125,21 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("valkey_operator");
-        let reconciles = Family::<ControllerLabel, Counter>::default();
+        let build_info = Family::<VersionLabel, Gauge>::default();
+        build_info
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "1, labelled with the operator's version",
+            build_info,
+        );
+        let reconciles = Family::<ResultLabel, Counter>::default();
         registry.register(
             "reconciles",
-            "Reconciles run, per controller",
+            "Reconciles run, per controller and result (ok or error)",
             reconciles.clone(),
         );
         let reconcile_errors = Family::<ErrorLabel, Counter>::default();
@@ -106,11 +158,36 @@ impl Metrics {
         );
         let clusters = Family::<StateLabel, Gauge>::default();
         registry.register("clusters", "ValkeyClusters per state", clusters.clone());
-        let cluster_state = Family::<ClusterLabel, Gauge>::default();
+        let cluster_info = Family::<ClusterLabel, Gauge>::default();
         registry.register(
-            "cluster_state",
+            "cluster_info",
             "1 per ValkeyCluster, labelled with its namespace, name and current state (alert on state=\"Degraded\" naming the cluster)",
-            cluster_state.clone(),
+            cluster_info.clone(),
+        );
+        let per_cluster = |registry: &mut Registry, name: &str, help: &str| {
+            let family = Family::<ClusterKey, Gauge>::default();
+            registry.register(name, help, family.clone());
+            family
+        };
+        let cluster_members = per_cluster(
+            &mut registry,
+            "cluster_members",
+            "Members a ValkeyCluster's spec asks for (shards x (1 + replicasPerShard))",
+        );
+        let cluster_members_ready = per_cluster(
+            &mut registry,
+            "cluster_members_ready",
+            "Members of a ValkeyCluster that run, answer and are part of the cluster",
+        );
+        let cluster_slots_to_move = per_cluster(
+            &mut registry,
+            "cluster_slots_to_move",
+            "Hash slots a ValkeyCluster still has to move between shards (scaling, rebalancing)",
+        );
+        let cluster_members_outdated = per_cluster(
+            &mut registry,
+            "cluster_members_outdated",
+            "Members of a ValkeyCluster still running an outdated spec (rollout progress: 0 when done)",
         );
         let topology_actions = Family::<ActionLabel, Counter>::default();
         registry.register(
@@ -150,14 +227,42 @@ impl Metrics {
             "Admission and conversion request handling time, per webhook",
             webhook_duration.clone(),
         );
+        let webhook_admissions = Family::<AdmissionLabel, Counter>::default();
+        registry.register(
+            "webhook_admissions",
+            "Admission reviews answered, per webhook and answer (allowed true or false)",
+            webhook_admissions.clone(),
+        );
+        let valkey_command_duration =
+            Family::<CommandLabel, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            });
+        registry.register(
+            "valkey_command_duration_seconds",
+            "Round trip of the operator's commands to Valkey members (connection included), per command",
+            valkey_command_duration.clone(),
+        );
+        let valkey_command_errors = Family::<CommandLabel, Counter>::default();
+        registry.register(
+            "valkey_command_errors",
+            "Commands to Valkey members that failed (refused, timed out, connection lost), per command",
+            valkey_command_errors.clone(),
+        );
         Metrics {
             registry,
             webhook_duration,
+            webhook_admissions,
+            valkey_command_duration,
+            valkey_command_errors,
+            cluster_members,
+            cluster_members_ready,
+            cluster_slots_to_move,
+            cluster_members_outdated,
             reconciles,
             reconcile_errors,
             reconcile_duration,
             clusters,
-            cluster_state,
+            cluster_info,
             topology_actions,
             failovers,
             slot_migrations,
@@ -168,17 +273,51 @@ impl Metrics {
         }
     }
 
-    /// Times a reconcile until the guard drops.
-    pub fn reconcile_timer(&self, controller: &str) -> ReconcileTimer<'_> {
-        let label = ControllerLabel {
-            controller: controller.to_string(),
-        };
-        self.reconciles.get_or_create(&label).inc();
-        ReconcileTimer {
-            metrics: self,
-            label,
-            start: Instant::now(),
-        }
+    /// Records one reconcile: how long it took and how it ended.
+    pub fn reconciled(&self, controller: &str, started: Instant, ok: bool) {
+        self.reconciles
+            .get_or_create(&ResultLabel {
+                controller: controller.to_string(),
+                result: if ok { "ok" } else { "error" }.to_string(),
+            })
+            .inc();
+        self.reconcile_duration
+            .get_or_create(&ControllerLabel {
+                controller: controller.to_string(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Records one admission review's answer.
+    pub fn admission(&self, webhook: &str, allowed: bool) {
+        self.webhook_admissions
+            .get_or_create(&AdmissionLabel {
+                webhook: webhook.to_string(),
+                allowed: allowed.to_string(),
+            })
+            .inc();
+    }
+
+    /// Sets a cluster's per-cluster figures.
+    pub fn cluster_figures(&self, key: &ClusterKey, figures: ClusterFigures) {
+        self.cluster_members.get_or_create(key).set(figures.members);
+        self.cluster_members_ready
+            .get_or_create(key)
+            .set(figures.members_ready);
+        self.cluster_slots_to_move
+            .get_or_create(key)
+            .set(figures.slots_to_move);
+        self.cluster_members_outdated
+            .get_or_create(key)
+            .set(figures.members_outdated);
+    }
+
+    /// Drops a deleted cluster's per-cluster figures.
+    pub fn forget_cluster(&self, key: &ClusterKey) {
+        self.cluster_members.remove(key);
+        self.cluster_members_ready.remove(key);
+        self.cluster_slots_to_move.remove(key);
+        self.cluster_members_outdated.remove(key);
     }
 
     pub fn reconcile_failed(&self, controller: &str, error: &str) {
@@ -226,18 +365,27 @@ impl Metrics {
     }
 }
 
-pub struct ReconcileTimer<'a> {
-    metrics: &'a Metrics,
-    label: ControllerLabel,
-    start: Instant,
+/// A ValkeyCluster's figures, as its status reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterFigures {
+    pub members: i64,
+    pub members_ready: i64,
+    pub slots_to_move: i64,
+    pub members_outdated: i64,
 }
 
-impl Drop for ReconcileTimer<'_> {
-    fn drop(&mut self) {
-        self.metrics
-            .reconcile_duration
-            .get_or_create(&self.label)
-            .observe(self.start.elapsed().as_secs_f64());
+/// The driver's commands, timed and counted.
+impl crate::driver::CommandObserver for Metrics {
+    fn observe_command(&self, command: &str, took: std::time::Duration, ok: bool) {
+        let label = CommandLabel {
+            command: command.to_string(),
+        };
+        self.valkey_command_duration
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if !ok {
+            self.valkey_command_errors.get_or_create(&label).inc();
+        }
     }
 }
 
@@ -353,13 +501,13 @@ mod tests {
     #[test]
     fn reconcile_metrics_are_exported_per_controller() {
         let m = Metrics::new();
-        {
-            let _t = m.reconcile_timer("cluster");
-        }
+        m.reconciled("cluster", Instant::now(), false);
         m.reconcile_failed("cluster", "kube");
         let text = m.encode();
         assert!(
-            text.contains("valkey_operator_reconciles_total{controller=\"cluster\"} 1"),
+            text.contains(
+                "valkey_operator_reconciles_total{controller=\"cluster\",result=\"error\"} 1"
+            ),
             "{text}"
         );
         assert!(text.contains(
@@ -379,11 +527,7 @@ mod text_format_tests {
     fn counters_are_named_with_total_and_openmetrics_lines_go() {
         let m = Metrics::new();
         m.failovers.inc();
-        m.reconciles
-            .get_or_create(&ControllerLabel {
-                controller: "cluster".into(),
-            })
-            .inc();
+        m.reconciled("cluster", Instant::now(), true);
         let text = openmetrics_to_text(&m.encode());
         assert!(
             text.contains("# HELP valkey_operator_failovers_total "),

@@ -153,6 +153,7 @@ fn respond(
     response: AdmissionResponse,
 ) -> Response {
     metrics.webhook_latency(kind, started.elapsed());
+    metrics.admission(kind, response.allowed);
     let allowed = response.allowed;
     let warnings = response.warnings.as_ref().map_or(0, Vec::len);
     tracing::debug!(

@@ -78,7 +78,6 @@ pub async fn reconcile(
     cctx: Arc<ClusterContext>,
 ) -> Result<Requeue, Error> {
     let ctx = &cctx.ctx;
-    let _timer = ctx.metrics.reconcile_timer("cluster");
     if cluster.meta().deletion_timestamp.is_some() {
         // Owner references remove everything the cluster created; drop what memory holds.
         ctx.forget_driver(&object_key(cluster.as_ref())).await;
@@ -208,7 +207,7 @@ pub async fn reconcile(
     acl_events(ctx, &cluster, &acl_progress).await;
 
     status::update_node_statuses(ctx, &node_api, &observed).await?;
-    let new_status = status::from_plan(&cluster, &plan, &observed, &nodes, &acl_progress);
+    let new_status = status::from_plan(&cluster, &plan, &observed, &topology, &acl_progress);
     status::publish(ctx, &cluster, new_status).await?;
 
     let settled = plan.phase == Phase::Ready && plan.actions.is_empty();

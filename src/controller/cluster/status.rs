@@ -1,8 +1,6 @@
 //! Status step: compute the ValkeyCluster status (pure) and publish it with an Event on every
 //! state transition; ValkeyNode lifecycle and observed role.
 
-use std::sync::Arc;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
@@ -13,10 +11,11 @@ use serde_json::json;
 use super::acl::AclProgress;
 use super::observe::Observed;
 use crate::api::{
-    ClusterNodeStatus, ClusterState, Lifecycle, ValkeyCluster, ValkeyClusterStatus, ValkeyNode,
+    ClusterNodeStatus, ClusterProgress, ClusterState, Lifecycle, ValkeyCluster,
+    ValkeyClusterStatus, ValkeyNode,
 };
 use crate::controller::{CLUSTER_MANAGER, Context, Error};
-use crate::plan::{Phase, Plan};
+use crate::plan::{Figures, Phase, Plan, Topology};
 
 fn condition(
     type_: &str,
@@ -67,8 +66,13 @@ pub fn blocked(
         &cluster.name_any(),
     );
     let message = cause.message.to_string();
+    let last = cluster.status.clone().unwrap_or_default();
     ValkeyClusterStatus {
-        endpoint: cluster.status.as_ref().and_then(|s| s.endpoint.clone()),
+        endpoint: last.endpoint,
+        tls: Some(cluster.spec.tls.is_some()),
+        ready: last.ready,
+        version: last.version,
+        progress: last.progress,
         state: Some(ClusterState::Blocked),
         message: Some(message.clone()),
         observed_generation: generation,
@@ -83,6 +87,7 @@ pub fn blocked(
                 &previous,
             ),
             condition("Ready", false, "Blocked", &message, generation, &previous),
+            condition(DEGRADED, true, "Blocked", &message, generation, &previous),
         ]
         .into_iter()
         .chain(previous.iter().find(|c| c.type_ == ACL_APPLIED).cloned())
@@ -212,12 +217,52 @@ pub fn endpoint(cluster: &ValkeyCluster) -> String {
     )
 }
 
+/// The Valkey version(s) the members run: one, or during a rollout the outdated members'
+/// versions then the current ones (`8.1.1 -> 9.0.0`).
+pub fn versions(observed: &[Observed]) -> Option<String> {
+    let of = |current: bool| -> std::collections::BTreeSet<String> {
+        observed
+            .iter()
+            .filter(|o| o.member.current == current)
+            .filter_map(|o| {
+                o.version
+                    .clone()
+                    .or_else(|| Some(o.node.spec.version.clone()))
+            })
+            .collect()
+    };
+    let join = |v: std::collections::BTreeSet<String>| v.into_iter().collect::<Vec<_>>().join(", ");
+    let (old, new) = (of(false), of(true));
+    match (old.is_empty(), new.is_empty()) {
+        (true, true) => None,
+        (true, false) => Some(join(new)),
+        (false, true) => Some(join(old)),
+        (false, false) if old == new => Some(join(new)),
+        (false, false) => Some(format!("{} -> {}", join(old), join(new))),
+    }
+}
+
+/// The cluster's figures for status.
+fn progress(figures: &Figures) -> ClusterProgress {
+    let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
+    ClusterProgress {
+        desired_members: n(figures.desired),
+        ready_members: n(figures.ready),
+        outdated_members: n(figures.outdated),
+        slots_to_move: n(figures.slots_to_move),
+    }
+}
+
+/// Condition type saying whether the cluster is degraded, and why (reasons: see
+/// [`crate::plan::degraded_reason`], and `Blocked`).
+pub const DEGRADED: &str = "Degraded";
+
 /// Status from the plan, this round's observations and the ACL step.
 pub fn from_plan(
     cluster: &ValkeyCluster,
     plan: &Plan,
     observed: &[Observed],
-    _nodes: &[Arc<ValkeyNode>],
+    topology: &Topology,
     acl: &AclProgress,
 ) -> ValkeyClusterStatus {
     let generation = cluster.metadata.generation;
@@ -229,6 +274,16 @@ pub fn from_plan(
         Phase::Degraded => ClusterState::Degraded,
     };
     let ready = plan.phase == Phase::Ready;
+    let figures = crate::plan::figures(topology);
+    let degraded = plan.phase == Phase::Degraded;
+    let (degraded_reason, degraded_message) = if degraded {
+        (
+            crate::plan::degraded_reason(topology),
+            plan.message.as_str(),
+        )
+    } else {
+        ("Healthy", "every member the cluster has runs and answers")
+    };
     ValkeyClusterStatus {
         state: Some(state),
         message: Some(plan.message.clone()),
@@ -240,12 +295,17 @@ pub fn from_plan(
                 let (ok, reason) = progressing(plan);
                 condition("Progressing", ok, reason, &plan.message, generation, &previous)
             },
+            condition(DEGRADED, degraded, degraded_reason, degraded_message, generation, &previous),
             {
                 let (ok, reason, message) = acl.condition();
                 condition(ACL_APPLIED, ok, reason, &message, generation, &previous)
             },
         ],
         endpoint: Some(endpoint(cluster)),
+        tls: Some(cluster.spec.tls.is_some()),
+        ready: Some(format!("{}/{}", figures.ready, figures.desired)),
+        version: versions(observed),
+        progress: Some(progress(&figures)),
         nodes: observed
             .iter()
             .map(|o| ClusterNodeStatus {

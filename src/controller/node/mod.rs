@@ -24,7 +24,6 @@ use crate::controller::{Context, Error, NODE_MANAGER, object_key};
     fields(controller = "node", object = %object_key(node.as_ref()))
 )]
 pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    let _timer = ctx.metrics.reconcile_timer("node");
     if node.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
