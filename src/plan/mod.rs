@@ -243,22 +243,107 @@ pub enum Phase {
     Degraded,
 }
 
+/// The kind of change a plan is a step of (the `Progressing` condition's reason), read from
+/// the members, never from the plan's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing to do: the cluster is as its spec asks.
+    Settled,
+    /// Members created and formed into the cluster for the first time.
+    Forming,
+    /// Members on an outdated spec are replaced, one shard at a time.
+    RollingOut,
+    /// The shape changes: shards or replicas added or removed, slots moving between shards.
+    Scaling,
+    /// Members that failed (gone for good, lost their identity) are replaced.
+    ReplacingMembers,
+    /// Anything else on a formed cluster (replicas re-attached, stale entries forgotten...).
+    Updating,
+    /// Members are missing or out of sync; the operator waits or repairs.
+    Degraded,
+}
+
+impl Change {
+    /// The `Progressing` condition's status (true while the operator changes the cluster).
+    pub fn progressing(self) -> bool {
+        !matches!(self, Change::Settled | Change::Degraded)
+    }
+
+    /// The `Progressing` condition's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Change::Settled => "Settled",
+            Change::Forming => "Forming",
+            Change::RollingOut => "RollingOut",
+            Change::Scaling => "Scaling",
+            Change::ReplacingMembers => "ReplacingMembers",
+            Change::Updating => "Updating",
+            Change::Degraded => "Degraded",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     pub phase: Phase,
     pub actions: Vec<Action>,
     /// What the cluster is doing or waiting for, in words for status.
     pub message: String,
+    /// The kind of change this step is part of (set by [`plan`]).
+    pub change: Change,
 }
 
 impl Plan {
     fn new(phase: Phase, actions: Vec<Action>, message: impl Into<String>) -> Plan {
+        let change = match phase {
+            Phase::Ready => Change::Settled,
+            Phase::Forming => Change::Forming,
+            Phase::Updating => Change::Updating,
+            Phase::Degraded => Change::Degraded,
+        };
         Plan {
             phase,
             actions,
             message: message.into(),
+            change,
         }
     }
+}
+
+/// What kind of change an Updating step belongs to, from the members: a failed member being
+/// replaced first (that is what a product team most needs to know), then a rollout (members on
+/// an outdated spec, serving or retiring), then a change of shape (members beyond the spec's shards, shards with
+/// more or fewer members than asked, slots still to move, members retiring that answer as
+/// themselves).
+pub(crate) fn change_of(topology: &Topology, phase: &Phase) -> Change {
+    match phase {
+        Phase::Ready => return Change::Settled,
+        Phase::Forming => return Change::Forming,
+        Phase::Degraded => return Change::Degraded,
+        Phase::Updating => {}
+    }
+    let lost_identity =
+        |m: &Member| matches!((&m.node_id, &m.view), (Some(id), Some(v)) if *id != v.id);
+    let leaving = |m: &Member| m.lifecycle == Lifecycle::Leaving;
+    if topology
+        .members
+        .iter()
+        .any(|m| m.gone.is_some() || lost_identity(m) || (leaving(m) && m.view.is_none()))
+    {
+        return Change::ReplacingMembers;
+    }
+    // Outdated members, still serving or retiring: a rollout, to its last retirement.
+    if topology.members.iter().any(|m| !m.current) {
+        return Change::RollingOut;
+    }
+    let observed = Observed::new(topology);
+    let wrong_size =
+        (0..topology.shards).any(|s| observed.shard_members(s).len() != observed.per_shard);
+    let beyond = topology.members.iter().any(|m| m.shard >= topology.shards);
+    if wrong_size || beyond || !observed.leaving.is_empty() || figures(topology).slots_to_move > 0 {
+        return Change::Scaling;
+    }
+    Change::Updating
 }
 
 /// Deterministic member name: `<cluster>-<shard>-<index>`; the index is the lowest one not in
@@ -272,10 +357,12 @@ pub fn member_name(cluster: &str, shard: usize, index: usize) -> String {
 /// and the status says who is missing.
 pub fn plan(topology: &Topology) -> Plan {
     let mut plan = plan_stages(topology);
+    plan.change = change_of(topology, &plan.phase);
     let silent = failures::silent_members(topology);
     if !silent.is_empty() && !plan.message.starts_with("waiting for") {
         if plan.phase == Phase::Ready {
             plan.phase = Phase::Degraded;
+            plan.change = Change::Degraded;
         }
         plan.message.push_str(&format!(
             "; {} not answering (the rest of the cluster carries on without them; rollouts and slot moves wait)",

@@ -1004,3 +1004,66 @@ fn open_slots_seen_on_replicas_are_settled_on_primaries_only() {
         other => panic!("expected the move to go on between the primaries, got {other:?}"),
     }
 }
+
+/// The kinds of change the steps of a run were part of, in order, without repeats.
+fn changes_until_settled(sim: &mut Sim, shards: usize, replicas: usize) -> Vec<Change> {
+    let mut seen: Vec<Change> = Vec::new();
+    for _ in 0..400 {
+        let p = plan(&sim.topology(shards, replicas));
+        if seen.last() != Some(&p.change) {
+            seen.push(p.change);
+        }
+        if p.phase == Phase::Ready && p.actions.is_empty() {
+            return seen;
+        }
+        for a in &p.actions {
+            sim.apply(a);
+        }
+        sim.gossip();
+    }
+    panic!("did not settle: {seen:?}");
+}
+
+#[test]
+fn every_step_names_the_change_it_is_part_of() {
+    let mut sim = Sim::default();
+    assert_eq!(
+        changes_until_settled(&mut sim, 2, 1),
+        vec![Change::Forming, Change::Settled]
+    );
+    sim.generation += 1;
+    assert_eq!(
+        changes_until_settled(&mut sim, 2, 1),
+        vec![Change::RollingOut, Change::Settled],
+        "a rollout is RollingOut from its first replacement to its last retirement"
+    );
+    assert_eq!(
+        changes_until_settled(&mut sim, 3, 1),
+        vec![Change::Scaling, Change::Settled]
+    );
+    assert_eq!(
+        changes_until_settled(&mut sim, 3, 0),
+        vec![Change::Scaling, Change::Settled],
+        "retiring excess replicas is scaling"
+    );
+    assert_eq!(
+        changes_until_settled(&mut sim, 2, 0),
+        vec![Change::Scaling, Change::Settled]
+    );
+    assert!(Change::RollingOut.progressing() && !Change::Settled.progressing());
+}
+
+#[test]
+fn replacing_a_member_that_is_gone_or_lost_its_identity_says_so() {
+    let p = plan(&primary_gone(3));
+    // The first step (the replica takes over) leaves the cluster Degraded.
+    assert_eq!(p.change, Change::Degraded, "{}", p.message);
+    let mut t = primary_gone(3);
+    t.members[0].lifecycle = Lifecycle::Leaving;
+    t.members[1].view.as_mut().unwrap().primary_id = None;
+    assert_eq!(change_of(&t, &Phase::Updating), Change::ReplacingMembers);
+    assert_eq!(
+        change_of(&primary_pod_replaced(3), &Phase::Updating),
+        Change::ReplacingMembers
+    );
+}

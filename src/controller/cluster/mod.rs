@@ -175,7 +175,7 @@ pub async fn reconcile(
         ctx.rollout_done(&key);
     }
     // A rolling-replacement step waits for a slot under maxConcurrentRollouts.
-    if status::progressing(&plan).1 == "RollingOut" {
+    if plan.change == plan::Change::RollingOut {
         let started = topology.members.iter().any(|m| m.current);
         if let Err(rolling) = ctx.admit_rollout(&key, started) {
             let waiting = status::waiting_for_rollout_slot(&cluster, rolling);

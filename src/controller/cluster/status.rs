@@ -134,25 +134,6 @@ pub fn previous_acl_condition(cluster: &ValkeyCluster) -> Option<Condition> {
         .find(|c| c.type_ == ACL_APPLIED)
 }
 
-/// The `Progressing` condition for a plan: whether the operator is changing the cluster, and
-/// the kind of change (the plan's words say which: see `plan::plan`'s messages).
-pub fn progressing(plan: &Plan) -> (bool, &'static str) {
-    let m = plan.message.as_str();
-    match plan.phase {
-        Phase::Ready => (false, "Settled"),
-        Phase::Degraded => (false, "Degraded"),
-        Phase::Forming => (true, "Forming"),
-        Phase::Updating if m.starts_with("rolling out") => (true, "RollingOut"),
-        Phase::Updating if m.starts_with("scaling") => (true, "Scaling"),
-        Phase::Updating
-            if m.contains("promoting") || m.contains("retiring") || m.contains("replac") =>
-        {
-            (true, "ReplacingMembers")
-        }
-        Phase::Updating => (true, "Updating"),
-    }
-}
-
 /// The cluster carries `valkey.gomomento.com/paused: "true"`.
 pub fn is_paused(cluster: &ValkeyCluster) -> bool {
     cluster
@@ -291,10 +272,7 @@ pub fn from_plan(
         conditions: vec![
             condition("ConfigResolved", true, "Resolved", "configRef, base chain, image and roles resolved", generation, &previous),
             condition("Ready", ready, &format!("{state:?}"), &plan.message, generation, &previous),
-            {
-                let (ok, reason) = progressing(plan);
-                condition("Progressing", ok, reason, &plan.message, generation, &previous)
-            },
+            condition("Progressing", plan.change.progressing(), plan.change.reason(), &plan.message, generation, &previous),
             condition(DEGRADED, degraded, degraded_reason, degraded_message, generation, &previous),
             {
                 let (ok, reason, message) = acl.condition();
@@ -481,53 +459,6 @@ pub async fn update_node_statuses(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn plan(phase: Phase, message: &str) -> Plan {
-        Plan {
-            phase,
-            actions: vec![],
-            message: message.into(),
-        }
-    }
-
-    #[test]
-    fn progressing_names_the_kind_of_change() {
-        for (phase, message, want) in [
-            (Phase::Forming, "creating 6 member(s)", (true, "Forming")),
-            (
-                Phase::Updating,
-                "rolling out shard 1 (1 of 3 shards done, 4 of 6 members on the new spec)",
-                (true, "RollingOut"),
-            ),
-            (
-                Phase::Updating,
-                "scaling to 3 shard(s): 5460 slot(s) left to move from shard(s) 0, 1 to shard(s) 2",
-                (true, "Scaling"),
-            ),
-            (
-                Phase::Updating,
-                "shard 0: its primary c-0-0 is gone (its pod was lost); promoting c-0-1",
-                (true, "ReplacingMembers"),
-            ),
-            (
-                Phase::Updating,
-                "attaching replicas to their primaries",
-                (true, "Updating"),
-            ),
-            (
-                Phase::Ready,
-                "3 shard(s) with 1 replica(s) each",
-                (false, "Settled"),
-            ),
-            (
-                Phase::Degraded,
-                "waiting for 1 of 6 member(s)",
-                (false, "Degraded"),
-            ),
-        ] {
-            assert_eq!(progressing(&plan(phase, message)), want, "{message}");
-        }
-    }
 
     #[test]
     fn a_paused_cluster_keeps_its_state_and_says_how_to_resume() {
