@@ -55,6 +55,19 @@ pub async fn member_pods(client: &Client, ns: &str, cluster: &str) -> anyhow::Re
         .items)
 }
 
+/// Addresses (`ip`, port 6379) of the member pods that run: a pod that failed or is being
+/// deleted keeps its IP in status after its network is gone, and a command sent there waits
+/// for its timeout instead of being refused.
+pub fn serving_addrs(pods: &[Pod]) -> Vec<valkey_operator::driver::MemberAddr> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.status.as_ref())
+        .filter(|s| s.phase.as_deref() == Some("Running"))
+        .filter_map(|s| s.pod_ip.clone())
+        .map(|ip| valkey_operator::driver::MemberAddr::new(ip, 6379))
+        .collect()
+}
+
 /// The operator's namespace on the local cluster.
 pub const OPERATOR_NAMESPACE: &str = "valkey-operator-system";
 

@@ -114,11 +114,9 @@ pub async fn cluster_client(
     ns: &str,
     name: &str,
 ) -> anyhow::Result<fred::clients::Client> {
-    let hosts: Vec<Server> = member_pods(client, ns, name)
-        .await?
-        .iter()
-        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
-        .map(|ip| Server::new(ip, 6379))
+    let hosts: Vec<Server> = crate::valkey::serving_addrs(&member_pods(client, ns, name).await?)
+        .into_iter()
+        .map(|a| Server::new(a.host, a.port))
         .collect();
     let config = Config {
         server: ServerConfig::Clustered {
@@ -378,12 +376,7 @@ pub async fn write_confirmed(
     }
     let _ = valkey.quit().await;
     let driver = crate::valkey::operator_driver(client, ns, name).await?;
-    let pods = crate::valkey::member_pods(client, ns, name).await?;
-    let addrs: Vec<valkey_operator::driver::MemberAddr> = pods
-        .iter()
-        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
-        .map(|ip| valkey_operator::driver::MemberAddr::new(ip, 6379))
-        .collect();
+    let addrs = crate::valkey::serving_addrs(&crate::valkey::member_pods(client, ns, name).await?);
     // Each primary's offset once the keys are written: a replica at or past it has them all,
     // whatever else (a concurrent writer, pings) came after.
     use valkey_operator::driver::ClusterDriver;

@@ -153,15 +153,12 @@ async fn stranded_keys(
 ) -> anyhow::Result<Vec<(String, u16, i64)>> {
     use fred::types::Value;
     use futures::future::try_join_all;
+    use valkey_operator::driver::ClusterDriver;
     use valkey_operator::driver::slots::SLOT_COUNT;
-    use valkey_operator::driver::{ClusterDriver, MemberAddr};
     let driver = valkey_e2e::valkey::operator_driver(client, ns, name).await?;
     let mut stranded = Vec::new();
-    for pod in valkey_e2e::valkey::member_pods(client, ns, name).await? {
-        let Some(ip) = pod.status.and_then(|s| s.pod_ip) else {
-            continue;
-        };
-        let addr = MemberAddr::new(ip, 6379);
+    let pods = valkey_e2e::valkey::member_pods(client, ns, name).await?;
+    for addr in valkey_e2e::valkey::serving_addrs(&pods) {
         let nodes = driver.cluster_nodes(&addr).await?;
         let me = nodes.iter().find(|n| n.flags.myself).context("myself")?;
         let owner = match &me.primary_id {
