@@ -1,24 +1,184 @@
-//! Wiring: reflectors for the menu, the two controllers, and the mapping of menu changes to
-//! every ValkeyCluster whose resolution reads the changed object.
+//! Wiring: reflectors for the menu and the members, the two controllers, the background tasks
+//! beside them, and the mapping of menu changes to every ValkeyCluster whose resolution reads
+//! the changed object. [`run`] only starts these pieces; each has its own function saying why
+//! it exists.
 
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tracing::info;
 
 use crate::api::constants::{LABEL_APP_MANAGED_BY, LABEL_CLUSTER, MANAGER};
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
 use crate::controller::cluster::{self, ClusterContext};
-use crate::controller::{Context, StoreCatalog, node};
+use crate::controller::{Context, Error, StoreCatalog, node, object_key};
 use crate::resolve::{MenuRef, menu_refs};
 use crate::settings::Settings;
-use crate::telemetry::Metrics;
+use crate::telemetry::{ClusterFigures, ClusterKey, ClusterLabel, Metrics, StateLabel};
+
+/// Runs both controllers, and the tasks beside them, until shutdown.
+pub async fn run(
+    client: Client,
+    operator_namespace: String,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    election: Option<crate::controller::leader::Election>,
+) -> anyhow::Result<()> {
+    let (configs, config_changes) = reflect::<ValkeyConfig>(&client, watcher::Config::default());
+    let (images, image_changes) = reflect::<ValkeyImage>(&client, watcher::Config::default());
+    let (roles, role_changes) = reflect::<ValkeyRole>(&client, watcher::Config::default());
+    let (nodes, node_changes) = reflect::<ValkeyNode>(&client, watcher::Config::default());
+    let (pods, pod_changes) = reflect::<Pod>(&client, managed());
+    let catalog = StoreCatalog {
+        configs,
+        images,
+        roles,
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        operator_namespace,
+        catalog.clone(),
+        settings,
+        metrics.clone(),
+        election,
+    ));
+
+    let cluster_controller = cluster_controller(&client, node_changes, pod_changes);
+    let cluster_controller = follow_menu(
+        cluster_controller,
+        &catalog,
+        config_changes,
+        image_changes,
+        role_changes,
+    )
+    .shutdown_on_signal();
+    let clusters = cluster_controller.store();
+    let node_controller = node_controller(&client);
+
+    tokio::spawn(mark_ready_once_synced(
+        ctx.clone(),
+        nodes.clone(),
+        pods.clone(),
+    ));
+    tokio::spawn(sweep_gone_clusters(
+        ctx.clone(),
+        clusters.clone(),
+        nodes.clone(),
+    ));
+    tokio::spawn(cluster_gauges(metrics, clusters));
+
+    let cluster_ctx = Arc::new(ClusterContext {
+        ctx: ctx.clone(),
+        nodes,
+        pods,
+    });
+    let clusters_done = cluster_controller
+        .run(reconcile_cluster, cluster::error_policy, cluster_ctx)
+        .for_each(|_| futures::future::ready(()));
+    let nodes_done = node_controller
+        .run(reconcile_node, node::error_policy, ctx)
+        .for_each(|_| futures::future::ready(()));
+    tokio::join!(clusters_done, nodes_done);
+    Ok(())
+}
+
+/// Only objects labelled as the operator's: a watch of every pod, Service or Secret in the
+/// Kubernetes cluster would hold all of the tenants' in memory.
+fn managed() -> watcher::Config {
+    watcher::Config::default().labels(&format!("{LABEL_APP_MANAGED_BY}={MANAGER}"))
+}
+
+/// A watch of every `K` (matching `config`) kept in a store that reconciles read instead of
+/// the API, and the stream of objects it saw change, to trigger reconciles with. The store
+/// fills only while the stream is polled: by the controller it is handed to.
+fn reflect<K>(
+    client: &Client,
+    config: watcher::Config,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let changes = watcher(Api::<K>::all(client.clone()), config)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    (store, changes)
+}
+
+/// The ValkeyCluster controller, reconciling a cluster when it changes, when an object it
+/// owns changes (its ValkeyNodes, Services, Secrets, PodDisruptionBudget), and when one of
+/// its members' pods changes: pods belong to ValkeyNodes, so they are mapped to their cluster
+/// by its label, and a pod that becomes ready or fails is acted on at once. Menu changes are
+/// followed by [`follow_menu`].
+fn cluster_controller(
+    client: &Client,
+    node_changes: impl Stream<Item = Result<ValkeyNode, watcher::Error>> + Send + 'static,
+    pod_changes: impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static,
+) -> Controller<ValkeyCluster> {
+    Controller::new(
+        Api::<ValkeyCluster>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns_stream(node_changes)
+    .owns(Api::<Service>::all(client.clone()), managed())
+    .owns(Api::<Secret>::all(client.clone()), managed())
+    .owns(Api::<PodDisruptionBudget>::all(client.clone()), managed())
+    .watches_stream(pod_changes, |pod: Pod| {
+        let namespace = pod.namespace().unwrap_or_default();
+        pod.labels()
+            .get(LABEL_CLUSTER)
+            .map(|c| ObjectRef::new(c).within(&namespace))
+    })
+}
+
+/// Reconciles every cluster whose resolution reads a menu object that changed, so a Blocked
+/// cluster unblocks by itself when the object it misses appears, and a changed config or
+/// image reaches the clusters using it.
+fn follow_menu(
+    controller: Controller<ValkeyCluster>,
+    catalog: &StoreCatalog,
+    config_changes: impl Stream<Item = Result<ValkeyConfig, watcher::Error>> + Send + 'static,
+    image_changes: impl Stream<Item = Result<ValkeyImage, watcher::Error>> + Send + 'static,
+    role_changes: impl Stream<Item = Result<ValkeyRole, watcher::Error>> + Send + 'static,
+) -> Controller<ValkeyCluster> {
+    let clusters = controller.store();
+    controller
+        .watches_stream(
+            config_changes,
+            menu_mapper(&clusters, catalog, MenuRef::Config),
+        )
+        .watches_stream(
+            image_changes,
+            menu_mapper(&clusters, catalog, MenuRef::Image),
+        )
+        .watches_stream(role_changes, menu_mapper(&clusters, catalog, MenuRef::Role))
+}
+
+/// Maps a changed menu object (`menu_ref` names its kind, e.g. [`MenuRef::Config`]) to the
+/// clusters whose resolution reads it.
+fn menu_mapper<K: ResourceExt>(
+    clusters: &Store<ValkeyCluster>,
+    catalog: &StoreCatalog,
+    menu_ref: fn(String) -> MenuRef,
+) -> impl Fn(K) -> Vec<ObjectRef<ValkeyCluster>> + Send + Sync + 'static {
+    let (clusters, catalog) = (clusters.clone(), catalog.clone());
+    move |changed: K| clusters_using(&clusters, &catalog, &menu_ref(changed.name_any()))
+}
 
 /// Clusters whose resolution reads `target`.
 fn clusters_using(
@@ -34,271 +194,193 @@ fn clusters_using(
         .collect()
 }
 
-/// Runs both controllers until shutdown.
-pub async fn run(
-    client: Client,
-    operator_namespace: String,
-    settings: Settings,
-    metrics: Arc<Metrics>,
-    election: Option<crate::controller::leader::Election>,
-) -> anyhow::Result<()> {
-    let wc = watcher::Config::default;
-    let managed =
-        || watcher::Config::default().labels(&format!("{LABEL_APP_MANAGED_BY}={MANAGER}"));
+/// The ValkeyNode controller: one ConfigMap and one Pod per member, reconciled again when
+/// either changes.
+fn node_controller(client: &Client) -> Controller<ValkeyNode> {
+    Controller::new(
+        Api::<ValkeyNode>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(Api::<Pod>::all(client.clone()), managed())
+    .owns(Api::<ConfigMap>::all(client.clone()), managed())
+    .shutdown_on_signal()
+}
 
-    let (configs, configs_writer) = reflector::store::<ValkeyConfig>();
-    let (images, images_writer) = reflector::store::<ValkeyImage>();
-    let (roles, roles_writer) = reflector::store::<ValkeyRole>();
-    let (nodes, nodes_writer) = reflector::store::<ValkeyNode>();
-    let (pods, pods_writer) = reflector::store::<Pod>();
-    let config_stream = watcher(Api::<ValkeyConfig>::all(client.clone()), wc())
-        .default_backoff()
-        .reflect(configs_writer)
-        .touched_objects();
-    let image_stream = watcher(Api::<ValkeyImage>::all(client.clone()), wc())
-        .default_backoff()
-        .reflect(images_writer)
-        .touched_objects();
-    let role_stream = watcher(Api::<ValkeyRole>::all(client.clone()), wc())
-        .default_backoff()
-        .reflect(roles_writer)
-        .touched_objects();
-    let node_stream = watcher(Api::<ValkeyNode>::all(client.clone()), wc())
-        .default_backoff()
-        .reflect(nodes_writer)
-        .touched_objects();
-    let pod_stream = watcher(Api::<Pod>::all(client.clone()), managed())
-        .default_backoff()
-        .reflect(pods_writer)
-        .touched_objects();
+/// A cluster reconcile, timed and counted. A successful reconcile resets the object's failure
+/// backoff (error_policy grows it).
+async fn reconcile_cluster(
+    cluster: Arc<ValkeyCluster>,
+    cctx: Arc<ClusterContext>,
+) -> Result<Requeue, Error> {
+    let key = format!("cluster/{}", object_key(cluster.as_ref()));
+    let started = Instant::now();
+    let result = cluster::reconcile(cluster, cctx.clone()).await;
+    cctx.ctx
+        .metrics
+        .reconciled("cluster", started, result.is_ok());
+    if result.is_ok() {
+        cctx.ctx.reconciled(&key);
+    }
+    result
+}
 
-    let catalog = StoreCatalog {
-        configs: configs.clone(),
-        images: images.clone(),
-        roles: roles.clone(),
-    };
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        operator_namespace,
-        catalog.clone(),
-        settings,
-        metrics.clone(),
-        election,
-    ));
+/// A member reconcile, timed and counted; success resets its failure backoff likewise.
+async fn reconcile_node(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let key = format!("node/{}", object_key(node.as_ref()));
+    let started = Instant::now();
+    let result = node::reconcile(node, ctx.clone()).await;
+    ctx.metrics.reconciled("node", started, result.is_ok());
+    if result.is_ok() {
+        ctx.reconciled(&key);
+    }
+    result
+}
 
-    let cluster_controller = Controller::new(Api::<ValkeyCluster>::all(client.clone()), wc());
-    let clusters = cluster_controller.store();
-    let (c1, c2, c3) = (clusters.clone(), clusters.clone(), clusters.clone());
-    let (k1, k2, k3) = (catalog.clone(), catalog.clone(), catalog.clone());
-    let cluster_controller = cluster_controller
-        .owns_stream(node_stream)
-        .owns(Api::<Service>::all(client.clone()), managed())
-        .owns(Api::<Secret>::all(client.clone()), managed())
-        .owns(Api::<PodDisruptionBudget>::all(client.clone()), managed())
-        .watches_stream(pod_stream, |pod: Pod| {
-            let namespace = pod.namespace().unwrap_or_default();
-            pod.labels()
-                .get(LABEL_CLUSTER)
-                .map(|c| ObjectRef::new(c).within(&namespace))
-        })
-        .watches_stream(config_stream, move |c: ValkeyConfig| {
-            clusters_using(&c1, &k1, &MenuRef::Config(c.name_any()))
-        })
-        .watches_stream(image_stream, move |i: ValkeyImage| {
-            clusters_using(&c2, &k2, &MenuRef::Image(i.name_any()))
-        })
-        .watches_stream(role_stream, move |r: ValkeyRole| {
-            clusters_using(&c3, &k3, &MenuRef::Role(r.name_any()))
-        })
-        .shutdown_on_signal();
-    let cluster_ctx = Arc::new(ClusterContext {
-        ctx: ctx.clone(),
-        nodes: nodes.clone(),
-        pods: pods.clone(),
-    });
-
-    let node_controller = Controller::new(Api::<ValkeyNode>::all(client.clone()), wc())
-        .owns(Api::<Pod>::all(client.clone()), managed())
-        .owns(Api::<ConfigMap>::all(client.clone()), managed())
-        .shutdown_on_signal();
-
-    // Ready once every store the resolver reads has its initial list.
-    let ready_metrics = metrics.clone();
-    let synced_ctx = ctx.clone();
-    let (r1, r2, r3, r4, r5) = (
-        configs.clone(),
-        images.clone(),
-        roles.clone(),
-        nodes.clone(),
-        pods.clone(),
+/// Lets reconciles start (and `/readyz` answer ok) once every store the resolver reads has
+/// its initial list: before, the menu looks empty and clusters would be reported Blocked
+/// for nothing.
+async fn mark_ready_once_synced(ctx: Arc<Context>, nodes: Store<ValkeyNode>, pods: Store<Pod>) {
+    let menu = &ctx.catalog;
+    let _ = tokio::join!(
+        menu.configs.wait_until_ready(),
+        menu.images.wait_until_ready(),
+        menu.roles.wait_until_ready(),
+        nodes.wait_until_ready(),
+        pods.wait_until_ready()
     );
-    tokio::spawn(async move {
-        let _ = tokio::join!(
-            r1.wait_until_ready(),
-            r2.wait_until_ready(),
-            r3.wait_until_ready(),
-            r4.wait_until_ready(),
-            r5.wait_until_ready()
+    ctx.menu_synced.store(true, Ordering::Release);
+    ctx.metrics.ready.store(true, Ordering::Relaxed);
+    info!("caches synced; reconciling");
+}
+
+/// Cleans up after clusters that are gone, once the cluster and member caches have listed,
+/// then every 5 min: a deleted cluster is not reconciled once it has left the cache, so
+/// nothing else would drop what memory holds for it or delete its credentials Secret (kept
+/// in this namespace, where its owner reference cannot reach).
+async fn sweep_gone_clusters(
+    ctx: Arc<Context>,
+    clusters: Store<ValkeyCluster>,
+    nodes: Store<ValkeyNode>,
+) {
+    if clusters.wait_until_ready().await.is_err() || nodes.wait_until_ready().await.is_err() {
+        return;
+    }
+    loop {
+        forget_gone(&ctx, &clusters, &nodes).await;
+        sweep_gone_credentials(&ctx, &clusters).await;
+        tokio::time::sleep(Duration::from_secs(300)).await;
+    }
+}
+
+/// Drops driver connections, rollout slots and failure counts of clusters and members that
+/// are gone.
+async fn forget_gone(ctx: &Context, clusters: &Store<ValkeyCluster>, nodes: &Store<ValkeyNode>) {
+    let live_clusters = clusters
+        .state()
+        .iter()
+        .map(|c| object_key(c.as_ref()))
+        .collect();
+    let live_nodes = nodes
+        .state()
+        .iter()
+        .map(|n| object_key(n.as_ref()))
+        .collect();
+    let dropped = ctx.retain_live(&live_clusters, &live_nodes).await;
+    if dropped > 0 {
+        info!(
+            dropped,
+            "dropped in-memory state of clusters and members that are gone"
         );
-        synced_ctx.menu_synced.store(true, Ordering::Release);
-        ready_metrics.ready.store(true, Ordering::Relaxed);
-        info!("caches synced; reconciling");
-    });
+    }
+}
 
-    // Credentials Secrets (in this namespace, not owned: owners cannot span namespaces) of
-    // clusters that are gone are deleted: once the cluster cache has listed, then every 5 min.
-    // Also drops what memory holds for clusters and members that are gone.
-    let sweep_clusters = clusters.clone();
-    let sweep_nodes = nodes.clone();
-    let sweep_ctx = ctx.clone();
-    tokio::spawn(async move {
-        if sweep_clusters.wait_until_ready().await.is_err()
-            || sweep_nodes.wait_until_ready().await.is_err()
-        {
-            return;
-        }
-        loop {
-            use crate::controller::object_key;
-            let live_clusters = sweep_clusters
-                .state()
-                .iter()
-                .map(|c| object_key(c.as_ref()))
-                .collect();
-            let live_nodes = sweep_nodes
-                .state()
-                .iter()
-                .map(|n| object_key(n.as_ref()))
-                .collect();
-            let dropped = sweep_ctx.retain_live(&live_clusters, &live_nodes).await;
-            if dropped > 0 {
-                info!(
-                    dropped,
-                    "dropped in-memory state of clusters and members that are gone"
-                );
-            }
-            let live: std::collections::BTreeSet<String> = sweep_clusters
-                .state()
-                .iter()
-                .filter_map(|c| c.metadata.uid.clone())
-                .collect();
-            match cluster::sweep_credentials(
-                &sweep_ctx.client,
-                &sweep_ctx.operator_namespace,
-                &live,
-            )
-            .await
-            {
-                Ok(0) => {}
-                Ok(n) => info!(deleted = n, "deleted credentials of clusters that are gone"),
-                Err(e) => tracing::warn!(error = %e, "could not sweep credentials Secrets"),
-            }
-            tokio::time::sleep(std::time::Duration::from_secs(300)).await;
-        }
-    });
+/// Deletes the credentials Secrets (in this namespace, not owned: owners cannot span
+/// namespaces) of clusters that are gone, by the uid each Secret is labelled with.
+async fn sweep_gone_credentials(ctx: &Context, clusters: &Store<ValkeyCluster>) {
+    let live: BTreeSet<String> = clusters
+        .state()
+        .iter()
+        .filter_map(|c| c.metadata.uid.clone())
+        .collect();
+    match cluster::sweep_credentials(&ctx.client, &ctx.operator_namespace, &live).await {
+        Ok(0) => {}
+        Ok(n) => info!(deleted = n, "deleted credentials of clusters that are gone"),
+        Err(e) => tracing::warn!(error = %e, "could not sweep credentials Secrets"),
+    }
+}
 
-    // Clusters per state and per-cluster figures, recomputed from the cache's statuses
-    // (correct across operator restarts).
-    let gauge_metrics = metrics.clone();
-    let gauge_clusters = clusters.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
-        let mut labelled = std::collections::HashSet::new();
-        let mut with_figures = std::collections::BTreeSet::new();
-        loop {
-            tick.tick().await;
-            let mut counts: std::collections::BTreeMap<String, i64> = [
-                "Creating", "Active", "Updating", "Blocked", "Degraded", "Deleting",
-            ]
-            .iter()
-            .map(|s| (s.to_string(), 0))
-            .collect();
-            let mut now_labelled = std::collections::HashSet::new();
-            let mut now_with_figures = std::collections::BTreeSet::new();
-            for c in gauge_clusters.state() {
-                if let Some(p) = c.status.as_ref().and_then(|s| s.progress.as_ref()) {
-                    let key = crate::telemetry::ClusterKey {
-                        namespace: c.namespace().unwrap_or_default(),
-                        name: c.name_any(),
-                    };
-                    gauge_metrics.cluster_figures(
-                        &key,
-                        crate::telemetry::ClusterFigures {
-                            members: p.desired_members.into(),
-                            members_ready: p.ready_members.into(),
-                            slots_to_move: p.slots_to_move.into(),
-                            members_outdated: p.outdated_members.into(),
-                        },
-                    );
-                    now_with_figures.insert(key);
-                }
-                if let Some(state) = c.status.as_ref().and_then(|s| s.state) {
-                    *counts.entry(format!("{state:?}")).or_default() += 1;
-                    let label = crate::telemetry::ClusterLabel {
-                        namespace: c.namespace().unwrap_or_default(),
-                        name: c.name_any(),
-                        state: format!("{state:?}"),
-                    };
-                    gauge_metrics.cluster_info.get_or_create(&label).set(1);
-                    now_labelled.insert(label);
-                }
-            }
-            // Series of deleted clusters and of states left go; the others stay (no gap that
-            // would reset an alert's `for:` timer).
-            for gone in labelled.difference(&now_labelled) {
-                gauge_metrics.cluster_info.remove(gone);
-            }
-            labelled = now_labelled;
-            for gone in with_figures.difference(&now_with_figures) {
-                gauge_metrics.forget_cluster(gone);
-            }
-            with_figures = now_with_figures;
-            for (state, n) in counts {
-                gauge_metrics
-                    .clusters
-                    .get_or_create(&crate::telemetry::StateLabel { state })
-                    .set(n);
-            }
-        }
-    });
+/// Clusters per state and per-cluster figures, recomputed every 10 s from the cache's
+/// statuses (correct across operator restarts).
+async fn cluster_gauges(metrics: Arc<Metrics>, clusters: Store<ValkeyCluster>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    let mut published = PublishedSeries::default();
+    loop {
+        tick.tick().await;
+        published = publish_cluster_gauges(&metrics, &clusters.state(), &published);
+    }
+}
 
-    // A successful reconcile resets the object's failure backoff (error_policy grows it).
-    let clusters_done = cluster_controller
-        .run(
-            |cluster, cctx| async move {
-                let key = format!(
-                    "cluster/{}",
-                    crate::controller::object_key(cluster.as_ref())
-                );
-                let started = std::time::Instant::now();
-                let result = cluster::reconcile(cluster, cctx.clone()).await;
-                cctx.ctx
-                    .metrics
-                    .reconciled("cluster", started, result.is_ok());
-                if result.is_ok() {
-                    cctx.ctx.reconciled(&key);
-                }
-                result
-            },
-            cluster::error_policy,
-            cluster_ctx,
-        )
-        .for_each(|_| futures::future::ready(()));
-    let nodes_done = node_controller
-        .run(
-            |node, ctx| async move {
-                let key = format!("node/{}", crate::controller::object_key(node.as_ref()));
-                let started = std::time::Instant::now();
-                let result = node::reconcile(node, ctx.clone()).await;
-                ctx.metrics.reconciled("node", started, result.is_ok());
-                if result.is_ok() {
-                    ctx.reconciled(&key);
-                }
-                result
-            },
-            node::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()));
-    tokio::join!(clusters_done, nodes_done);
-    Ok(())
+/// The per-cluster series one round published, so the next can remove those it no longer
+/// publishes.
+#[derive(Default)]
+struct PublishedSeries {
+    /// `cluster_info`: one series per cluster and state.
+    labelled: HashSet<ClusterLabel>,
+    /// The per-cluster figures (members, ready, outdated, slots to move).
+    with_figures: BTreeSet<ClusterKey>,
+}
+
+/// One round of [`cluster_gauges`]; returns what it published.
+fn publish_cluster_gauges(
+    metrics: &Metrics,
+    clusters: &[Arc<ValkeyCluster>],
+    last: &PublishedSeries,
+) -> PublishedSeries {
+    let mut counts: BTreeMap<String, i64> = [
+        "Creating", "Active", "Updating", "Blocked", "Degraded", "Deleting",
+    ]
+    .iter()
+    .map(|s| (s.to_string(), 0))
+    .collect();
+    let mut now = PublishedSeries::default();
+    for c in clusters {
+        if let Some(p) = c.status.as_ref().and_then(|s| s.progress.as_ref()) {
+            let key = ClusterKey {
+                namespace: c.namespace().unwrap_or_default(),
+                name: c.name_any(),
+            };
+            metrics.cluster_figures(
+                &key,
+                ClusterFigures {
+                    members: p.desired_members.into(),
+                    members_ready: p.ready_members.into(),
+                    slots_to_move: p.slots_to_move.into(),
+                    members_outdated: p.outdated_members.into(),
+                },
+            );
+            now.with_figures.insert(key);
+        }
+        if let Some(state) = c.status.as_ref().and_then(|s| s.state) {
+            *counts.entry(format!("{state:?}")).or_default() += 1;
+            let label = ClusterLabel {
+                namespace: c.namespace().unwrap_or_default(),
+                name: c.name_any(),
+                state: format!("{state:?}"),
+            };
+            metrics.cluster_info.get_or_create(&label).set(1);
+            now.labelled.insert(label);
+        }
+    }
+    // Series of deleted clusters and of states left go; the others stay (no gap that would
+    // reset an alert's `for:` timer).
+    for gone in last.labelled.difference(&now.labelled) {
+        metrics.cluster_info.remove(gone);
+    }
+    for gone in last.with_figures.difference(&now.with_figures) {
+        metrics.forget_cluster(gone);
+    }
+    for (state, n) in counts {
+        metrics.clusters.get_or_create(&StateLabel { state }).set(n);
+    }
+    now
 }

@@ -16,9 +16,9 @@ use tracing::{debug, info, warn};
 
 use super::observe::Observed;
 use crate::api::ValkeyCluster;
-use crate::controller::Context;
+use crate::controller::{Context, object_key};
 use crate::driver::{ClusterDriver, MemberAddr};
-use crate::resolve::acl::loaded_revision;
+use crate::resolve::acl::{file_revision, loaded_revision};
 
 /// What one member has loaded after this round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,6 +144,30 @@ impl AclProgress {
             "Loading",
             format!("{progress}; {}", waiting.join("; ")),
         )
+    }
+}
+
+/// The ACL step, after the plan's actions: every running member loads `acl_file` (the one
+/// just applied), and an Event says when a new revision is loaded everywhere or refused.
+pub async fn load(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    driver: &dyn ClusterDriver,
+    observed: &[Observed],
+    acl_file: &str,
+) -> AclProgress {
+    let revision = file_revision(acl_file).unwrap_or_default();
+    let progress = apply(driver, &object_key(cluster), observed, revision).await;
+    events(ctx, cluster, &progress).await;
+    progress
+}
+
+/// An Event when a new ACL revision is loaded on every member, or when members refuse it
+/// (decided by [`AclProgress::event`]).
+async fn events(ctx: &Context, cluster: &ValkeyCluster, progress: &AclProgress) {
+    let previous = super::status::previous_acl_condition(cluster);
+    if let Some((warning, reason, note)) = progress.event(previous.as_ref()) {
+        publish_event(ctx, cluster, warning, reason, &progress.revision, &note).await;
     }
 }
 

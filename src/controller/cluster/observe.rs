@@ -1,4 +1,5 @@
-//! Observe step: for each ValkeyNode, its pod and what its Valkey reports, concurrently.
+//! Observe step: for each ValkeyNode, its pod and what its Valkey reports, concurrently; and
+//! from that the [`Topology`] the plan reads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,12 +10,12 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::debug;
 
-use crate::api::constants::{CLIENT_PORT, LABEL_SPEC_HASH};
-use crate::api::{Lifecycle, NodeRole, ValkeyNode};
+use crate::api::constants::{ANNOTATION_SLOT_MIGRATION, CLIENT_PORT, LABEL_SPEC_HASH};
+use crate::api::{Lifecycle, NodeRole, ValkeyCluster, ValkeyNode};
 use crate::driver::parse::{MigrationOperation, MigrationState, Role};
 use crate::driver::slots::format_range;
 use crate::driver::{ATOMIC_MIGRATION_SINCE, ClusterDriver, MemberAddr, MemberObservation};
-use crate::plan::{ExportJob, Member, MemberView};
+use crate::plan::{ExportJob, Member, MemberView, MigrationMethod, Topology};
 
 /// One member as observed this round.
 #[derive(Clone, Debug)]
@@ -309,6 +310,33 @@ pub async fn members(
         }
     }))
     .await
+}
+
+/// What the plan reads: the shape the spec asks for and the members as observed this round.
+pub fn topology(cluster: &ValkeyCluster, observed: &[Observed]) -> Topology {
+    Topology {
+        cluster: cluster.name_any(),
+        shards: cluster.spec.shards.max(0) as usize,
+        replicas_per_shard: cluster.spec.replicas_per_shard.max(0) as usize,
+        members: observed
+            .iter()
+            .map(|o| o.member.clone())
+            .collect::<Vec<Member>>(),
+        migration: migration_method(cluster),
+    }
+}
+
+/// The `valkey.gomomento.com/slot-migration` annotation: `keys` forces key-by-key moves
+/// (for servers or networks where atomic slot migration misbehaves, and for benchmarks).
+pub fn migration_method(cluster: &ValkeyCluster) -> MigrationMethod {
+    match cluster
+        .annotations()
+        .get(ANNOTATION_SLOT_MIGRATION)
+        .map(String::as_str)
+    {
+        Some("keys") => MigrationMethod::Keys,
+        _ => MigrationMethod::Auto,
+    }
 }
 
 #[cfg(test)]

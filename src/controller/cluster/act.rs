@@ -1,0 +1,328 @@
+//! Act step: carries out the plan's actions in order, one function per [`Action`] kind. The
+//! dispatch names every variant and destructures every field, so an action (or a field)
+//! added to the plan does not compile until it is carried out here.
+
+use kube::Api;
+use kube::api::PostParams;
+use tracing::{info, warn};
+
+use super::{build, status};
+use crate::api::constants::CLUSTER_BUS_PORT;
+use crate::api::{Lifecycle, ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
+use crate::controller::{Context, Error, object_key};
+use crate::driver::migrate::{KeyMove, move_slot_by_keys};
+use crate::driver::parse::NodeId;
+use crate::driver::{ClusterDriver, FailoverMode, MemberAddr, SetSlot, SlotMigrationRequest};
+use crate::plan::{self, Action, MoveMethod, MoveTarget};
+use crate::topology::slots::SlotRange;
+
+/// Slots a key-by-key move handles per reconcile, so one reconcile stays short; the rest is
+/// planned again at once.
+const KEY_MOVE_SLOTS_PER_ROUND: usize = 256;
+
+/// What acting on one cluster needs: where to write (Kubernetes, Valkey), what for, and the
+/// spec new members get.
+pub struct Actor<'a> {
+    ctx: &'a Context,
+    cluster: &'a ValkeyCluster,
+    /// `namespace/name`, the `cluster` field of every log line.
+    key: String,
+    node_api: &'a Api<ValkeyNode>,
+    driver: &'a dyn ClusterDriver,
+    desired_spec: &'a ValkeyNodeSpec,
+}
+
+impl<'a> Actor<'a> {
+    pub fn new(
+        ctx: &'a Context,
+        cluster: &'a ValkeyCluster,
+        node_api: &'a Api<ValkeyNode>,
+        driver: &'a dyn ClusterDriver,
+        desired_spec: &'a ValkeyNodeSpec,
+    ) -> Self {
+        Actor {
+            ctx,
+            cluster,
+            key: object_key(cluster),
+            node_api,
+            driver,
+            desired_spec,
+        }
+    }
+
+    async fn event(&self, reason: &str, note: &str) {
+        status::event(self.ctx, self.cluster, reason, note).await;
+    }
+}
+
+/// Carries out `actions` in order; the first that fails ends the reconcile (it is planned
+/// again from what the world then looks like).
+pub async fn carry_out(actor: &Actor<'_>, actions: &[Action]) -> Result<(), Error> {
+    for action in actions {
+        dispatch(actor, action).await?;
+    }
+    Ok(())
+}
+
+async fn dispatch(a: &Actor<'_>, action: &Action) -> Result<(), Error> {
+    match action {
+        Action::CreateNode { name, shard } => create_node(a, name, *shard).await,
+        Action::Meet { via, target } => meet(a, via, target).await,
+        Action::AssignSlots { member, ranges } => assign_slots(a, member, ranges).await,
+        Action::Replicate { member, primary } => replicate(a, member, primary).await,
+        Action::Failover {
+            member,
+            shard,
+            mode,
+        } => failover(a, member, *shard, *mode).await,
+        Action::MoveSlots {
+            source,
+            source_id,
+            method,
+            targets,
+            primaries,
+        } => match method {
+            MoveMethod::Atomic => move_slots_atomic(a, source, targets).await,
+            MoveMethod::Keys => move_slots_by_keys(a, source, source_id, targets, primaries).await,
+        },
+        Action::CloseSlots { member, slots } => close_slots(a, member, slots).await,
+        Action::CancelSlotMigrations { member } => cancel_slot_migrations(a, member).await,
+        Action::MarkActive { names } => mark_active(a, names).await,
+        Action::MarkLeaving { names } => mark_leaving(a, names).await,
+        Action::Forget { via, node } => forget(a, via, node).await,
+        Action::DeleteNode { name } => delete_node(a, name).await,
+    }
+}
+
+/// Creates the member's ValkeyNode (the node controller makes its pod) and marks it Joining.
+async fn create_node(a: &Actor<'_>, name: &str, shard: usize) -> Result<(), Error> {
+    a.ctx.metrics.action("create_node");
+    let node = build::node(a.cluster, name, shard, a.desired_spec);
+    match a.node_api.create(&PostParams::default(), &node).await {
+        Ok(_) => {
+            info!(cluster = %a.key, node = %name, shard, "created member");
+            a.event(
+                "CreatingMember",
+                &format!("Creating member {name} for shard {shard}"),
+            )
+            .await;
+        }
+        // Planned again after a crash or a stale cache: the object is already there.
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    status::set_node_lifecycle(a.node_api, name, Lifecycle::Joining).await
+}
+
+async fn meet(a: &Actor<'_>, via: &MemberAddr, target: &MemberAddr) -> Result<(), Error> {
+    a.ctx.metrics.action("meet");
+    info!(cluster = %a.key, via = %via, target = %target, "CLUSTER MEET");
+    a.driver
+        .meet(via, &target.host, target.port, Some(CLUSTER_BUS_PORT))
+        .await?;
+    Ok(())
+}
+
+async fn assign_slots(
+    a: &Actor<'_>,
+    member: &MemberAddr,
+    ranges: &[SlotRange],
+) -> Result<(), Error> {
+    a.ctx.metrics.action("assign_slots");
+    info!(cluster = %a.key, member = %member, ?ranges, "CLUSTER ADDSLOTSRANGE");
+    a.driver.add_slots_range(member, ranges).await?;
+    Ok(())
+}
+
+async fn replicate(a: &Actor<'_>, member: &MemberAddr, primary: &NodeId) -> Result<(), Error> {
+    a.ctx.metrics.action("replicate");
+    info!(cluster = %a.key, member = %member, primary = %primary.as_str(), "CLUSTER REPLICATE");
+    if let Err(e) = a.driver.replicate(member, primary).await {
+        // Most often: the member has not learned the primary's id yet. Re-planned.
+        warn!(cluster = %a.key, member = %member, "replicate failed, will retry: {e}");
+    }
+    Ok(())
+}
+
+/// Promotes `member` to its shard's primary, with an Event saying how and why.
+async fn failover(
+    a: &Actor<'_>,
+    member: &MemberAddr,
+    shard: usize,
+    mode: FailoverMode,
+) -> Result<(), Error> {
+    a.ctx.metrics.action("failover");
+    a.ctx.metrics.failovers.inc();
+    info!(cluster = %a.key, member = %member, shard, ?mode, "CLUSTER FAILOVER");
+    match a.driver.failover(member, mode).await {
+        Ok(()) => {}
+        // A forced promotion races Valkey's own failover: whichever wins, the shard
+        // gets a primary; the next round re-plans from what Valkey then reports.
+        Err(e) if mode != FailoverMode::Default => {
+            warn!(cluster = %a.key, member = %member, "forced failover failed, will re-plan: {e}");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let how = match mode {
+        FailoverMode::Default => "coordinated failover to the in-sync replica",
+        FailoverMode::Force => {
+            "forced failover (its primary is gone for good) to the most up-to-date replica"
+        }
+        FailoverMode::Takeover => {
+            "takeover (its primary is gone and no majority can vote) by the most up-to-date replica"
+        }
+    };
+    a.event("Failover", &format!("Shard {shard}: {how} at {member}"))
+        .await;
+    Ok(())
+}
+
+/// How many slots a move covers, for its log line and Event.
+fn slot_count(targets: &[MoveTarget]) -> usize {
+    targets
+        .iter()
+        .flat_map(|t| &t.ranges)
+        .map(crate::driver::slots::range_len)
+        .sum()
+}
+
+/// Starts one atomic slot migration job on `source` (Valkey 9.0+), followed by observe.
+async fn move_slots_atomic(
+    a: &Actor<'_>,
+    source: &MemberAddr,
+    targets: &[MoveTarget],
+) -> Result<(), Error> {
+    let total = slot_count(targets);
+    a.ctx.metrics.action("migrate_slots_atomic");
+    let requests: Vec<SlotMigrationRequest> = targets
+        .iter()
+        .map(|t| SlotMigrationRequest {
+            ranges: t.ranges.clone(),
+            target: t.id.clone(),
+        })
+        .collect();
+    info!(cluster = %a.key, source = %source, slots = total, "CLUSTER MIGRATESLOTS");
+    a.driver.migrate_slots(source, &requests).await?;
+    a.ctx.metrics.slot_migrations.inc_by(total as u64);
+    let to: Vec<String> = targets.iter().map(|t| t.member.to_string()).collect();
+    a.event(
+        "MigratingSlots",
+        &format!(
+            "Moving {total} slot(s) from {source} to {} (atomic slot migration)",
+            to.join(", ")
+        ),
+    )
+    .await;
+    Ok(())
+}
+
+/// Moves up to [`KEY_MOVE_SLOTS_PER_ROUND`] slots key by key; every primary is told each
+/// moved slot's new owner.
+async fn move_slots_by_keys(
+    a: &Actor<'_>,
+    source: &MemberAddr,
+    source_id: &NodeId,
+    targets: &[MoveTarget],
+    primaries: &[MemberAddr],
+) -> Result<(), Error> {
+    let total = slot_count(targets);
+    a.ctx.metrics.action("migrate_slots_keys");
+    let mut budget = KEY_MOVE_SLOTS_PER_ROUND;
+    let mut moved_slots = 0u64;
+    let mut moved_keys = 0u64;
+    for t in targets {
+        let mv = KeyMove {
+            source,
+            source_id,
+            target: &t.member,
+            target_id: &t.id,
+            others: primaries,
+        };
+        for slot in t.ranges.iter().flat_map(|r| r.clone()) {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            moved_keys += move_slot_by_keys(a.driver, mv, slot).await?;
+            moved_slots += 1;
+            a.ctx.metrics.slot_migrations.inc();
+        }
+    }
+    info!(cluster = %a.key, source = %source, slots = moved_slots, keys = moved_keys, "moved slots key by key");
+    a.event(
+        "MigratingSlots",
+        &format!(
+            "Moved {moved_slots} of {total} slot(s) from {source} key by key ({moved_keys} keys)"
+        ),
+    )
+    .await;
+    Ok(())
+}
+
+/// Closes slots left importing or migrating toward a node that is gone.
+async fn close_slots(a: &Actor<'_>, member: &MemberAddr, slots: &[u16]) -> Result<(), Error> {
+    a.ctx.metrics.action("close_slots");
+    for slot in slots {
+        info!(cluster = %a.key, member = %member, slot, "CLUSTER SETSLOT STABLE (peer gone)");
+        a.driver.set_slot(member, *slot, &SetSlot::Stable).await?;
+    }
+    Ok(())
+}
+
+async fn cancel_slot_migrations(a: &Actor<'_>, member: &MemberAddr) -> Result<(), Error> {
+    a.ctx.metrics.action("cancel_slot_migrations");
+    warn!(cluster = %a.key, member = %member, "slot migration made no progress: cancelling it");
+    a.driver.cancel_slot_migrations(member).await?;
+    a.event(
+        "SlotMigrationCancelled",
+        &format!("Cancelled the slot migration on {member}: no progress for {} s; it will be planned again", plan::MIGRATION_IDLE_LIMIT_SECS),
+    )
+    .await;
+    Ok(())
+}
+
+async fn mark_active(a: &Actor<'_>, names: &[String]) -> Result<(), Error> {
+    for name in names {
+        status::set_node_lifecycle(a.node_api, name, Lifecycle::Active).await?;
+    }
+    Ok(())
+}
+
+/// The first step of retiring members: they are marked Leaving, with an Event each.
+async fn mark_leaving(a: &Actor<'_>, names: &[String]) -> Result<(), Error> {
+    for name in names {
+        info!(cluster = %a.key, node = %name, "retiring member");
+        status::set_node_lifecycle(a.node_api, name, Lifecycle::Leaving).await?;
+        a.event("RetiringMember", &format!("Retiring member {name}"))
+            .await;
+    }
+    Ok(())
+}
+
+async fn forget(a: &Actor<'_>, via: &MemberAddr, node: &NodeId) -> Result<(), Error> {
+    a.ctx.metrics.action("forget");
+    info!(cluster = %a.key, via = %via, node = %node.as_str(), "CLUSTER FORGET");
+    if let Err(e) = a.driver.forget(via, node).await {
+        // Already forgotten, or gossip not settled: re-planned next round.
+        warn!(cluster = %a.key, via = %via, "forget failed, will retry: {e}");
+    }
+    Ok(())
+}
+
+/// Deletes a retired member's ValkeyNode (its pod and ConfigMap go with it).
+async fn delete_node(a: &Actor<'_>, name: &str) -> Result<(), Error> {
+    a.ctx.metrics.action("delete_node");
+    info!(cluster = %a.key, node = %name, "deleting retired member");
+    match a
+        .node_api
+        .delete(name, &kube::api::DeleteParams::default())
+        .await
+    {
+        Ok(_) => {}
+        // Already gone: deleted by an earlier round whose cache had not caught up.
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}

@@ -1,0 +1,46 @@
+//! Before the pipeline: whether this reconcile may run it at all. A deleted cluster only has
+//! memory to drop, a replica whose menu stores are still listing would resolve against an
+//! empty menu, a replica that lost the lease must not write, and a paused cluster is left
+//! alone.
+
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use kube::Resource;
+use kube::runtime::controller::Action as Requeue;
+
+use super::status;
+use crate::api::ValkeyCluster;
+use crate::controller::{Context, Error, object_key};
+
+/// `Continue` when the pipeline may run; otherwise when to look again.
+pub async fn may_proceed(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+) -> Result<ControlFlow<Requeue>, Error> {
+    if cluster.meta().deletion_timestamp.is_some() {
+        forget_deleted(ctx, cluster).await;
+        return Ok(ControlFlow::Break(Requeue::await_change()));
+    }
+    if !ctx.menu_synced.load(std::sync::atomic::Ordering::Acquire) {
+        // The menu stores are still listing: resolving now would report false Blocked states.
+        return Ok(ControlFlow::Break(Requeue::requeue(Duration::from_secs(1))));
+    }
+    if let Some(election) = &ctx.election {
+        crate::controller::leader::verify_still_leading(&ctx.client, election).await?;
+    }
+    // Paused by annotation: say so and touch nothing until it goes (removing it is a change
+    // that reconciles at once).
+    if status::is_paused(cluster) {
+        status::publish(ctx, cluster, status::paused(cluster)).await?;
+        return Ok(ControlFlow::Break(Requeue::await_change()));
+    }
+    Ok(ControlFlow::Continue(()))
+}
+
+/// Owner references remove everything the cluster created; drop what memory holds.
+async fn forget_deleted(ctx: &Context, cluster: &ValkeyCluster) {
+    ctx.forget_driver(&object_key(cluster)).await;
+    ctx.reconciled(&format!("cluster/{}", object_key(cluster)));
+    ctx.metrics.rollout(&object_key(cluster), false);
+}

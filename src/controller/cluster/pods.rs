@@ -1,0 +1,107 @@
+//! End of the observe step: what the cluster controller writes onto its members' pods, from
+//! what it just observed (the holds-data readiness gate) and from the spec (pod annotations).
+//! The pod's spec is the ValkeyNode controller's and is never changed here. A failed write is
+//! logged and retried next reconcile.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, ResourceExt};
+use tracing::warn;
+
+use super::observe;
+use crate::api::ValkeyCluster;
+use crate::api::constants::CONDITION_HOLDS_DATA;
+use crate::controller::Context;
+
+/// Brings every observed member's pod in line: holds-data gate first, then annotations.
+pub async fn sync(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    observed: &[observe::Observed],
+    pods: &Store<Pod>,
+) {
+    let namespace = cluster.namespace().unwrap_or_default();
+    publish_holds_data(ctx, &namespace, observed, pods).await;
+    sync_pod_annotations(ctx, cluster, observed, pods).await;
+}
+
+/// Sets each answering member's holds-data readiness gate (pod condition
+/// [`CONDITION_HOLDS_DATA`]) to what its Valkey reports, where it changed. The gate keeps an
+/// empty or syncing member out of the PodDisruptionBudget's healthy count and out of the client
+/// Service, so a drain evicts the next member only once the last one's replacement has synced.
+/// A failed write only delays readiness.
+async fn publish_holds_data(
+    ctx: &Context,
+    namespace: &str,
+    observed: &[observe::Observed],
+    pods: &Store<Pod>,
+) {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    for o in observed {
+        let (Some(view), Some(pod_name)) = (&o.member.view, &o.pod) else {
+            continue;
+        };
+        let Some(pod) = pods.get(&ObjectRef::new(pod_name).within(namespace)) else {
+            continue;
+        };
+        let holds = observe::holds_data(view);
+        if observe::holds_data_condition(&pod) == Some(holds) {
+            continue;
+        }
+        let (status, reason, message) = if holds {
+            (
+                "True",
+                "HoldsData",
+                "owns slots, or is a replica in sync with its primary",
+            )
+        } else {
+            (
+                "False",
+                "NoData",
+                "owns no slots and is not an in-sync replica",
+            )
+        };
+        let patch = serde_json::json!({"status": {"conditions": [{
+            "type": CONDITION_HOLDS_DATA, "status": status, "reason": reason, "message": message,
+        }]}});
+        if let Err(e) = api
+            .patch_status(pod_name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+        {
+            warn!(pod = %pod_name, error = %e, "could not set the holds-data readiness gate");
+        }
+    }
+}
+
+/// `spec.podAnnotations` on every running member pod, within a reconcile of the change:
+/// added, changed and removed keys (see `node::build::pod_annotations_patch`).
+async fn sync_pod_annotations(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    observed: &[observe::Observed],
+    pods: &Store<Pod>,
+) {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    for pod_name in observed.iter().filter_map(|o| o.pod.as_ref()) {
+        let Some(pod) = pods.get(&ObjectRef::new(pod_name).within(&namespace)) else {
+            continue;
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let desired = &cluster.spec.pod_annotations;
+        let Some(patch) =
+            crate::controller::node::build::pod_annotations_patch(pod.annotations(), desired)
+        else {
+            continue;
+        };
+        if let Err(e) = api
+            .patch(pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            warn!(pod = %pod_name, error = %e, "could not update the pod's annotations");
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Dereference and resolve steps: the menu (ValkeyConfig, ValkeyImage, ValkeyRole) and the
+//! members come from the reflector stores, and [`resolve`] turns them into what the cluster
+//! runs. Resolution is pure; only a broken reference is written, as a Blocked status.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action as Requeue;
+use tracing::info;
+
+use super::{ClusterContext, cluster_nodes, status};
+use crate::api::ValkeyCluster;
+use crate::controller::{Error, object_key};
+use crate::resolve::{
+    ResolveError, merge_bindings, refuse_major_downgrade, resolve_config, resolve_roles,
+};
+
+/// What resolution produced: the merged config, and the ACL file's inputs (the bindings and
+/// the roles they name).
+pub struct Resolved {
+    pub config: crate::resolve::ResolvedConfig,
+    pub acl_file_inputs: (
+        Vec<crate::api::AclBinding>,
+        BTreeMap<String, crate::api::ValkeyRoleSpec>,
+    ),
+}
+
+/// Resolve step (pure over the catalog): config chain, bindings, roles; never to an older major
+/// version than a member runs (`running`).
+pub fn resolve<'a>(
+    cluster: &ValkeyCluster,
+    catalog: &impl crate::resolve::Catalog,
+    running: impl IntoIterator<Item = &'a str>,
+) -> Result<Resolved, ResolveError> {
+    let config = resolve_config(catalog, &cluster.spec.config_ref)?;
+    refuse_major_downgrade(&config, running)?;
+    let bindings = merge_bindings(&config.acl, &cluster.spec.acl)?;
+    let roles = resolve_roles(catalog, &bindings)?;
+    Ok(Resolved {
+        config,
+        acl_file_inputs: (bindings, roles),
+    })
+}
+
+/// Resolves the cluster against the menu and the versions its members run; a broken
+/// reference publishes Blocked (`ConfigResolved` false, naming the broken link) and stops the
+/// pipeline until a menu change or a minute later.
+pub async fn or_block(
+    cctx: &ClusterContext,
+    cluster: &ValkeyCluster,
+) -> Result<ControlFlow<Requeue, Resolved>, Error> {
+    let ctx = &cctx.ctx;
+    let namespace = cluster.namespace().unwrap_or_default();
+    let members = cluster_nodes(&cctx.nodes, &namespace, &cluster.name_any());
+    let running = members.iter().map(|n| n.spec.version.as_str());
+    match resolve(cluster, &ctx.catalog, running) {
+        Ok(resolved) => Ok(ControlFlow::Continue(resolved)),
+        Err(err) => {
+            info!(cluster = %object_key(cluster), reason = err.reason(), "blocked: {err}");
+            let cause = status::Blocker {
+                condition: "ConfigResolved",
+                reason: err.reason(),
+                message: &err.to_string(),
+            };
+            status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+            Ok(ControlFlow::Break(Requeue::requeue(Duration::from_secs(
+                60,
+            ))))
+        }
+    }
+}
