@@ -311,7 +311,7 @@ mod tests {
 
     use super::*;
     use crate::api::{Resources, ValkeyConfigSpec, ValkeyImageSpec};
-    use crate::webhook::admission::fixtures::request;
+    use crate::webhook::admission::fixtures::{request, unreadable};
 
     fn spec(
         base: Option<&str>,
@@ -542,12 +542,12 @@ mod tests {
 
     #[test]
     fn a_menu_lookup_failure_still_checks_this_config_and_warns() {
-        let resp = validate(&with_spec(|_| {}), &Err("timeout".into()), &Ok(vec![]));
+        let resp = validate(&with_spec(|_| {}), &Err(unreadable("timeout")), &Ok(vec![]));
         assert!(resp.allowed);
         assert!(resp.warnings.unwrap()[0].contains("references were not checked"));
         let resp = validate(
             &with_spec(|s| s["valkey"]["maxmemory"] = "20gb".into()),
-            &Err("timeout".into()),
+            &Err(unreadable("timeout")),
             &Ok(vec![]),
         );
         assert!(!resp.allowed);
@@ -662,7 +662,7 @@ mod tests {
         let resp = validate(
             &large_binding(&["app"]),
             &Ok(menu()),
-            &Err("forbidden".into()),
+            &Err(unreadable("forbidden")),
         );
         assert!(resp.allowed);
         let w = resp.warnings.unwrap().join("\n");
