@@ -407,8 +407,6 @@ pub async fn form_cluster(
             members: members.len(),
         });
     }
-    // Driver errors inside the probes below are states to wait out, as strings.
-    let e = |e: DriverError| e.to_string();
     let mut phases = Vec::new();
     let mut phase_start = Instant::now();
     let mut ids = Vec::with_capacity(members.len());
@@ -430,18 +428,7 @@ pub async fn form_cluster(
     phases.push(("slots+meet", phase_start.elapsed()));
     phase_start = Instant::now();
     // Everyone must know everyone (no handshake left) before REPLICATE can name a primary.
-    let n = members.len();
-    wait_for("every member to know every other", timeout, || async {
-        for m in members {
-            let nodes = driver.cluster_nodes(m).await.map_err(e)?;
-            let known = nodes.iter().filter(|x| !x.flags.handshake).count();
-            if known != n || !ids.iter().all(|id| nodes.iter().any(|x| &x.id == id)) {
-                return Err(format!("{m} knows {known} of {n} members"));
-            }
-        }
-        Ok(())
-    })
-    .await?;
+    wait_all_known(driver, members, &ids, timeout).await?;
 
     phases.push(("gossip", phase_start.elapsed()));
     phase_start = Instant::now();
@@ -459,9 +446,49 @@ pub async fn form_cluster(
         replicas.push((m.clone(), id.clone(), primary_id));
     }
 
+    wait_formed(driver, members, &replicas, timeout).await?;
+    phases.push(("replicate+sync", phase_start.elapsed()));
+    Ok(Formation {
+        primaries,
+        replicas,
+        phases,
+    })
+}
+
+// Driver errors inside the probes below are states to wait out, as strings.
+
+/// Waits until every member knows every other (no handshake left).
+async fn wait_all_known(
+    driver: &dyn ClusterDriver,
+    members: &[MemberAddr],
+    ids: &[NodeId],
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let n = members.len();
+    wait_for("every member to know every other", timeout, || async {
+        for m in members {
+            let nodes = driver.cluster_nodes(m).await.map_err(|e| e.to_string())?;
+            let known = nodes.iter().filter(|x| !x.flags.handshake).count();
+            if known != n || !ids.iter().all(|id| nodes.iter().any(|x| &x.id == id)) {
+                return Err(format!("{m} knows {known} of {n} members"));
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Waits until every member reports `cluster_state:ok` with every slot assigned, and every
+/// replica's link to its primary is up.
+async fn wait_formed(
+    driver: &dyn ClusterDriver,
+    members: &[MemberAddr],
+    replicas: &[(MemberAddr, NodeId, NodeId)],
+    timeout: Duration,
+) -> Result<(), HarnessError> {
     wait_for("cluster_state:ok and replica links up", timeout, || async {
         for m in members {
-            let info = driver.cluster_info(m).await.map_err(e)?;
+            let info = driver.cluster_info(m).await.map_err(|e| e.to_string())?;
             if !info.state_ok || info.slots_assigned != 16384 {
                 return Err(format!(
                     "{m}: state_ok={} slots={}",
@@ -469,8 +496,11 @@ pub async fn form_cluster(
                 ));
             }
         }
-        for (m, _, _) in &replicas {
-            let repl = driver.replication_info(m).await.map_err(e)?;
+        for (m, _, _) in replicas {
+            let repl = driver
+                .replication_info(m)
+                .await
+                .map_err(|e| e.to_string())?;
             let up =
                 repl.role == Role::Replica && repl.primary_link.as_ref().is_some_and(|l| l.link_up);
             if !up {
@@ -479,11 +509,5 @@ pub async fn form_cluster(
         }
         Ok(())
     })
-    .await?;
-    phases.push(("replicate+sync", phase_start.elapsed()));
-    Ok(Formation {
-        primaries,
-        replicas,
-        phases,
-    })
+    .await
 }
