@@ -37,6 +37,16 @@ pub enum BuildError {
         "ValkeyNode {namespace}/{name} has no metadata.uid, so its ConfigMap and Pod cannot name it as their owner; only a ValkeyNode read from the API server can be built (this is a bug in the caller)"
     )]
     NoUid { namespace: String, name: String },
+    /// The pod spec is written as JSON from the node's typed spec; Kubernetes' PodSpec must
+    /// read it back. Failing means the JSON above and the PodSpec schema disagree.
+    #[error(
+        "the pod built for ValkeyNode {namespace}/{name} is not a valid PodSpec ({error}); this is a bug in valkey-operator, please report it"
+    )]
+    PodSpec {
+        namespace: String,
+        name: String,
+        error: serde_json::Error,
+    },
 }
 
 /// A reconcile that cannot build the member's objects fails as `invalid` (and is retried).
@@ -147,7 +157,7 @@ pub fn pod(
     node: &ValkeyNode,
     pod_annotations: &BTreeMap<String, String>,
 ) -> Result<Pod, BuildError> {
-    let (node_name, _namespace, cluster) = identity(node);
+    let (node_name, namespace, cluster) = identity(node);
     let mut meta = owned_meta(node, node_name.clone())?;
     meta.annotations = Some(annotations(node, pod_annotations));
     let (volumes, mounts) = volumes(node, &node_name, &cluster);
@@ -180,12 +190,14 @@ pub fn pod(
         "containers": [valkey_container(node, mounts)],
         "volumes": volumes,
     });
+    let spec = serde_json::from_value(spec).map_err(|error| BuildError::PodSpec {
+        namespace,
+        name: node_name,
+        error,
+    })?;
     Ok(Pod {
         metadata: meta,
-        spec: Some(
-            serde_json::from_value(spec)
-                .expect("the pod spec is built above from typed values of the PodSpec schema"),
-        ),
+        spec: Some(spec),
         status: None,
     })
 }
