@@ -118,109 +118,15 @@ fn run(
     let traces = valkey_operator::telemetry::init_logging();
     // One rustls crypto provider for the whole process (kube's client and the webhook server).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let code = runtime.block_on(async move {
-        let client = match kube::Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!(
-                    "error: cannot build a Kubernetes client (in-cluster config or KUBECONFIG): {e}"
-                );
-                return ExitCode::FAILURE;
-            }
-        };
-        let settings =
-            match valkey_operator::settings::Settings::load(client.clone(), &namespace).await {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("error: invalid operator settings: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-        tracing::info!(?settings, "starting valkey-operator");
-        let metrics = std::sync::Arc::new(valkey_operator::telemetry::Metrics::new());
-        let admin_metrics = metrics.clone();
-        let admin = tokio::spawn(async move {
-            if let Err(e) = valkey_operator::telemetry::serve_admin(admin_addr, admin_metrics).await
-            {
-                // Without /healthz the kubelet restarts the process: say why first.
-                tracing::error!(error = %e, %admin_addr, "admin server (/metrics, /healthz, /readyz) stopped");
-            }
-        });
-        let webhook_settings = valkey_operator::webhook::WebhookSettings {
-            addr: webhook.webhook_addr,
-            cert: webhook.webhook_cert,
-            key: webhook.webhook_key,
-            operator_username: webhook
-                .operator_username
-                .unwrap_or_else(|| format!("system:serviceaccount:{namespace}:valkey-operator")),
-            reload_interval: std::time::Duration::from_secs(
-                webhook.webhook_cert_reload_seconds.max(1),
-            ),
-        };
-        let webhook_state = std::sync::Arc::new(valkey_operator::webhook::WebhookState {
-            node_policy: valkey_operator::webhook::admission::node::NodePolicy::new(
-                webhook_settings.operator_username.clone(),
-            ),
-            menu: std::sync::Arc::new(valkey_operator::webhook::admission::WatchedMenu::start(
-                client.clone(),
-                std::time::Duration::from_secs(3),
-            )),
-            metrics: metrics.clone(),
-        });
-        let webhook_server = tokio::spawn(async move {
-            if let Err(e) = valkey_operator::webhook::serve(webhook_settings, webhook_state).await {
-                tracing::error!(error = %e, "webhook server stopped");
-            }
-        });
-        let election = leader.leader_election.then(|| {
-            let identity = leader.leader_election_identity.unwrap_or_else(|| {
-                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_string())
-                    .unwrap_or_else(|_| "valkey-operator".into());
-                format!("{host}-{}", std::process::id())
-            });
-            valkey_operator::controller::leader::Election {
-                namespace: namespace.clone(),
-                lease: leader.leader_election_lease,
-                identity,
-            }
-        });
-        let controllers = valkey_operator::controller::run::run(
-            client.clone(),
-            namespace.clone(),
-            settings,
-            metrics.clone(),
-            election.clone(),
-        );
-        let result = match election {
-            Some(election) => {
-                valkey_operator::controller::leader::run_while_leading(
-                    client,
-                    election,
-                    metrics,
-                    controllers,
-                )
-                .await
-            }
-            None => controllers.await,
-        };
-        admin.abort();
-        webhook_server.abort();
-        match result {
-            Ok(()) => {
-                tracing::info!(
-                    "exiting (code 0): the controllers stopped after SIGTERM or SIGINT, a normal shutdown"
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "exiting (code 1)");
-                eprintln!("error: {e:#}");
-                ExitCode::FAILURE
-            }
+    // Kept until the end: background tasks run on while the spans are flushed, as before.
+    let runtime = tokio::runtime::Runtime::new();
+    let code = match &runtime {
+        Ok(runtime) => runtime.block_on(operate(namespace, admin_addr, webhook, leader)),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
         }
-    });
+    };
     // Flush the last batch of spans (blocking; outside the runtime).
     if let Some(provider) = traces
         && let Err(e) = provider.shutdown()
@@ -228,4 +134,141 @@ fn run(
         eprintln!("warning: flushing traces: {e}");
     }
     code
+}
+
+/// The operator: the admin server and the webhook server on every replica, the controllers
+/// on the leader (or on this replica alone without leader election), until they stop.
+async fn operate(
+    namespace: String,
+    admin_addr: std::net::SocketAddr,
+    webhook: WebhookArgs,
+    leader: LeaderArgs,
+) -> ExitCode {
+    let client = match kube::Client::try_default().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "error: cannot build a Kubernetes client (in-cluster config or KUBECONFIG): {e}"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let settings = match valkey_operator::settings::Settings::load(client.clone(), &namespace).await
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: invalid operator settings: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(?settings, "starting valkey-operator");
+    let metrics = std::sync::Arc::new(valkey_operator::telemetry::Metrics::new());
+    let admin = spawn_admin(admin_addr, metrics.clone());
+    let webhook_server = spawn_webhook(webhook, &namespace, client.clone(), metrics.clone());
+    let election = election(leader, &namespace);
+    let controllers = valkey_operator::controller::run::run(
+        client.clone(),
+        namespace.clone(),
+        settings,
+        metrics.clone(),
+        election.clone(),
+    );
+    let result = match election {
+        Some(election) => {
+            valkey_operator::controller::leader::run_while_leading(
+                client,
+                election,
+                metrics,
+                controllers,
+            )
+            .await
+        }
+        None => controllers.await,
+    };
+    admin.abort();
+    webhook_server.abort();
+    exit_code(result)
+}
+
+/// The admin server (/metrics, /healthz, /readyz), for the life of the process.
+fn spawn_admin(
+    admin_addr: std::net::SocketAddr,
+    metrics: std::sync::Arc<valkey_operator::telemetry::Metrics>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = valkey_operator::telemetry::serve_admin(admin_addr, metrics).await {
+            // Without /healthz the kubelet restarts the process: say why first.
+            tracing::error!(error = %e, %admin_addr, "admin server (/metrics, /healthz, /readyz) stopped");
+        }
+    })
+}
+
+/// The webhook server (HTTPS), on every replica, reading the menu from watch caches.
+fn spawn_webhook(
+    webhook: WebhookArgs,
+    namespace: &str,
+    client: kube::Client,
+    metrics: std::sync::Arc<valkey_operator::telemetry::Metrics>,
+) -> tokio::task::JoinHandle<()> {
+    let webhook_settings = valkey_operator::webhook::WebhookSettings {
+        addr: webhook.webhook_addr,
+        cert: webhook.webhook_cert,
+        key: webhook.webhook_key,
+        operator_username: webhook
+            .operator_username
+            .unwrap_or_else(|| format!("system:serviceaccount:{namespace}:valkey-operator")),
+        reload_interval: std::time::Duration::from_secs(webhook.webhook_cert_reload_seconds.max(1)),
+    };
+    let webhook_state = std::sync::Arc::new(valkey_operator::webhook::WebhookState {
+        node_policy: valkey_operator::webhook::admission::node::NodePolicy::new(
+            webhook_settings.operator_username.clone(),
+        ),
+        menu: std::sync::Arc::new(valkey_operator::webhook::admission::WatchedMenu::start(
+            client,
+            std::time::Duration::from_secs(3),
+        )),
+        metrics,
+    });
+    tokio::spawn(async move {
+        if let Err(e) = valkey_operator::webhook::serve(webhook_settings, webhook_state).await {
+            tracing::error!(error = %e, "webhook server stopped");
+        }
+    })
+}
+
+/// The leader election to take part in, unless turned off.
+fn election(
+    leader: LeaderArgs,
+    namespace: &str,
+) -> Option<valkey_operator::controller::leader::Election> {
+    leader.leader_election.then(|| {
+        let identity = leader.leader_election_identity.unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "valkey-operator".into());
+            format!("{host}-{}", std::process::id())
+        });
+        valkey_operator::controller::leader::Election {
+            namespace: namespace.to_owned(),
+            lease: leader.leader_election_lease,
+            identity,
+        }
+    })
+}
+
+/// How the controllers ended, as the process's exit code (logged and printed).
+fn exit_code(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => {
+            tracing::info!(
+                "exiting (code 0): the controllers stopped after SIGTERM or SIGINT, a normal shutdown"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "exiting (code 1)");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 
 use crate::api::ZoneSpread;
+use crate::api::placement::UnknownZoneSpread;
 
 /// Name of the settings ConfigMap in the operator's namespace.
 pub const SETTINGS_CONFIGMAP: &str = "valkey-operator-config";
@@ -34,18 +35,44 @@ pub enum ClientsFrom {
     Unrestricted,
 }
 
+/// A word that is not a [`ClientsFrom`] value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not one of sameNamespace, anyNamespace, unrestricted")]
+pub struct UnknownClientsFrom(pub String);
+
 impl std::str::FromStr for ClientsFrom {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownClientsFrom;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "sameNamespace" => Ok(ClientsFrom::SameNamespace),
             "anyNamespace" => Ok(ClientsFrom::AnyNamespace),
             "unrestricted" => Ok(ClientsFrom::Unrestricted),
-            other => Err(format!(
-                "{other:?} is not one of sameNamespace, anyNamespace, unrestricted"
-            )),
+            other => Err(UnknownClientsFrom(other.to_owned())),
         }
     }
+}
+
+/// Why the settings ConfigMap cannot be used: the operator stops at startup with this message,
+/// which names the key and says what to do. (The parse errors are part of the message rather
+/// than a `source`, so one line says it all.)
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{SETTINGS_CONFIGMAP}: key defaultZoneSpread: {0}; fix the ConfigMap and restart")]
+    DefaultZoneSpread(UnknownZoneSpread),
+    #[error("{SETTINGS_CONFIGMAP}: key clientsFrom: {0}; fix the ConfigMap and restart")]
+    ClientsFrom(UnknownClientsFrom),
+    #[error(
+        "{SETTINGS_CONFIGMAP}: key maxConcurrentRollouts: {value:?} is not a positive whole number (leave the key out for no limit); fix the ConfigMap and restart"
+    )]
+    MaxConcurrentRollouts { value: String },
+    /// Unknown keys are errors too: a typo must not silently fall back to a default.
+    #[error("{SETTINGS_CONFIGMAP}: unknown key {key:?}; known keys: {known}", known = KNOWN_KEYS.join(", "))]
+    UnknownKey { key: String },
+    #[error("cannot read ConfigMap {namespace}/{SETTINGS_CONFIGMAP}: {error}")]
+    Read {
+        namespace: String,
+        error: kube::Error,
+    },
 }
 
 impl Default for Settings {
@@ -64,31 +91,36 @@ const KNOWN_KEYS: &[&str] = &["defaultZoneSpread", "clientsFrom", "maxConcurrent
 impl Settings {
     /// Parses the ConfigMap's data. Unknown keys are errors too: a typo must not silently
     /// fall back to a default.
-    pub fn from_data(data: &BTreeMap<String, String>) -> Result<Settings, String> {
+    pub fn from_data(data: &BTreeMap<String, String>) -> Result<Settings, SettingsError> {
         let mut settings = Settings::default();
         for (key, value) in data {
             match key.as_str() {
                 "defaultZoneSpread" => {
-                    settings.default_zone_spread = value.trim().parse().map_err(|e| {
-                        format!("{SETTINGS_CONFIGMAP}: key defaultZoneSpread: {e}; fix the ConfigMap and restart")
-                    })?;
+                    settings.default_zone_spread = value
+                        .trim()
+                        .parse()
+                        .map_err(SettingsError::DefaultZoneSpread)?;
                 }
                 "clientsFrom" => {
-                    settings.clients_from = value.trim().parse().map_err(|e| {
-                        format!("{SETTINGS_CONFIGMAP}: key clientsFrom: {e}; fix the ConfigMap and restart")
-                    })?;
+                    settings.clients_from =
+                        value.trim().parse().map_err(SettingsError::ClientsFrom)?;
                 }
                 "maxConcurrentRollouts" => {
-                    let n: usize = value.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                        format!("{SETTINGS_CONFIGMAP}: key maxConcurrentRollouts: {value:?} is not a positive whole number (leave the key out for no limit); fix the ConfigMap and restart")
-                    })?;
+                    let n: usize =
+                        value
+                            .trim()
+                            .parse()
+                            .ok()
+                            .filter(|n| *n > 0)
+                            .ok_or_else(|| SettingsError::MaxConcurrentRollouts {
+                                value: value.clone(),
+                            })?;
                     settings.max_concurrent_rollouts = Some(n);
                 }
                 other => {
-                    return Err(format!(
-                        "{SETTINGS_CONFIGMAP}: unknown key {other:?}; known keys: {}",
-                        KNOWN_KEYS.join(", ")
-                    ));
+                    return Err(SettingsError::UnknownKey {
+                        key: other.to_owned(),
+                    });
                 }
             }
         }
@@ -96,14 +128,15 @@ impl Settings {
     }
 
     /// Reads the ConfigMap (absent: all defaults).
-    pub async fn load(client: Client, namespace: &str) -> Result<Settings, String> {
+    pub async fn load(client: Client, namespace: &str) -> Result<Settings, SettingsError> {
         let api: Api<ConfigMap> = Api::namespaced(client, namespace);
         match api.get_opt(SETTINGS_CONFIGMAP).await {
             Ok(Some(cm)) => Settings::from_data(&cm.data.unwrap_or_default()),
             Ok(None) => Ok(Settings::default()),
-            Err(e) => Err(format!(
-                "cannot read ConfigMap {namespace}/{SETTINGS_CONFIGMAP}: {e}"
-            )),
+            Err(error) => Err(SettingsError::Read {
+                namespace: namespace.to_owned(),
+                error,
+            }),
         }
     }
 }
@@ -135,7 +168,9 @@ mod tests {
 
     #[test]
     fn an_invalid_value_names_the_key_and_the_allowed_values() {
-        let err = Settings::from_data(&data(&[("defaultZoneSpread", "always")])).unwrap_err();
+        let err = Settings::from_data(&data(&[("defaultZoneSpread", "always")]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("defaultZoneSpread"), "{err}");
         assert!(err.contains("bestEffort or required"), "{err}");
     }
@@ -145,14 +180,37 @@ mod tests {
         let s = Settings::from_data(&data(&[("maxConcurrentRollouts", "2")])).unwrap();
         assert_eq!(s.max_concurrent_rollouts, Some(2));
         for bad in ["0", "-1", "two", ""] {
-            let err = Settings::from_data(&data(&[("maxConcurrentRollouts", bad)])).unwrap_err();
+            let err = Settings::from_data(&data(&[("maxConcurrentRollouts", bad)]))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("maxConcurrentRollouts"), "{err}");
         }
     }
 
     #[test]
+    fn messages_say_which_key_and_what_to_do() {
+        let err = Settings::from_data(&data(&[("maxConcurrentRollouts", "0")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "valkey-operator-config: key maxConcurrentRollouts: \"0\" is not a positive whole number (leave the key out for no limit); fix the ConfigMap and restart"
+        );
+        let err = Settings::from_data(&data(&[("clientsFrom", "all")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "valkey-operator-config: key clientsFrom: \"all\" is not one of sameNamespace, anyNamespace, unrestricted; fix the ConfigMap and restart"
+        );
+        let err = Settings::from_data(&data(&[("x", "1")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "valkey-operator-config: unknown key \"x\"; known keys: defaultZoneSpread, clientsFrom, maxConcurrentRollouts"
+        );
+    }
+
+    #[test]
     fn an_unknown_key_is_refused() {
-        let err = Settings::from_data(&data(&[("defaultZoneSpred", "required")])).unwrap_err();
+        let err = Settings::from_data(&data(&[("defaultZoneSpred", "required")]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown key \"defaultZoneSpred\""), "{err}");
     }
 }

@@ -204,6 +204,7 @@ fn agree(pattern: &Pattern, good: &[&str], bad: &[&str]) {
             pattern
                 .check("spec.f", value)
                 .unwrap_err()
+                .to_string()
                 .starts_with("spec.f must be")
         );
     }

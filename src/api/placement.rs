@@ -60,17 +60,20 @@ impl ZoneSpread {
     }
 }
 
+/// A word that is not a [`ZoneSpread`] mode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("zoneSpread must be bestEffort or required, got {0:?}")]
+pub struct UnknownZoneSpread(pub String);
+
 impl std::str::FromStr for ZoneSpread {
-    type Err = String;
+    type Err = UnknownZoneSpread;
 
     /// Parses `bestEffort` or `required` (the operator settings ConfigMap uses the same words).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "bestEffort" => Ok(ZoneSpread::BestEffort),
             "required" => Ok(ZoneSpread::Required),
-            other => Err(format!(
-                "zoneSpread must be bestEffort or required, got {other:?}"
-            )),
+            other => Err(UnknownZoneSpread(other.to_owned())),
         }
     }
 }

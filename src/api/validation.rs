@@ -76,13 +76,27 @@ impl Pattern {
     }
 
     /// The same rule as a Rust check with the same message.
-    pub fn check(&self, field: &str, value: &str) -> Result<(), String> {
+    pub fn check(&self, field: &str, value: &str) -> Result<(), Mismatch> {
         if self.is_match(value) {
             Ok(())
         } else {
-            Err(format!("{field} must be {}, got {value:?}", self.describe))
+            Err(Mismatch {
+                field: field.to_owned(),
+                describe: self.describe,
+                value: value.to_owned(),
+            })
         }
     }
+}
+
+/// A value that does not match a [`Pattern`]: `<field> must be <describe>, got <value>`, the
+/// CEL rule's message plus the value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field} must be {describe}, got {value:?}")]
+pub struct Mismatch {
+    pub field: String,
+    pub describe: &'static str,
+    pub value: String,
 }
 
 /// Kubernetes object names (DNS-1123 subdomain): the format of every reference.

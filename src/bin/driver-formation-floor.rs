@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use valkey_operator::driver::testing::{LocalServers, ValkeyBuild, form_cluster};
+use valkey_operator::driver::testing::{HarnessError, LocalServers, ValkeyBuild, form_cluster};
 use valkey_operator::driver::{DriverConfig, FredDriver};
 
 struct Args {
@@ -63,7 +63,7 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-async fn one_run(args: &Args) -> Result<(Duration, Duration, String), String> {
+async fn one_run(args: &Args) -> Result<(Duration, Duration, String), HarnessError> {
     let members = args.shards * 2;
     let started = Instant::now();
     let servers = LocalServers::start(args.build, members).await?;

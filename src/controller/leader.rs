@@ -76,42 +76,14 @@ where
             )
         })?;
     let (mut leading, task) = manager.watch().await;
-    let release = |leading: tokio::sync::watch::Receiver<bool>| async move {
-        // Closing the channel makes the manager release the lease if it holds it.
-        drop(leading);
-        match tokio::time::timeout(Duration::from_secs(5), task).await {
-            Ok(Ok(Ok(_))) => {}
-            Ok(Ok(Err(e))) => warn!(error = %e, "releasing the leader lease failed"),
-            Ok(Err(e)) => warn!(error = %e, "lease manager task failed"),
-            Err(_) => warn!("releasing the leader lease timed out; it expires on its own"),
-        }
-    };
 
     metrics.leader.set(0);
     if !*leading.borrow_and_update() {
-        info!(
-            lease = %format!("{}/{}", election.namespace, election.lease),
-            identity = %election.identity,
-            "standing by: serving webhooks; the controllers start when this replica holds the lease"
-        );
-        // A standby serves the webhooks, which is all it needs to be ready for.
-        metrics.ready.store(true, Ordering::Relaxed);
-        let stop = shutdown_signal();
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                changed = leading.changed() => {
-                    if changed.is_err() {
-                        anyhow::bail!("leader election stopped unexpectedly");
-                    }
-                    if *leading.borrow_and_update() {
-                        break;
-                    }
-                }
-                _ = &mut stop => {
-                    release(leading).await;
-                    return Ok(());
-                }
+        match stand_by(&election, &metrics, &mut leading).await? {
+            StandBy::Leading => {}
+            StandBy::Stopped => {
+                release(leading, task).await;
+                return Ok(());
             }
         }
     }
@@ -134,8 +106,61 @@ where
         )),
     };
     metrics.leader.set(0);
-    release(leading).await;
+    release(leading, task).await;
     result
+}
+
+/// How standing by ended.
+enum StandBy {
+    /// This replica now holds the lease.
+    Leading,
+    /// The process was asked to stop first.
+    Stopped,
+}
+
+/// Waits, serving webhooks only, until this replica holds the lease or is asked to stop.
+async fn stand_by(
+    election: &Election,
+    metrics: &Metrics,
+    leading: &mut tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<StandBy> {
+    info!(
+        lease = %format!("{}/{}", election.namespace, election.lease),
+        identity = %election.identity,
+        "standing by: serving webhooks; the controllers start when this replica holds the lease"
+    );
+    // A standby serves the webhooks, which is all it needs to be ready for.
+    metrics.ready.store(true, Ordering::Relaxed);
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            changed = leading.changed() => {
+                if changed.is_err() {
+                    anyhow::bail!("leader election stopped unexpectedly");
+                }
+                if *leading.borrow_and_update() {
+                    return Ok(StandBy::Leading);
+                }
+            }
+            _ = &mut stop => return Ok(StandBy::Stopped),
+        }
+    }
+}
+
+/// Stops the lease manager: closing the channel makes it release the lease if it holds it,
+/// so a standby takes over at once instead of after the lease expires.
+async fn release(
+    leading: tokio::sync::watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+) {
+    drop(leading);
+    match tokio::time::timeout(Duration::from_secs(5), task).await {
+        Ok(Ok(Ok(_))) => {}
+        Ok(Ok(Err(e))) => warn!(error = %e, "releasing the leader lease failed"),
+        Ok(Err(e)) => warn!(error = %e, "lease manager task failed"),
+        Err(_) => warn!("releasing the leader lease timed out; it expires on its own"),
+    }
 }
 
 /// Before a cluster reconcile acts on Valkey (failovers, slot moves, deletions): is this

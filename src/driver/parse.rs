@@ -153,8 +153,12 @@ pub fn parse_cluster_nodes(text: &str) -> Result<Vec<ClusterNode>, ParseError> {
         .collect()
 }
 
+const NODE_LINE: &str = "CLUSTER NODES line";
+
+/// `<id> <ip:port@cport[,hostname]> <flags> <primary> <ping-sent> <pong-recv> <config-epoch>
+/// <link-state> <slot> <slot> ...`
 fn parse_cluster_node_line(line: &str) -> Result<ClusterNode, ParseError> {
-    const WHAT: &str = "CLUSTER NODES line";
+    const WHAT: &str = NODE_LINE;
     let fields: Vec<&str> = line.split_whitespace().collect();
     if fields.len() < 8 {
         return Err(perr(
@@ -165,22 +169,7 @@ fn parse_cluster_node_line(line: &str) -> Result<ClusterNode, ParseError> {
     let id = NodeId(fields[0].to_owned());
     let (ip, port, bus_port, hostname) = parse_node_address(fields[1])
         .ok_or_else(|| perr(WHAT, format!("bad address {:?} in {line:?}", fields[1])))?;
-
-    let mut flags = NodeFlags::default();
-    for flag in fields[2].split(',') {
-        match flag {
-            "myself" => flags.myself = true,
-            "master" => flags.primary = true,
-            "slave" => flags.replica = true,
-            "fail?" => flags.pfail = true,
-            "fail" => flags.fail = true,
-            "handshake" => flags.handshake = true,
-            "noaddr" => flags.noaddr = true,
-            "nofailover" => flags.nofailover = true,
-            "noflags" | "" => {}
-            other => flags.other.push(other.to_owned()),
-        }
-    }
+    let flags = parse_node_flags(fields[2]);
     let primary_id = match fields[3] {
         "-" => None,
         id => Some(NodeId(id.to_owned())),
@@ -198,37 +187,7 @@ fn parse_cluster_node_line(line: &str) -> Result<ClusterNode, ParseError> {
         "disconnected" => false,
         other => return Err(perr(WHAT, format!("bad link state {other:?} in {line:?}"))),
     };
-
-    let mut slots = Vec::new();
-    let mut migrating = Vec::new();
-    let mut importing = Vec::new();
-    for token in &fields[8..] {
-        if let Some(inner) = token.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
-            if let Some((slot, peer)) = inner.split_once("->-") {
-                migrating.push(OpenSlot {
-                    slot: slot
-                        .parse()
-                        .map_err(|_| perr(WHAT, format!("bad migrating slot {token:?}")))?,
-                    peer: NodeId(peer.to_owned()),
-                });
-            } else if let Some((slot, peer)) = inner.split_once("-<-") {
-                importing.push(OpenSlot {
-                    slot: slot
-                        .parse()
-                        .map_err(|_| perr(WHAT, format!("bad importing slot {token:?}")))?,
-                    peer: NodeId(peer.to_owned()),
-                });
-            } else {
-                return Err(perr(WHAT, format!("bad open-slot marker {token:?}")));
-            }
-        } else {
-            slots.push(
-                parse_range(token)
-                    .ok_or_else(|| perr(WHAT, format!("bad slot range {token:?}")))?,
-            );
-        }
-    }
-
+    let slots = parse_slot_fields(&fields[8..])?;
     Ok(ClusterNode {
         id,
         ip,
@@ -241,10 +200,71 @@ fn parse_cluster_node_line(line: &str) -> Result<ClusterNode, ParseError> {
         pong_received,
         config_epoch,
         link_connected,
-        slots,
-        migrating,
-        importing,
+        slots: slots.owned,
+        migrating: slots.migrating,
+        importing: slots.importing,
     })
+}
+
+/// The comma-separated flags field; flags this version does not know are kept as text.
+fn parse_node_flags(field: &str) -> NodeFlags {
+    let mut flags = NodeFlags::default();
+    for flag in field.split(',') {
+        match flag {
+            "myself" => flags.myself = true,
+            "master" => flags.primary = true,
+            "slave" => flags.replica = true,
+            "fail?" => flags.pfail = true,
+            "fail" => flags.fail = true,
+            "handshake" => flags.handshake = true,
+            "noaddr" => flags.noaddr = true,
+            "nofailover" => flags.nofailover = true,
+            "noflags" | "" => {}
+            other => flags.other.push(other.to_owned()),
+        }
+    }
+    flags
+}
+
+/// The slot fields of a `CLUSTER NODES` line: ranges served, and the slots open for a move.
+#[derive(Default)]
+struct SlotFields {
+    owned: Vec<SlotRange>,
+    migrating: Vec<OpenSlot>,
+    importing: Vec<OpenSlot>,
+}
+
+/// `0-5460`, `5461`, `[42->-<target id>]` (migrating), `[42-<-<source id>]` (importing).
+fn parse_slot_fields(tokens: &[&str]) -> Result<SlotFields, ParseError> {
+    const WHAT: &str = NODE_LINE;
+    let mut fields = SlotFields::default();
+    for token in tokens {
+        let Some(inner) = token.strip_prefix('[').and_then(|t| t.strip_suffix(']')) else {
+            fields.owned.push(
+                parse_range(token)
+                    .ok_or_else(|| perr(WHAT, format!("bad slot range {token:?}")))?,
+            );
+            continue;
+        };
+        if let Some((slot, peer)) = inner.split_once("->-") {
+            fields.migrating.push(OpenSlot {
+                slot: slot
+                    .parse()
+                    .map_err(|_| perr(WHAT, format!("bad migrating slot {token:?}")))?,
+                peer: NodeId(peer.to_owned()),
+            });
+        } else if let Some((slot, peer)) = inner.split_once("-<-") {
+            fields.importing.push(OpenSlot {
+                slot: slot
+                    .parse()
+                    .map_err(|_| perr(WHAT, format!("bad importing slot {token:?}")))?,
+                peer: NodeId(peer.to_owned()),
+            });
+        } else {
+            return Err(perr(WHAT, format!("bad open-slot marker {token:?}")));
+        }
+    }
+    Ok(fields)
 }
 
 /// `ip:port@cport[,hostname[,aux...]]`; the ip may be empty (`:0@0`) or IPv6.

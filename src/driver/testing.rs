@@ -14,7 +14,49 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
-use super::{ClusterDriver, Credentials, MemberAddr, NodeId, Role, even_ranges};
+use super::{ClusterDriver, Credentials, DriverError, MemberAddr, NodeId, Role, even_ranges};
+
+/// Why test servers could not be started or a cluster formed from them; each message says
+/// what to look at (a missing binary says how to install one, a failed start shows the log).
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("{var} points at {}, which is not a file", path.display())]
+    NotAFile { var: &'static str, path: PathBuf },
+    #[error(
+        "valkey-server for {build:?} not found at {} and {var} is unset; run `bash e2e/tools/install.sh` (or set {var} to a valkey-server binary)",
+        path.display()
+    )]
+    NotInstalled {
+        build: ValkeyBuild,
+        path: PathBuf,
+        var: &'static str,
+    },
+    #[error("no free port pair in 21000..22700")]
+    NoFreePort,
+    /// A file or process operation; `what` says which (`create /tmp/...`, `start ...`).
+    #[error("cannot {what}: {error}")]
+    Io { what: String, error: std::io::Error },
+    #[error("valkey-server on port {port} exited at startup:\n{log}")]
+    ExitedAtStartup { port: u16, log: String },
+    #[error("valkey-server on port {port} did not accept connections within 30s:\n{log}")]
+    NotAccepting { port: u16, log: String },
+    #[error("timed out after {timeout:?} waiting for {what}: {state}")]
+    TimedOut {
+        what: String,
+        timeout: Duration,
+        state: String,
+    },
+    #[error("cannot form {shards} shards from {members} members")]
+    Shape { shards: usize, members: usize },
+    #[error("{0}")]
+    Driver(#[from] DriverError),
+}
+
+/// An I/O failure described by what was being done.
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HarnessError {
+    let what = what.into();
+    move |error| HarnessError::Io { what, error }
+}
 
 /// The Valkey builds the project tests against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,17 +83,16 @@ impl ValkeyBuild {
     }
 
     /// Path of the `valkey-server` binary, or a message saying how to get one.
-    pub fn binary(self) -> Result<PathBuf, String> {
+    pub fn binary(self) -> Result<PathBuf, HarnessError> {
         if let Some(path) = std::env::var_os(self.env_var()) {
             let path = PathBuf::from(path);
             return if path.is_file() {
                 Ok(path)
             } else {
-                Err(format!(
-                    "{} points at {}, which is not a file",
-                    self.env_var(),
-                    path.display()
-                ))
+                Err(HarnessError::NotAFile {
+                    var: self.env_var(),
+                    path,
+                })
             };
         }
         let cache = std::env::var_os("VALKEY_OPERATOR_CACHE")
@@ -67,14 +108,11 @@ impl ValkeyBuild {
         if path.is_file() {
             Ok(path)
         } else {
-            Err(format!(
-                "valkey-server for {:?} not found at {} and {} is unset; run \
-                 `bash e2e/tools/install.sh` (or set {} to a valkey-server binary)",
-                self,
-                path.display(),
-                self.env_var(),
-                self.env_var()
-            ))
+            Err(HarnessError::NotInstalled {
+                build: self,
+                path,
+                var: self.env_var(),
+            })
         }
     }
 }
@@ -194,7 +232,7 @@ pub struct LocalServers {
 
 impl LocalServers {
     /// Starts `count` servers and waits until each accepts connections.
-    pub async fn start(build: ValkeyBuild, count: usize) -> Result<LocalServers, String> {
+    pub async fn start(build: ValkeyBuild, count: usize) -> Result<LocalServers, HarnessError> {
         Self::start_with_default_user(build, count, DEFAULT_USER_LINE).await
     }
 
@@ -203,7 +241,7 @@ impl LocalServers {
         build: ValkeyBuild,
         count: usize,
         default_user_line: &str,
-    ) -> Result<LocalServers, String> {
+    ) -> Result<LocalServers, HarnessError> {
         let binary = build.binary()?;
         let credentials = Credentials {
             username: ADMIN_USER.to_owned(),
@@ -226,87 +264,103 @@ impl LocalServers {
         self.servers.iter().map(|s| s.addr.clone()).collect()
     }
 
-    async fn spawn_one(&self, binary: &Path) -> Result<ServerProcess, String> {
-        let mut last_error = String::new();
-        for _attempt in 0..8 {
-            let port = next_port_pair().ok_or("no free port pair in 21000..22700")?;
-            let dir = std::env::temp_dir().join(format!("valkey-driver-test-{}", unique_token()));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            let hash = hex::encode(Sha256::digest(self.credentials.password.as_bytes()));
-            let acl = format!(
-                "{}\nuser {ADMIN_USER} on #{hash} ~* &* +@all\n",
-                self.default_user_line
-            );
-            std::fs::write(dir.join("users.acl"), acl)
-                .map_err(|e| format!("cannot write ACL file: {e}"))?;
-            // A config file (not flags) so that CONFIG REWRITE works as in production.
-            let conf = format!(
-                "port {port}\n\
-                 bind 127.0.0.1\n\
-                 protected-mode no\n\
-                 cluster-enabled yes\n\
-                 cluster-config-file nodes.conf\n\
-                 cluster-node-timeout 5000\n\
-                 cluster-announce-ip 127.0.0.1\n\
-                 cluster-port {bus}\n\
-                 dir {dir}\n\
-                 aclfile {dir}/users.acl\n\
-                 logfile {dir}/valkey.log\n\
-                 masteruser {ADMIN_USER}\n\
-                 masterauth {password}\n\
-                 save \"\"\n\
-                 appendonly no\n\
-                 daemonize no\n",
-                bus = port + 10000,
-                dir = dir.display(),
-                password = self.credentials.password,
-            );
-            std::fs::write(dir.join("valkey.conf"), conf)
-                .map_err(|e| format!("cannot write valkey.conf: {e}"))?;
-            let child = Command::new(binary)
-                .arg(dir.join("valkey.conf"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-            let mut server = ServerProcess {
-                addr: MemberAddr::new("127.0.0.1", port),
-                dir,
-                child: Some(child),
-            };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Ok(server);
-                }
-                if !server.is_running() {
-                    last_error = format!(
-                        "valkey-server on port {port} exited at startup:\n{}",
-                        server.log_tail(20)
-                    );
-                    break; // most likely a port race: try another port
-                }
-                if Instant::now() > deadline {
-                    return Err(format!(
-                        "valkey-server on port {port} did not accept connections within 30s:\n{}",
-                        server.log_tail(20)
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    /// Starts one server, on another port when the first ones were taken.
+    async fn spawn_one(&self, binary: &Path) -> Result<ServerProcess, HarnessError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_spawn(binary).await {
+                // Most likely a port race with another process: try another port.
+                Err(HarnessError::ExitedAtStartup { .. }) if attempt < 8 => {}
+                result => return result,
             }
         }
-        Err(last_error)
+    }
+
+    /// Starts one server on the next free port pair and waits until it accepts connections.
+    async fn try_spawn(&self, binary: &Path) -> Result<ServerProcess, HarnessError> {
+        let port = next_port_pair().ok_or(HarnessError::NoFreePort)?;
+        let dir = std::env::temp_dir().join(format!("valkey-driver-test-{}", unique_token()));
+        std::fs::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
+        let hash = hex::encode(Sha256::digest(self.credentials.password.as_bytes()));
+        let acl = format!(
+            "{}\nuser {ADMIN_USER} on #{hash} ~* &* +@all\n",
+            self.default_user_line
+        );
+        std::fs::write(dir.join("users.acl"), acl).map_err(io("write ACL file"))?;
+        // A config file (not flags) so that CONFIG REWRITE works as in production.
+        std::fs::write(dir.join("valkey.conf"), self.server_conf(port, &dir))
+            .map_err(io("write valkey.conf"))?;
+        let child = Command::new(binary)
+            .arg(dir.join("valkey.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io(format!("start {}", binary.display())))?;
+        let mut server = ServerProcess {
+            addr: MemberAddr::new("127.0.0.1", port),
+            dir,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(server);
+            }
+            if !server.is_running() {
+                return Err(HarnessError::ExitedAtStartup {
+                    port,
+                    log: server.log_tail(20),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(HarnessError::NotAccepting {
+                    port,
+                    log: server.log_tail(20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// valkey.conf of a test server on `port` keeping its files in `dir`.
+    fn server_conf(&self, port: u16, dir: &Path) -> String {
+        format!(
+            "port {port}\n\
+             bind 127.0.0.1\n\
+             protected-mode no\n\
+             cluster-enabled yes\n\
+             cluster-config-file nodes.conf\n\
+             cluster-node-timeout 5000\n\
+             cluster-announce-ip 127.0.0.1\n\
+             cluster-port {bus}\n\
+             dir {dir}\n\
+             aclfile {dir}/users.acl\n\
+             logfile {dir}/valkey.log\n\
+             masteruser {ADMIN_USER}\n\
+             masterauth {password}\n\
+             save \"\"\n\
+             appendonly no\n\
+             daemonize no\n",
+            bus = port + 10000,
+            dir = dir.display(),
+            password = self.credentials.password,
+        )
     }
 }
 
 /// Polls `probe` until it yields `Some`, or fails after `timeout` with the last state it
 /// described. `probe` returns `Ok(None)` with a description via `last` when not there yet.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T, String>
+pub async fn wait_for<T, E, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut probe: F,
+) -> Result<T, HarnessError>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
 {
     let deadline = Instant::now() + timeout;
     let mut delay = Duration::from_millis(20);
@@ -314,9 +368,11 @@ where
         match probe().await {
             Ok(value) => return Ok(value),
             Err(state) if Instant::now() > deadline => {
-                return Err(format!(
-                    "timed out after {timeout:?} waiting for {what}: {state}"
-                ));
+                return Err(HarnessError::TimedOut {
+                    what: what.to_owned(),
+                    timeout,
+                    state: state.to_string(),
+                });
             }
             Err(_) => {}
         }
@@ -344,49 +400,35 @@ pub async fn form_cluster(
     members: &[MemberAddr],
     shards: usize,
     timeout: Duration,
-) -> Result<Formation, String> {
+) -> Result<Formation, HarnessError> {
     if shards == 0 || shards > members.len() {
-        return Err(format!(
-            "cannot form {shards} shards from {} members",
-            members.len()
-        ));
+        return Err(HarnessError::Shape {
+            shards,
+            members: members.len(),
+        });
     }
-    let e = |e: super::DriverError| e.to_string();
     let mut phases = Vec::new();
     let mut phase_start = Instant::now();
     let mut ids = Vec::with_capacity(members.len());
     for m in members {
-        ids.push(driver.my_id(m).await.map_err(e)?);
+        ids.push(driver.my_id(m).await?);
     }
     // Slots first (they travel with the gossip), then one member meets all others.
     for (m, range) in members.iter().zip(even_ranges(shards)) {
         driver
             .add_slots_range(m, std::slice::from_ref(&range))
-            .await
-            .map_err(e)?;
+            .await?;
     }
     let first = &members[0];
     for m in &members[1..] {
         driver
             .meet(first, &m.host, m.port, Some(m.port + 10000))
-            .await
-            .map_err(e)?;
+            .await?;
     }
     phases.push(("slots+meet", phase_start.elapsed()));
     phase_start = Instant::now();
     // Everyone must know everyone (no handshake left) before REPLICATE can name a primary.
-    let n = members.len();
-    wait_for("every member to know every other", timeout, || async {
-        for m in members {
-            let nodes = driver.cluster_nodes(m).await.map_err(e)?;
-            let known = nodes.iter().filter(|x| !x.flags.handshake).count();
-            if known != n || !ids.iter().all(|id| nodes.iter().any(|x| &x.id == id)) {
-                return Err(format!("{m} knows {known} of {n} members"));
-            }
-        }
-        Ok(())
-    })
-    .await?;
+    wait_all_known(driver, members, &ids, timeout).await?;
 
     phases.push(("gossip", phase_start.elapsed()));
     phase_start = Instant::now();
@@ -399,14 +441,54 @@ pub async fn form_cluster(
     for (i, (m, id)) in members[shards..].iter().zip(&ids[shards..]).enumerate() {
         let (primary_addr, _) = &primaries[i % shards];
         // The primary's id as the primary itself reports it right now.
-        let primary_id = driver.my_id(primary_addr).await.map_err(e)?;
-        driver.replicate(m, &primary_id).await.map_err(e)?;
+        let primary_id = driver.my_id(primary_addr).await?;
+        driver.replicate(m, &primary_id).await?;
         replicas.push((m.clone(), id.clone(), primary_id));
     }
 
+    wait_formed(driver, members, &replicas, timeout).await?;
+    phases.push(("replicate+sync", phase_start.elapsed()));
+    Ok(Formation {
+        primaries,
+        replicas,
+        phases,
+    })
+}
+
+// Driver errors inside the probes below are states to wait out, as strings.
+
+/// Waits until every member knows every other (no handshake left).
+async fn wait_all_known(
+    driver: &dyn ClusterDriver,
+    members: &[MemberAddr],
+    ids: &[NodeId],
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let n = members.len();
+    wait_for("every member to know every other", timeout, || async {
+        for m in members {
+            let nodes = driver.cluster_nodes(m).await.map_err(|e| e.to_string())?;
+            let known = nodes.iter().filter(|x| !x.flags.handshake).count();
+            if known != n || !ids.iter().all(|id| nodes.iter().any(|x| &x.id == id)) {
+                return Err(format!("{m} knows {known} of {n} members"));
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Waits until every member reports `cluster_state:ok` with every slot assigned, and every
+/// replica's link to its primary is up.
+async fn wait_formed(
+    driver: &dyn ClusterDriver,
+    members: &[MemberAddr],
+    replicas: &[(MemberAddr, NodeId, NodeId)],
+    timeout: Duration,
+) -> Result<(), HarnessError> {
     wait_for("cluster_state:ok and replica links up", timeout, || async {
         for m in members {
-            let info = driver.cluster_info(m).await.map_err(e)?;
+            let info = driver.cluster_info(m).await.map_err(|e| e.to_string())?;
             if !info.state_ok || info.slots_assigned != 16384 {
                 return Err(format!(
                     "{m}: state_ok={} slots={}",
@@ -414,8 +496,11 @@ pub async fn form_cluster(
                 ));
             }
         }
-        for (m, _, _) in &replicas {
-            let repl = driver.replication_info(m).await.map_err(e)?;
+        for (m, _, _) in replicas {
+            let repl = driver
+                .replication_info(m)
+                .await
+                .map_err(|e| e.to_string())?;
             let up =
                 repl.role == Role::Replica && repl.primary_link.as_ref().is_some_and(|l| l.link_up);
             if !up {
@@ -424,11 +509,5 @@ pub async fn form_cluster(
         }
         Ok(())
     })
-    .await?;
-    phases.push(("replicate+sync", phase_start.elapsed()));
-    Ok(Formation {
-        primaries,
-        replicas,
-        phases,
-    })
+    .await
 }

@@ -127,114 +127,163 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         .await
         .context("cannot reach the Kubernetes API with your kubeconfig")?;
     let default_ns = client.default_namespace().to_string();
-    match cli.command {
+    match &cli.command {
         Command::Resolve(ResolveCommand::Config { name }) => {
-            let catalog = read::catalog(&client).await?;
-            let report = resolve::config_report(&catalog, &name)
-                .map_err(|e| anyhow::anyhow!("ValkeyConfig {name} does not resolve: {e}"))?;
-            emit(cli.output, &report, resolve::text)?;
-            Ok(0)
+            run_resolve_config(&client, cli.output, name).await
         }
         Command::Resolve(ResolveCommand::Cluster { cluster }) => {
-            let (ns, name) = split_key(&cluster, &default_ns);
-            let catalog = read::catalog(&client).await?;
-            let live = read::cluster(&client, &ns, &name).await?;
-            let acl_file = read::acl_file(&client, &ns, &name).await;
-            let report =
-                resolve::cluster_report(&catalog, &live.cluster, &live.members, acl_file.as_deref())
-                    .map_err(|e| {
-                        anyhow::anyhow!("ValkeyCluster {ns}/{name} does not resolve (the operator reports it Blocked): {e}")
-                    })?;
-            emit(cli.output, &report, resolve::text)?;
-            Ok(0)
+            let (ns, name) = split_key(cluster, &default_ns);
+            run_resolve_cluster(&client, cli.output, &ns, &name).await
         }
-        Command::Impact(command) => {
-            let (namespace, before) = (
-                match &command {
-                    ImpactCommand::Image { namespace, .. }
-                    | ImpactCommand::Config { namespace, .. } => namespace.clone(),
-                },
-                read::catalog(&client).await?,
-            );
-            let clusters = read::clusters(&client, namespace.as_deref()).await?;
-            let states: Vec<impact::ClusterState<'_>> = clusters
-                .iter()
-                .map(|c| impact::ClusterState {
-                    cluster: &c.cluster,
-                    members: &c.members,
-                })
-                .collect();
-            let Some((change, after)) = proposed(&command, &before)? else {
-                let (kind, menu_ref) = match &command {
-                    ImpactCommand::Image { name, .. } => {
-                        ("ValkeyImage", MenuRef::Image(name.clone()))
-                    }
-                    ImpactCommand::Config { name, .. } => {
-                        ("ValkeyConfig", MenuRef::Config(name.clone()))
-                    }
-                };
-                let readers = impact::readers(&states, &before, &menu_ref);
-                let name = match &menu_ref {
-                    MenuRef::Image(n) | MenuRef::Config(n) | MenuRef::Role(n) => n,
-                };
-                let value = serde_json::json!({
-                    "change": format!("any change to {kind} {name}"),
-                    "readers": readers,
-                });
-                emit(cli.output, &value, |_| {
-                    let mut out = format!(
-                        "no change given (--to-tag, -f): clusters reading {kind} {name}, which any change to its image, resources or settings would roll:\n"
-                    );
-                    for r in &readers {
-                        out.push_str(&format!("  {r}\n"));
-                    }
-                    if readers.is_empty() {
-                        out.push_str("  (none)\n");
-                    }
-                    out
-                })?;
-                return Ok(if readers.is_empty() {
-                    0
-                } else {
-                    EXIT_WOULD_ROLL
-                });
-            };
-            let limit = match cli.max_concurrent_rollouts {
-                Some(n) => Some(n),
-                None => read::max_concurrent_rollouts(&client, &cli.operator_namespace).await,
-            };
-            let result = impact::impact(change, &states, &before, &after, limit);
-            emit(cli.output, &result, impact::text)?;
-            Ok(if result.rolls() { EXIT_WOULD_ROLL } else { 0 })
-        }
+        Command::Impact(command) => run_impact(&client, &cli, command).await,
         Command::Status { cluster } => {
-            let (ns, name) = split_key(&cluster, &default_ns);
-            let live = read::cluster(&client, &ns, &name).await?;
-            let catalog = read::catalog(&client).await.ok();
-            let desired_hash = catalog.as_ref().and_then(|c| {
-                resolve::cluster_report(c, &live.cluster, &live.members, None)
-                    .ok()
-                    .and_then(|r| r.spec_hash)
-            });
-            let pods = read::member_pods(&client, &ns, &name).await?;
-            let zones = read::zones(&client, &pods).await;
-            let events = read::events(&client, &ns, &name).await?;
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            let report = status::report(&status::Inputs {
-                cluster: &live.cluster,
-                members: &live.members,
-                pods: &pods,
-                zones: &zones,
-                events: &events,
-                desired_hash: desired_hash.as_deref(),
-                now,
-            });
-            emit(cli.output, &report, status::text)?;
-            Ok(0)
+            let (ns, name) = split_key(cluster, &default_ns);
+            run_status(&client, cli.output, &ns, &name).await
         }
     }
+}
+
+/// `resolve config`.
+async fn run_resolve_config(
+    client: &kube::Client,
+    output: Output,
+    name: &str,
+) -> anyhow::Result<i32> {
+    let catalog = read::catalog(client).await?;
+    let report = resolve::config_report(&catalog, name)
+        .map_err(|e| anyhow::anyhow!("ValkeyConfig {name} does not resolve: {e}"))?;
+    emit(output, &report, resolve::text)?;
+    Ok(0)
+}
+
+/// `resolve cluster`.
+async fn run_resolve_cluster(
+    client: &kube::Client,
+    output: Output,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<i32> {
+    let catalog = read::catalog(client).await?;
+    let live = read::cluster(client, ns, name).await?;
+    let acl_file = read::acl_file(client, ns, name).await;
+    let report = resolve::cluster_report(
+        &catalog,
+        &live.cluster,
+        &live.members,
+        acl_file.as_deref(),
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "ValkeyCluster {ns}/{name} does not resolve (the operator reports it Blocked): {e}"
+        )
+    })?;
+    emit(output, &report, resolve::text)?;
+    Ok(0)
+}
+
+/// `impact image|config`: [`EXIT_WOULD_ROLL`] when a cluster would roll.
+async fn run_impact(
+    client: &kube::Client,
+    cli: &Cli,
+    command: &ImpactCommand,
+) -> anyhow::Result<i32> {
+    let (namespace, before) = (
+        match command {
+            ImpactCommand::Image { namespace, .. } | ImpactCommand::Config { namespace, .. } => {
+                namespace.clone()
+            }
+        },
+        read::catalog(client).await?,
+    );
+    let clusters = read::clusters(client, namespace.as_deref()).await?;
+    let states: Vec<impact::ClusterState<'_>> = clusters
+        .iter()
+        .map(|c| impact::ClusterState {
+            cluster: &c.cluster,
+            members: &c.members,
+        })
+        .collect();
+    let Some((change, after)) = proposed(command, &before)? else {
+        return readers_of(cli.output, command, &states, &before);
+    };
+    let limit = match cli.max_concurrent_rollouts {
+        Some(n) => Some(n),
+        None => read::max_concurrent_rollouts(client, &cli.operator_namespace).await,
+    };
+    let result = impact::impact(change, &states, &before, &after, limit);
+    emit(cli.output, &result, impact::text)?;
+    Ok(if result.rolls() { EXIT_WOULD_ROLL } else { 0 })
+}
+
+/// `impact` without a change: the clusters that any change to the object would roll.
+fn readers_of(
+    output: Output,
+    command: &ImpactCommand,
+    states: &[impact::ClusterState<'_>],
+    before: &MapCatalog,
+) -> anyhow::Result<i32> {
+    let (kind, menu_ref) = match command {
+        ImpactCommand::Image { name, .. } => ("ValkeyImage", MenuRef::Image(name.clone())),
+        ImpactCommand::Config { name, .. } => ("ValkeyConfig", MenuRef::Config(name.clone())),
+    };
+    let readers = impact::readers(states, before, &menu_ref);
+    let name = match &menu_ref {
+        MenuRef::Image(n) | MenuRef::Config(n) | MenuRef::Role(n) => n,
+    };
+    let value = serde_json::json!({
+        "change": format!("any change to {kind} {name}"),
+        "readers": readers,
+    });
+    emit(output, &value, |_| {
+        let mut out = format!(
+            "no change given (--to-tag, -f): clusters reading {kind} {name}, which any change to its image, resources or settings would roll:\n"
+        );
+        for r in &readers {
+            out.push_str(&format!("  {r}\n"));
+        }
+        if readers.is_empty() {
+            out.push_str("  (none)\n");
+        }
+        out
+    })?;
+    Ok(if readers.is_empty() {
+        0
+    } else {
+        EXIT_WOULD_ROLL
+    })
+}
+
+/// `status`.
+async fn run_status(
+    client: &kube::Client,
+    output: Output,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<i32> {
+    let live = read::cluster(client, ns, name).await?;
+    let catalog = read::catalog(client).await.ok();
+    let desired_hash = catalog.as_ref().and_then(|c| {
+        resolve::cluster_report(c, &live.cluster, &live.members, None)
+            .ok()
+            .and_then(|r| r.spec_hash)
+    });
+    let pods = read::member_pods(client, ns, name).await?;
+    let zones = read::zones(client, &pods).await;
+    let events = read::events(client, ns, name).await?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let report = status::report(&status::Inputs {
+        cluster: &live.cluster,
+        members: &live.members,
+        pods: &pods,
+        zones: &zones,
+        events: &events,
+        desired_hash: desired_hash.as_deref(),
+        now,
+    });
+    emit(output, &report, status::text)?;
+    Ok(0)
 }
 
 /// `<ns>/<name>` or `<name>` in `default_ns`.

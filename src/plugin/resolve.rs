@@ -402,6 +402,7 @@ mod tests {
         assert_eq!(
             r.valkey_conf,
             crate::controller::node::build::config_map(&node)
+                .unwrap()
                 .data
                 .unwrap()[crate::controller::node::build::CONFIG_KEY]
         );

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use serde::Serialize;
 
-use crate::api::{ValkeyCluster, ValkeyNode};
+use crate::api::{ClusterNodeStatus, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 use crate::controller::cluster::observe::is_current;
 use crate::driver::slots::even_ranges;
 
@@ -113,108 +113,12 @@ fn age(secs: i64) -> String {
 /// How many of the most recent Events `status` shows.
 pub const EVENTS_SHOWN: usize = 10;
 
+/// The report: one row per member, grouped by shard, with the rollout's progress and the
+/// latest Events.
 pub fn report(inputs: &Inputs<'_>) -> StatusReport {
     let cluster = inputs.cluster;
     let status = cluster.status.clone().unwrap_or_default();
-    let pods: BTreeMap<String, &Pod> = inputs
-        .pods
-        .iter()
-        .filter_map(|p| Some((p.metadata.name.clone()?, p)))
-        .collect();
-    let published: BTreeMap<&str, &crate::api::ClusterNodeStatus> =
-        status.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-    let rows: Vec<MemberRow> = inputs
-        .members
-        .iter()
-        .map(|n| {
-            let name = n.metadata.name.clone().unwrap_or_default();
-            let node_status = n.status.clone().unwrap_or_default();
-            let seen = published.get(name.as_str());
-            let pod = pods.get(node_status.pod.as_deref().unwrap_or(&name));
-            let host = pod
-                .and_then(|p| p.spec.as_ref()?.node_name.clone())
-                .unwrap_or_default();
-            let ready = pod
-                .and_then(|p| p.status.as_ref()?.conditions.clone())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            let role = seen
-                .and_then(|s| s.role)
-                .or(node_status.role)
-                .map(|r| format!("{r:?}").to_lowercase())
-                .unwrap_or_else(|| "-".into());
-            let lifecycle = seen
-                .and_then(|s| s.lifecycle)
-                .or(node_status.lifecycle)
-                .map(|l| format!("{l:?}"))
-                .unwrap_or_else(|| "-".into());
-            MemberRow {
-                shard: n.spec.shard,
-                role,
-                lifecycle,
-                version: seen
-                    .and_then(|s| s.version.clone())
-                    .unwrap_or_else(|| n.spec.version.clone()),
-                zone: inputs
-                    .zones
-                    .get(&host)
-                    .cloned()
-                    .unwrap_or_else(|| "-".into()),
-                node: if host.is_empty() { "-".into() } else { host },
-                ready,
-                current: inputs.desired_hash.map(|h| is_current(n, h)),
-                lag: seen.and_then(|s| s.lag_bytes),
-                slots: seen.and_then(|s| s.slots.clone()),
-                name,
-            }
-        })
-        .collect();
-    let targets = even_ranges(cluster.spec.shards.max(0) as usize);
-    let mut shard_ids: Vec<i32> = (0..cluster.spec.shards.max(0)).collect();
-    shard_ids.extend(rows.iter().map(|r| r.shard));
-    shard_ids.sort_unstable();
-    shard_ids.dedup();
-    let shards = shard_ids
-        .into_iter()
-        .map(|s| ShardRow {
-            shard: s,
-            target_slots: targets
-                .get(s as usize)
-                .map(|r| format!("{}-{}", r.start(), r.end()))
-                .unwrap_or_else(|| "none (draining)".into()),
-            serving: rows
-                .iter()
-                .filter(|r| r.shard == s)
-                .find_map(|r| r.slots.clone())
-                .unwrap_or_else(|| "-".into()),
-            members: rows.iter().filter(|r| r.shard == s).cloned().collect(),
-        })
-        .collect();
-    let rollout = inputs.desired_hash.map(|_| {
-        let current = rows.iter().filter(|r| r.current == Some(true)).count();
-        if current == rows.len() {
-            format!("all {} members run the desired spec", rows.len())
-        } else {
-            format!(
-                "{current} of {} members run the desired spec; {} to replace",
-                rows.len(),
-                rows.len() - current
-            )
-        }
-    });
-    let mut events: Vec<&Event> = inputs.events.iter().collect();
-    events.sort_by_key(|e| event_time(e));
-    let events = events
-        .iter()
-        .rev()
-        .take(EVENTS_SHOWN)
-        .rev()
-        .map(|e| EventRow {
-            age: age(inputs.now - event_time(e)),
-            type_: e.type_.clone().unwrap_or_default(),
-            reason: e.reason.clone().unwrap_or_default(),
-            message: e.message.clone().unwrap_or_default(),
-        })
-        .collect();
+    let rows = member_rows(inputs, &status);
     StatusReport {
         cluster: format!(
             "{}/{}",
@@ -233,10 +137,132 @@ pub fn report(inputs: &Inputs<'_>) -> StatusReport {
             .iter()
             .map(|c| format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message))
             .collect(),
-        rollout,
-        shards,
-        events,
+        rollout: inputs.desired_hash.map(|_| rollout(&rows)),
+        shards: shard_rows(cluster, &rows),
+        events: recent_events(inputs),
     }
+}
+
+/// One row per ValkeyNode: what the cluster's status publishes about it (role, lifecycle,
+/// version, lag, slots), falling back to the node's own status, and where its pod runs.
+fn member_rows(inputs: &Inputs<'_>, status: &ValkeyClusterStatus) -> Vec<MemberRow> {
+    let pods: BTreeMap<String, &Pod> = inputs
+        .pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.name.clone()?, p)))
+        .collect();
+    let published: BTreeMap<&str, &ClusterNodeStatus> =
+        status.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    inputs
+        .members
+        .iter()
+        .map(|n| member_row(inputs, n, &pods, &published))
+        .collect()
+}
+
+fn member_row(
+    inputs: &Inputs<'_>,
+    n: &ValkeyNode,
+    pods: &BTreeMap<String, &Pod>,
+    published: &BTreeMap<&str, &ClusterNodeStatus>,
+) -> MemberRow {
+    let name = n.metadata.name.clone().unwrap_or_default();
+    let node_status = n.status.clone().unwrap_or_default();
+    let seen = published.get(name.as_str());
+    let pod = pods.get(node_status.pod.as_deref().unwrap_or(&name));
+    let host = pod
+        .and_then(|p| p.spec.as_ref()?.node_name.clone())
+        .unwrap_or_default();
+    let ready = pod
+        .and_then(|p| p.status.as_ref()?.conditions.clone())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let role = seen
+        .and_then(|s| s.role)
+        .or(node_status.role)
+        .map(|r| format!("{r:?}").to_lowercase())
+        .unwrap_or_else(|| "-".into());
+    let lifecycle = seen
+        .and_then(|s| s.lifecycle)
+        .or(node_status.lifecycle)
+        .map(|l| format!("{l:?}"))
+        .unwrap_or_else(|| "-".into());
+    MemberRow {
+        shard: n.spec.shard,
+        role,
+        lifecycle,
+        version: seen
+            .and_then(|s| s.version.clone())
+            .unwrap_or_else(|| n.spec.version.clone()),
+        zone: inputs
+            .zones
+            .get(&host)
+            .cloned()
+            .unwrap_or_else(|| "-".into()),
+        node: if host.is_empty() { "-".into() } else { host },
+        ready,
+        current: inputs.desired_hash.map(|h| is_current(n, h)),
+        lag: seen.and_then(|s| s.lag_bytes),
+        slots: seen.and_then(|s| s.slots.clone()),
+        name,
+    }
+}
+
+/// Every shard the spec asks for and every shard a member still belongs to (one being
+/// drained), with its target slots once the split is even and the slots it serves now.
+fn shard_rows(cluster: &ValkeyCluster, rows: &[MemberRow]) -> Vec<ShardRow> {
+    let targets = even_ranges(cluster.spec.shards.max(0) as usize);
+    let mut shard_ids: Vec<i32> = (0..cluster.spec.shards.max(0)).collect();
+    shard_ids.extend(rows.iter().map(|r| r.shard));
+    shard_ids.sort_unstable();
+    shard_ids.dedup();
+    shard_ids
+        .into_iter()
+        .map(|s| ShardRow {
+            shard: s,
+            target_slots: targets
+                .get(s as usize)
+                .map(|r| format!("{}-{}", r.start(), r.end()))
+                .unwrap_or_else(|| "none (draining)".into()),
+            serving: rows
+                .iter()
+                .filter(|r| r.shard == s)
+                .find_map(|r| r.slots.clone())
+                .unwrap_or_else(|| "-".into()),
+            members: rows.iter().filter(|r| r.shard == s).cloned().collect(),
+        })
+        .collect()
+}
+
+/// How many members run the desired spec (known only when the menu resolves).
+fn rollout(rows: &[MemberRow]) -> String {
+    let current = rows.iter().filter(|r| r.current == Some(true)).count();
+    if current == rows.len() {
+        format!("all {} members run the desired spec", rows.len())
+    } else {
+        format!(
+            "{current} of {} members run the desired spec; {} to replace",
+            rows.len(),
+            rows.len() - current
+        )
+    }
+}
+
+/// The [`EVENTS_SHOWN`] most recent Events, oldest first.
+fn recent_events(inputs: &Inputs<'_>) -> Vec<EventRow> {
+    let mut events: Vec<&Event> = inputs.events.iter().collect();
+    events.sort_by_key(|e| event_time(e));
+    events
+        .iter()
+        .rev()
+        .take(EVENTS_SHOWN)
+        .rev()
+        .map(|e| EventRow {
+            age: age(inputs.now - event_time(e)),
+            type_: e.type_.clone().unwrap_or_default(),
+            reason: e.reason.clone().unwrap_or_default(),
+            message: e.message.clone().unwrap_or_default(),
+        })
+        .collect()
 }
 
 pub fn text(r: &StatusReport) -> String {

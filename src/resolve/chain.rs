@@ -344,27 +344,28 @@ pub fn check_binding(binding: &AclBinding) -> Result<(), ResolveError> {
         username: binding.username.clone(),
         problem,
     };
+    let mismatch = |m: crate::api::validation::Mismatch| invalid(m.to_string());
     ACL_USERNAME
         .check("username", &binding.username)
-        .map_err(invalid)?;
+        .map_err(mismatch)?;
     if binding.username.starts_with(RESERVED_USERNAME_PREFIX) {
         return Err(invalid(format!(
             "usernames starting with {RESERVED_USERNAME_PREFIX} are the operator's own"
         )));
     }
     for hash in &binding.password_hashes {
-        SHA256_HEX.check("passwordHashes", hash).map_err(invalid)?;
+        SHA256_HEX.check("passwordHashes", hash).map_err(mismatch)?;
     }
     for permission in &binding.permissions {
         for key in &permission.keys {
             ACL_PATTERN
                 .check("keys[].pattern", &key.pattern)
-                .map_err(invalid)?;
+                .map_err(mismatch)?;
         }
         for channel in &permission.channels {
             ACL_PATTERN
                 .check("channels[]", &channel.pattern)
-                .map_err(invalid)?;
+                .map_err(mismatch)?;
         }
     }
     Ok(())

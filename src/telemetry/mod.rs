@@ -124,153 +124,164 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("valkey_operator");
+        let mut metrics = Metrics {
+            registry: Registry::with_prefix("valkey_operator"),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            }),
+            clusters: Family::default(),
+            cluster_info: Family::default(),
+            cluster_members: Family::default(),
+            cluster_members_ready: Family::default(),
+            cluster_slots_to_move: Family::default(),
+            cluster_members_outdated: Family::default(),
+            topology_actions: Family::default(),
+            failovers: Counter::default(),
+            slot_migrations: Counter::default(),
+            rollouts_in_progress: Gauge::default(),
+            leader: Gauge::default(),
+            webhook_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+            }),
+            webhook_admissions: Family::default(),
+            valkey_command_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+            valkey_command_errors: Family::default(),
+            rolling_out: Default::default(),
+            ready: AtomicBool::new(false),
+        };
+        // The registry holds clones: handles on the same values the fields update. The order
+        // of registration is the order of the /metrics page.
+        metrics.register_build_info();
+        metrics.register_reconcile_metrics();
+        metrics.register_cluster_metrics();
+        metrics.register_action_metrics();
+        metrics.register_webhook_and_valkey_metrics();
+        metrics
+    }
+
+    /// `build_info`: set once, never touched again, so not kept in a field.
+    fn register_build_info(&mut self) {
         let build_info = Family::<VersionLabel, Gauge>::default();
         build_info
             .get_or_create(&VersionLabel {
                 version: env!("CARGO_PKG_VERSION").to_string(),
             })
             .set(1);
-        registry.register(
+        self.registry.register(
             "build_info",
             "1, labelled with the operator's version",
             build_info,
         );
-        let reconciles = Family::<ResultLabel, Counter>::default();
-        registry.register(
+    }
+
+    fn register_reconcile_metrics(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "reconciles",
             "Reconciles run, per controller and result (ok or error)",
-            reconciles.clone(),
+            self.reconciles.clone(),
         );
-        let reconcile_errors = Family::<ErrorLabel, Counter>::default();
-        registry.register(
+        r.register(
             "reconcile_errors",
             "Reconciles that failed, per controller and error kind",
-            reconcile_errors.clone(),
+            self.reconcile_errors.clone(),
         );
-        let reconcile_duration = Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.005, 2.0, 14))
-        });
-        registry.register(
+        r.register(
             "reconcile_duration_seconds",
             "Reconcile duration, per controller",
-            reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
-        let clusters = Family::<StateLabel, Gauge>::default();
-        registry.register("clusters", "ValkeyClusters per state", clusters.clone());
-        let cluster_info = Family::<ClusterLabel, Gauge>::default();
-        registry.register(
+    }
+
+    fn register_cluster_metrics(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "clusters",
+            "ValkeyClusters per state",
+            self.clusters.clone(),
+        );
+        r.register(
             "cluster_info",
             "1 per ValkeyCluster, labelled with its namespace, name and current state (alert on state=\"Degraded\" naming the cluster)",
-            cluster_info.clone(),
+            self.cluster_info.clone(),
         );
-        let per_cluster = |registry: &mut Registry, name: &str, help: &str| {
-            let family = Family::<ClusterKey, Gauge>::default();
-            registry.register(name, help, family.clone());
-            family
-        };
-        let cluster_members = per_cluster(
-            &mut registry,
+        r.register(
             "cluster_members",
             "Members a ValkeyCluster's spec asks for (shards x (1 + replicasPerShard))",
+            self.cluster_members.clone(),
         );
-        let cluster_members_ready = per_cluster(
-            &mut registry,
+        r.register(
             "cluster_members_ready",
             "Members of a ValkeyCluster that run, answer and are part of the cluster",
+            self.cluster_members_ready.clone(),
         );
-        let cluster_slots_to_move = per_cluster(
-            &mut registry,
+        r.register(
             "cluster_slots_to_move",
             "Hash slots a ValkeyCluster still has to move between shards (scaling, rebalancing)",
+            self.cluster_slots_to_move.clone(),
         );
-        let cluster_members_outdated = per_cluster(
-            &mut registry,
+        r.register(
             "cluster_members_outdated",
             "Members of a ValkeyCluster still running an outdated spec (rollout progress: 0 when done)",
+            self.cluster_members_outdated.clone(),
         );
-        let topology_actions = Family::<ActionLabel, Counter>::default();
-        registry.register(
+    }
+
+    fn register_action_metrics(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "topology_actions",
             "Topology actions taken (meet, assign slots, replicate, ...)",
-            topology_actions.clone(),
+            self.topology_actions.clone(),
         );
-        let failovers = Counter::default();
-        registry.register(
+        r.register(
             "failovers",
             "Failovers the operator initiated",
-            failovers.clone(),
+            self.failovers.clone(),
         );
-        let slot_migrations = Counter::default();
-        registry.register(
+        r.register(
             "slot_migrations",
             "Slots the operator started moving between shards",
-            slot_migrations.clone(),
+            self.slot_migrations.clone(),
         );
-        let rollouts_in_progress = Gauge::default();
-        registry.register(
+        r.register(
             "rollouts_in_progress",
             "Rolling replacements in progress",
-            rollouts_in_progress.clone(),
+            self.rollouts_in_progress.clone(),
         );
-        let leader = Gauge::default();
-        registry.register(
+        r.register(
             "leader",
             "1 while this replica holds the leader lease and runs the controllers, 0 while it stands by (serving webhooks only)",
-            leader.clone(),
+            self.leader.clone(),
         );
-        let webhook_duration = Family::<PathLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
-        });
-        registry.register(
+    }
+
+    fn register_webhook_and_valkey_metrics(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "webhook_request_duration_seconds",
             "Admission and conversion request handling time, per webhook",
-            webhook_duration.clone(),
+            self.webhook_duration.clone(),
         );
-        let webhook_admissions = Family::<AdmissionLabel, Counter>::default();
-        registry.register(
+        r.register(
             "webhook_admissions",
             "Admission reviews answered, per webhook and answer (allowed true or false)",
-            webhook_admissions.clone(),
+            self.webhook_admissions.clone(),
         );
-        let valkey_command_duration =
-            Family::<CommandLabel, Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
-            });
-        registry.register(
+        r.register(
             "valkey_command_duration_seconds",
             "Round trip of the operator's commands to Valkey members (connection included), per command",
-            valkey_command_duration.clone(),
+            self.valkey_command_duration.clone(),
         );
-        let valkey_command_errors = Family::<CommandLabel, Counter>::default();
-        registry.register(
+        r.register(
             "valkey_command_errors",
             "Commands to Valkey members that failed (refused, timed out, connection lost), per command",
-            valkey_command_errors.clone(),
+            self.valkey_command_errors.clone(),
         );
-        Metrics {
-            registry,
-            webhook_duration,
-            webhook_admissions,
-            valkey_command_duration,
-            valkey_command_errors,
-            cluster_members,
-            cluster_members_ready,
-            cluster_slots_to_move,
-            cluster_members_outdated,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            clusters,
-            cluster_info,
-            topology_actions,
-            failovers,
-            slot_migrations,
-            rollouts_in_progress,
-            leader,
-            rolling_out: Default::default(),
-            ready: AtomicBool::new(false),
-        }
     }
 
     /// Records one reconcile: how long it took and how it ended.

@@ -64,16 +64,27 @@ impl fmt::Display for MemberAddr {
     }
 }
 
+/// Why a string is not a [`MemberAddr`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemberAddrError {
+    #[error("member address {0:?} lacks a port (expected host:port)")]
+    NoPort(String),
+    #[error(
+        "member address {0:?} has a bad port (expected host:port, the port a number up to 65535)"
+    )]
+    BadPort(String),
+}
+
 impl std::str::FromStr for MemberAddr {
-    type Err = String;
+    type Err = MemberAddrError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (host, port) = s
             .rsplit_once(':')
-            .ok_or_else(|| format!("member address {s:?} lacks a port (expected host:port)"))?;
+            .ok_or_else(|| MemberAddrError::NoPort(s.to_owned()))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let port = port
             .parse()
-            .map_err(|_| format!("member address {s:?} has a bad port"))?;
+            .map_err(|_| MemberAddrError::BadPort(s.to_owned()))?;
         Ok(MemberAddr::new(host, port))
     }
 }

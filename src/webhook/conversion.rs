@@ -11,22 +11,35 @@ use crate::api::constants::GROUP;
 const ALPHA: &str = "v1alpha1";
 const BETA: &str = "v1beta1";
 
+/// Why an object cannot be converted; the API server shows this message to the client.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConversionError {
+    #[error("object has no apiVersion")]
+    NoApiVersion,
+    #[error("object has no kind")]
+    NoKind,
+    #[error("cannot convert {0:?}: expected {GROUP}/{ALPHA} or {GROUP}/{BETA}")]
+    UnknownVersion(String),
+    #[error("spec.topology must be an object")]
+    TopologyNotAnObject,
+    #[error("{0} has a single version; nothing converts it")]
+    SingleVersion(String),
+}
+
 /// Converts one object to `desired` (`valkey.gomomento.com/<version>`).
-pub fn convert(object: &Value, desired: &str) -> Result<Value, String> {
+pub fn convert(object: &Value, desired: &str) -> Result<Value, ConversionError> {
     let from = object
         .get("apiVersion")
         .and_then(Value::as_str)
-        .ok_or("object has no apiVersion")?;
+        .ok_or(ConversionError::NoApiVersion)?;
     let kind = object
         .get("kind")
         .and_then(Value::as_str)
-        .ok_or("object has no kind")?;
-    let version = |api_version: &str| -> Result<String, String> {
+        .ok_or(ConversionError::NoKind)?;
+    let version = |api_version: &str| -> Result<String, ConversionError> {
         match api_version.split_once('/') {
             Some((group, v)) if group == GROUP && (v == ALPHA || v == BETA) => Ok(v.to_owned()),
-            _ => Err(format!(
-                "cannot convert {api_version:?}: expected {GROUP}/{ALPHA} or {GROUP}/{BETA}"
-            )),
+            _ => Err(ConversionError::UnknownVersion(api_version.to_owned())),
         }
     };
     let (from_v, to_v) = (version(from)?, version(desired)?);
@@ -53,14 +66,14 @@ pub fn convert(object: &Value, desired: &str) -> Result<Value, String> {
         ("ValkeyCluster", _) => {
             if let Some(topology) = spec.remove("topology") {
                 let Value::Object(topology) = topology else {
-                    return Err("spec.topology must be an object".into());
+                    return Err(ConversionError::TopologyNotAnObject);
                 };
                 spec.extend(topology);
             }
         }
         ("ValkeyConfig", BETA) => rename(spec, "valkey", "settings"),
         ("ValkeyConfig", _) => rename(spec, "settings", "valkey"),
-        (other, _) => return Err(format!("{other} has a single version; nothing converts it")),
+        (other, _) => return Err(ConversionError::SingleVersion(other.to_owned())),
     }
     Ok(out)
 }
@@ -140,9 +153,17 @@ mod tests {
     fn unknown_versions_and_kinds_are_refused_with_a_reason() {
         let o =
             json!({"apiVersion": "valkey.gomomento.com/v9", "kind": "ValkeyCluster", "spec": {}});
-        assert!(convert(&o, B).unwrap_err().contains("v9"));
+        assert_eq!(
+            convert(&o, B).unwrap_err().to_string(),
+            "cannot convert \"valkey.gomomento.com/v9\": expected valkey.gomomento.com/v1alpha1 or valkey.gomomento.com/v1beta1"
+        );
         let o = json!({"apiVersion": A, "kind": "ValkeyNode", "spec": {}});
-        assert!(convert(&o, B).unwrap_err().contains("single version"));
+        assert!(
+            convert(&o, B)
+                .unwrap_err()
+                .to_string()
+                .contains("single version")
+        );
         let o = json!({"apiVersion": A, "kind": "ValkeyCluster", "spec": {}});
         assert!(convert(&o, "apps/v1").is_err());
         let o = json!({"apiVersion": B, "kind": "ValkeyCluster", "spec": {"topology": 3}});

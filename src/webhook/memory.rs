@@ -2,19 +2,25 @@
 //! Kubernetes quantities (`resources.memory: 2Gi`). Pure; used by the ValkeyConfig webhook to
 //! compare `maxmemory` with the container memory.
 
+/// A memory size that does not parse; the message shows how to write one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemorySizeError {
+    #[error(
+        "{0:?} is not a Valkey memory size: write a whole number with an optional unit b, k, kb, m, mb, g or gb (for example 1500mb or 12gb)"
+    )]
+    NotValkeyMemory(String),
+    #[error("{0:?} is not a Kubernetes quantity (for example 2Gi, 1500Mi or 2G)")]
+    NotQuantity(String),
+}
+
 /// Bytes of a Valkey memory value as valkey.conf reads it (`memtoull`): a non-negative integer
 /// with an optional unit, case-insensitive: `b`, `k` (1000), `kb` (1024), `m` (10^6),
 /// `mb` (1024^2), `g` (10^9), `gb` (1024^3).
-pub fn parse_valkey_memory(value: &str) -> Result<u64, String> {
+pub fn parse_valkey_memory(value: &str) -> Result<u64, MemorySizeError> {
     let v = value.trim().to_ascii_lowercase();
     let digits_end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
     let (number, unit) = v.split_at(digits_end);
-    let invalid = || {
-        format!(
-            "{value:?} is not a Valkey memory size: write a whole number with an optional unit \
-             b, k, kb, m, mb, g or gb (for example 1500mb or 12gb)"
-        )
-    };
+    let invalid = || MemorySizeError::NotValkeyMemory(value.to_owned());
     if number.is_empty() {
         return Err(invalid());
     }
@@ -34,9 +40,8 @@ pub fn parse_valkey_memory(value: &str) -> Result<u64, String> {
 
 /// Bytes of a Kubernetes quantity (`2Gi`, `1500M`, `1.5Gi`, `2e9`, `128974848`), rounded up to
 /// a whole byte. Negative quantities are refused.
-pub fn parse_quantity_bytes(value: &str) -> Result<u128, String> {
-    let invalid =
-        || format!("{value:?} is not a Kubernetes quantity (for example 2Gi, 1500Mi or 2G)");
+pub fn parse_quantity_bytes(value: &str) -> Result<u128, MemorySizeError> {
+    let invalid = || MemorySizeError::NotQuantity(value.to_owned());
     let v = value.trim();
     let v = v.strip_prefix('+').unwrap_or(v);
     let num_end = v
@@ -160,7 +165,12 @@ mod tests {
                 "{bad:?} should be refused"
             );
         }
-        assert!(parse_valkey_memory("1Gi").unwrap_err().contains("1500mb"));
+        assert!(
+            parse_valkey_memory("1Gi")
+                .unwrap_err()
+                .to_string()
+                .contains("1500mb")
+        );
     }
 
     #[test]

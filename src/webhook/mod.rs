@@ -104,7 +104,7 @@ async fn convert(State(state): State<Arc<WebhookState>>, body: Bytes) -> Respons
         );
     };
     let desired = request.desired_api_version.clone();
-    let converted: Result<Vec<_>, String> = request
+    let converted: Result<Vec<_>, conversion::ConversionError> = request
         .objects
         .iter()
         .map(|o| conversion::convert(o, &desired))
@@ -114,7 +114,7 @@ async fn convert(State(state): State<Arc<WebhookState>>, body: Bytes) -> Respons
         Ok(objects) => response.success(objects),
         Err(e) => {
             info!(desired = %desired, "conversion refused: {e}");
-            response.failure(kube::core::Status::failure(&e, "Invalid"))
+            response.failure(kube::core::Status::failure(&e.to_string(), "Invalid"))
         }
     };
     state.metrics.webhook_latency("convert", started.elapsed());

@@ -14,6 +14,27 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
+/// Why the serving certificate cannot be used (logged; the previous certificate, if any, stays
+/// in service and the files are read again on the next check).
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("the certificate file is not valid PEM: {0}")]
+    CertificatePem(rustls::pki_types::pem::Error),
+    #[error("the certificate file holds no CERTIFICATE block")]
+    NoCertificate,
+    #[error("the key file holds no usable private key: {0}")]
+    KeyPem(rustls::pki_types::pem::Error),
+    #[error("TLS protocol versions: {0}")]
+    ProtocolVersions(rustls::Error),
+    #[error("certificate and key do not form a usable pair: {0}")]
+    Pair(rustls::Error),
+}
+
 /// Where the serving certificate and key are read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CertFiles {
@@ -29,9 +50,13 @@ impl CertFiles {
 
     /// Reads both files: (certificate PEM, key PEM, digest identifying both contents).
     #[allow(clippy::type_complexity)]
-    fn read(&self) -> Result<(Vec<u8>, Vec<u8>, [u8; 32]), String> {
-        let read =
-            |p: &Path| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+    fn read(&self) -> Result<(Vec<u8>, Vec<u8>, [u8; 32]), TlsError> {
+        let read = |p: &Path| {
+            std::fs::read(p).map_err(|error| TlsError::Read {
+                path: p.to_owned(),
+                error,
+            })
+        };
         let cert = read(&self.cert)?;
         let key = read(&self.key)?;
         let mut h = Sha256::new();
@@ -43,22 +68,21 @@ impl CertFiles {
 }
 
 /// A rustls server configuration (ring provider, HTTP/1.1) from PEM certificate chain and key.
-pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, String> {
+pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("the certificate file is not valid PEM: {e}"))?;
+        .map_err(TlsError::CertificatePem)?;
     if certs.is_empty() {
-        return Err("the certificate file holds no CERTIFICATE block".into());
+        return Err(TlsError::NoCertificate);
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| format!("the key file holds no usable private key: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(TlsError::KeyPem)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS protocol versions: {e}"))?
+        .map_err(TlsError::ProtocolVersions)?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| format!("certificate and key do not form a usable pair: {e}"))?;
+        .map_err(TlsError::Pair)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -72,7 +96,7 @@ pub struct ReloadingTls {
 
 impl ReloadingTls {
     /// Loads the files once; fails when they are unreadable or do not parse.
-    pub fn load(files: CertFiles) -> Result<Self, String> {
+    pub fn load(files: CertFiles) -> Result<Self, TlsError> {
         let (cert, key, digest) = files.read()?;
         let config = RustlsConfig::from_config(server_config(&cert, &key)?);
         Ok(Self {
@@ -184,6 +208,7 @@ pub(crate) mod tests {
         assert!(
             server_config(b"not pem", b"not pem")
                 .unwrap_err()
+                .to_string()
                 .contains("CERTIFICATE")
         );
         let ca = TestCa::new();

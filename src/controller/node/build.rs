@@ -29,8 +29,43 @@ fn identity(node: &ValkeyNode) -> (String, String, String) {
     )
 }
 
-fn owned_meta(node: &ValkeyNode, name: String) -> ObjectMeta {
+/// Why a member's objects cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// Every object read from the API server has a uid; one built by hand may not.
+    #[error(
+        "ValkeyNode {namespace}/{name} has no metadata.uid, so its ConfigMap and Pod cannot name it as their owner; only a ValkeyNode read from the API server can be built (this is a bug in the caller)"
+    )]
+    NoUid { namespace: String, name: String },
+    /// The pod spec is written as JSON from the node's typed spec; Kubernetes' PodSpec must
+    /// read it back. Failing means the JSON above and the PodSpec schema disagree.
+    #[error(
+        "the pod built for ValkeyNode {namespace}/{name} is not a valid PodSpec ({error}); this is a bug in valkey-operator, please report it"
+    )]
+    PodSpec {
+        namespace: String,
+        name: String,
+        error: serde_json::Error,
+    },
+}
+
+/// A reconcile that cannot build the member's objects fails as `invalid` (and is retried).
+impl From<BuildError> for crate::controller::Error {
+    fn from(e: BuildError) -> Self {
+        crate::controller::Error::Invalid(e.to_string())
+    }
+}
+
+fn owned_meta(node: &ValkeyNode, name: String) -> Result<ObjectMeta, BuildError> {
     let (node_name, namespace, cluster) = identity(node);
+    // The owner reference is what deletes the member's objects with it: never build one
+    // without it.
+    let owner = node
+        .controller_owner_ref(&())
+        .ok_or_else(|| BuildError::NoUid {
+            namespace: namespace.clone(),
+            name: node_name.clone(),
+        })?;
     let mut labels = names::member_labels(&cluster, node.spec.shard as usize, &node_name);
     if let Some(hash) = node
         .metadata
@@ -40,16 +75,13 @@ fn owned_meta(node: &ValkeyNode, name: String) -> ObjectMeta {
     {
         labels.insert(LABEL_SPEC_HASH.to_string(), hash.clone());
     }
-    ObjectMeta {
+    Ok(ObjectMeta {
         name: Some(name),
         namespace: Some(namespace),
         labels: Some(labels),
-        owner_references: Some(vec![
-            node.controller_owner_ref(&())
-                .expect("a ValkeyNode read from the API has a uid"),
-        ]),
+        owner_references: Some(vec![owner]),
         ..Default::default()
-    }
+    })
 }
 
 /// valkey.conf for this member.
@@ -66,16 +98,16 @@ pub fn spec_valkey_conf(spec: &ValkeyNodeSpec) -> String {
     })
 }
 
-pub fn config_map(node: &ValkeyNode) -> ConfigMap {
+pub fn config_map(node: &ValkeyNode) -> Result<ConfigMap, BuildError> {
     let node_name = node.metadata.name.clone().unwrap_or_default();
-    ConfigMap {
-        metadata: owned_meta(node, names::member_config(&node_name)),
+    Ok(ConfigMap {
+        metadata: owned_meta(node, names::member_config(&node_name))?,
         data: Some(BTreeMap::from([(
             CONFIG_KEY.to_string(),
             valkey_conf(node),
         )])),
         ..Default::default()
-    }
+    })
 }
 
 /// Pod annotation listing the keys that came from the cluster's `spec.podAnnotations`, so a key
@@ -121,65 +153,14 @@ pub fn pod_annotations_patch(
 
 /// The member's pod. Its name is the ValkeyNode's; it is owned by the ValkeyNode, so deleting
 /// the node deletes the pod. `pod_annotations` are the cluster's `spec.podAnnotations`.
-pub fn pod(node: &ValkeyNode, pod_annotations: &BTreeMap<String, String>) -> Pod {
-    let (node_name, _namespace, cluster) = identity(node);
-    let mut meta = owned_meta(node, node_name.clone());
-    let mut annotations = pod_annotations.clone();
-    if let Some(keys) = managed_keys(pod_annotations) {
-        annotations.insert(MANAGED_ANNOTATIONS.to_string(), keys);
-    }
-    annotations.insert(
-        CONFIG_HASH_ANNOTATION.to_string(),
-        sha256_hex(valkey_conf(node))[..12].to_string(),
-    );
-    meta.annotations = Some(annotations);
-
-    let shard_selector = json!({"matchLabels": {
-        crate::api::constants::LABEL_CLUSTER: cluster,
-        crate::api::constants::LABEL_SHARD: node.spec.shard.to_string(),
-    }});
-    let zone_spread = node
-        .spec
-        .placement
-        .zone_spread
-        .unwrap_or(ZoneSpread::BestEffort);
-    let mut spread = vec![
-        // Members of a shard on different hosts where possible (primary and replica apart).
-        json!({"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": shard_selector}),
-        json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": zone_spread.when_unsatisfiable(), "labelSelector": shard_selector}),
-    ];
-    if zone_spread == ZoneSpread::Required {
-        spread.push(json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-            "labelSelector": {"matchLabels": names::member_selector(&cluster)}}));
-    }
-    let affinity = (!node.spec.placement.zones.is_empty()).then(|| {
-        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": node.spec.placement.zones}]}
-        ]}}})
-    });
-    let resources: BTreeMap<&str, &String> = [
-        ("cpu", node.spec.resources.cpu.as_ref()),
-        ("memory", node.spec.resources.memory.as_ref()),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.map(|v| (k, v)))
-    .collect();
-
-    let mut volumes = vec![
-        json!({"name": "config", "configMap": {"name": names::member_config(&node_name)}}),
-        json!({"name": "acl", "secret": {"secretName": names::acl_secret(&cluster)}}),
-        json!({"name": "data", "emptyDir": {}}),
-    ];
-    let mut mounts = vec![
-        json!({"name": "config", "mountPath": paths::CONFIG_DIR, "readOnly": true}),
-        json!({"name": "acl", "mountPath": paths::ACL_DIR, "readOnly": true}),
-        json!({"name": "data", "mountPath": paths::DATA_DIR}),
-    ];
-    if let Some(secret) = &node.spec.tls_secret_ref {
-        volumes.push(json!({"name": "tls", "secret": {"secretName": secret}}));
-        mounts.push(json!({"name": "tls", "mountPath": paths::TLS_DIR, "readOnly": true}));
-    }
-
+pub fn pod(
+    node: &ValkeyNode,
+    pod_annotations: &BTreeMap<String, String>,
+) -> Result<Pod, BuildError> {
+    let (node_name, namespace, cluster) = identity(node);
+    let mut meta = owned_meta(node, node_name.clone())?;
+    meta.annotations = Some(annotations(node, pod_annotations));
+    let (volumes, mounts) = volumes(node, &node_name, &cluster);
     let spec = json!({
         "hostname": node_name,
         "subdomain": names::headless_service(&cluster),
@@ -204,36 +185,127 @@ pub fn pod(node: &ValkeyNode, pod_annotations: &BTreeMap<String, String>) -> Pod
         // cluster controller): an empty or syncing member never counts for the PDB.
         "readinessGates": [{"conditionType": crate::api::constants::CONDITION_HOLDS_DATA}],
         "nodeSelector": node.spec.placement.node_selector,
-        "affinity": affinity,
-        "topologySpreadConstraints": spread,
-        "containers": [{
-            "name": "valkey",
-            "image": node.spec.image,
-            // The pod IP is only known at run time: announce it on the command line.
-            "command": ["valkey-server", paths::CONFIG_FILE, "--cluster-announce-ip", "$(POD_IP)"],
-            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-            "ports": [
-                {"name": "valkey", "containerPort": CLIENT_PORT},
-                {"name": "cluster-bus", "containerPort": CLUSTER_BUS_PORT},
-            ],
-            "resources": {"requests": resources, "limits": resources},
-            "readinessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "periodSeconds": 2, "failureThreshold": 3},
-            "livenessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 6},
-            "volumeMounts": mounts,
-            "securityContext": {
-                "allowPrivilegeEscalation": false,
-                "capabilities": {"drop": ["ALL"]},
-                "readOnlyRootFilesystem": true,
-                "runAsNonRoot": true,
-            },
-        }],
+        "affinity": zone_affinity(node),
+        "topologySpreadConstraints": spread_constraints(node, &cluster),
+        "containers": [valkey_container(node, mounts)],
         "volumes": volumes,
     });
-    Pod {
+    let spec = serde_json::from_value(spec).map_err(|error| BuildError::PodSpec {
+        namespace,
+        name: node_name,
+        error,
+    })?;
+    Ok(Pod {
         metadata: meta,
-        spec: Some(serde_json::from_value(spec).expect("valid pod spec")),
+        spec: Some(spec),
         status: None,
+    })
+}
+
+/// The pod's annotations: the cluster's `podAnnotations`, the list of their keys (so a key
+/// removed from the spec can be removed from the pod) and the hash of the valkey.conf.
+fn annotations(
+    node: &ValkeyNode,
+    pod_annotations: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut annotations = pod_annotations.clone();
+    if let Some(keys) = managed_keys(pod_annotations) {
+        annotations.insert(MANAGED_ANNOTATIONS.to_string(), keys);
     }
+    annotations.insert(
+        CONFIG_HASH_ANNOTATION.to_string(),
+        sha256_hex(valkey_conf(node))[..12].to_string(),
+    );
+    annotations
+}
+
+/// Members of a shard apart: on different hosts where possible, across zones as
+/// `placement.zoneSpread` says; with `required`, the whole cluster spread over zones too.
+fn spread_constraints(node: &ValkeyNode, cluster: &str) -> Vec<serde_json::Value> {
+    let shard_selector = json!({"matchLabels": {
+        crate::api::constants::LABEL_CLUSTER: cluster,
+        crate::api::constants::LABEL_SHARD: node.spec.shard.to_string(),
+    }});
+    let zone_spread = node
+        .spec
+        .placement
+        .zone_spread
+        .unwrap_or(ZoneSpread::BestEffort);
+    let mut spread = vec![
+        // Members of a shard on different hosts where possible (primary and replica apart).
+        json!({"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": shard_selector}),
+        json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": zone_spread.when_unsatisfiable(), "labelSelector": shard_selector}),
+    ];
+    if zone_spread == ZoneSpread::Required {
+        spread.push(json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": names::member_selector(cluster)}}));
+    }
+    spread
+}
+
+/// `placement.zones`: the pod only in those zones (none: anywhere).
+fn zone_affinity(node: &ValkeyNode) -> Option<serde_json::Value> {
+    (!node.spec.placement.zones.is_empty()).then(|| {
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": node.spec.placement.zones}]}
+        ]}}})
+    })
+}
+
+/// The pod's volumes and the container's mounts of them: valkey.conf, the ACL file, the data
+/// directory and, with TLS, the certificate.
+fn volumes(
+    node: &ValkeyNode,
+    node_name: &str,
+    cluster: &str,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let mut volumes = vec![
+        json!({"name": "config", "configMap": {"name": names::member_config(node_name)}}),
+        json!({"name": "acl", "secret": {"secretName": names::acl_secret(cluster)}}),
+        json!({"name": "data", "emptyDir": {}}),
+    ];
+    let mut mounts = vec![
+        json!({"name": "config", "mountPath": paths::CONFIG_DIR, "readOnly": true}),
+        json!({"name": "acl", "mountPath": paths::ACL_DIR, "readOnly": true}),
+        json!({"name": "data", "mountPath": paths::DATA_DIR}),
+    ];
+    if let Some(secret) = &node.spec.tls_secret_ref {
+        volumes.push(json!({"name": "tls", "secret": {"secretName": secret}}));
+        mounts.push(json!({"name": "tls", "mountPath": paths::TLS_DIR, "readOnly": true}));
+    }
+    (volumes, mounts)
+}
+
+/// The one container: valkey-server on its config file, with equal requests and limits.
+fn valkey_container(node: &ValkeyNode, mounts: Vec<serde_json::Value>) -> serde_json::Value {
+    let resources: BTreeMap<&str, &String> = [
+        ("cpu", node.spec.resources.cpu.as_ref()),
+        ("memory", node.spec.resources.memory.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .collect();
+    json!({
+        "name": "valkey",
+        "image": node.spec.image,
+        // The pod IP is only known at run time: announce it on the command line.
+        "command": ["valkey-server", paths::CONFIG_FILE, "--cluster-announce-ip", "$(POD_IP)"],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [
+            {"name": "valkey", "containerPort": CLIENT_PORT},
+            {"name": "cluster-bus", "containerPort": CLUSTER_BUS_PORT},
+        ],
+        "resources": {"requests": resources, "limits": resources},
+        "readinessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "periodSeconds": 2, "failureThreshold": 3},
+        "livenessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 6},
+        "volumeMounts": mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": true,
+            "runAsNonRoot": true,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -274,7 +346,7 @@ mod tests {
 
     #[test]
     fn pod_runs_the_node_image_with_its_config_and_resources() {
-        let p = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new());
+        let p = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new()).unwrap();
         let spec = p.spec.unwrap();
         let c = &spec.containers[0];
         assert_eq!(c.image.as_deref(), Some("valkey/valkey:9.0.0"));
@@ -293,6 +365,7 @@ mod tests {
     #[test]
     fn pods_meet_the_restricted_pod_security_standard() {
         let spec = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new())
+            .unwrap()
             .spec
             .unwrap();
         let pod_sc = spec.security_context.unwrap();
@@ -323,10 +396,10 @@ mod tests {
     fn a_member_that_keeps_its_data_is_restarted_in_place() {
         let mut n = node(ZoneSpread::BestEffort, &[]);
         n.spec.restart_in_place = Some(true);
-        let spec = pod(&n, &BTreeMap::new()).spec.unwrap();
+        let spec = pod(&n, &BTreeMap::new()).unwrap().spec.unwrap();
         assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
         n.spec.restart_in_place = None;
-        let spec = pod(&n, &BTreeMap::new()).spec.unwrap();
+        let spec = pod(&n, &BTreeMap::new()).unwrap().spec.unwrap();
         assert_eq!(
             spec.restart_policy.as_deref(),
             Some("Always"),
@@ -337,6 +410,7 @@ mod tests {
     #[test]
     fn best_effort_spreads_shard_members_softly_over_zones_and_hosts() {
         let spec = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new())
+            .unwrap()
             .spec
             .unwrap();
         let tsc = spec.topology_spread_constraints.unwrap();
@@ -351,6 +425,7 @@ mod tests {
     #[test]
     fn required_spread_is_hard_per_shard_and_soft_cluster_wide() {
         let spec = pod(&node(ZoneSpread::Required, &[]), &BTreeMap::new())
+            .unwrap()
             .spec
             .unwrap();
         let tsc = spec.topology_spread_constraints.unwrap();
@@ -374,6 +449,7 @@ mod tests {
             &node(ZoneSpread::BestEffort, &["zone-a", "zone-b"]),
             &BTreeMap::new(),
         )
+        .unwrap()
         .spec
         .unwrap();
         let terms = spec
@@ -429,11 +505,21 @@ mod tests {
     }
 
     #[test]
+    fn a_node_without_uid_is_refused_rather_than_built_without_its_owner() {
+        let mut n = node(ZoneSpread::BestEffort, &[]);
+        n.metadata.uid = None;
+        let err = pod(&n, &BTreeMap::new()).unwrap_err();
+        assert!(err.to_string().contains("has no metadata.uid"), "{err}");
+        assert!(config_map(&n).is_err());
+    }
+
+    #[test]
     fn pod_annotations_are_copied_and_config_hash_added() {
         let p = pod(
             &node(ZoneSpread::BestEffort, &[]),
             &BTreeMap::from([("team".to_string(), "a".to_string())]),
-        );
+        )
+        .unwrap();
         let a = p.metadata.annotations.unwrap();
         assert_eq!(a["team"], "a");
         assert!(a.contains_key(CONFIG_HASH_ANNOTATION));
@@ -441,7 +527,7 @@ mod tests {
 
     #[test]
     fn config_map_renders_valkey_conf() {
-        let cm = config_map(&node(ZoneSpread::BestEffort, &[]));
+        let cm = config_map(&node(ZoneSpread::BestEffort, &[])).unwrap();
         let conf = &cm.data.unwrap()[CONFIG_KEY];
         assert!(conf.contains("maxmemory 1500mb"));
         assert_eq!(cm.metadata.name.as_deref(), Some("my-cluster-1-0-config"));

@@ -35,29 +35,11 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
         return Ok(Requeue::await_change());
     };
     let annotations = cluster.spec.pod_annotations.clone();
-
-    // A ConfigMap or Pod of the member's name that this member did not create (a tenant's)
-    // is never touched: the member waits, saying which object is in the way.
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let existing_pod = pods.get_opt(&name).await?;
-    let node_uid = node.metadata.uid.as_deref();
-    let taken = match existing_pod.as_ref().map(|p| ensure_ours(p, node_uid)) {
-        Some(Err(e)) => Err(e),
-        _ => apply_as(&ctx, &namespace, build::config_map(&node), NODE_MANAGER)
-            .await
-            .map(|_| ()),
-    };
-    if let Err(err @ Error::NameTaken { .. }) = taken {
-        warn!(node = %object_key(node.as_ref()), "{err}");
-        let message = format!("{NO_POD}{err}");
-        if set_refusal(&ctx, &node, Some(&message)).await? {
-            let note = format!("member {name}: {message}");
-            crate::controller::cluster::status::warning(&ctx, &cluster, "NameTaken", &note).await;
-        }
-        return Ok(Requeue::requeue(Duration::from_secs(30)));
+    if let Some(wait) = apply_config_map(&ctx, &node, &cluster, existing_pod.as_ref()).await? {
+        return Ok(wait);
     }
-    taken?;
-
     match existing_pod {
         None if !node.spec.restarts_in_place()
             && node
@@ -72,31 +54,8 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
             info!(node = %object_key(node.as_ref()), "pod lost; not recreated, the member is replaced");
         }
         None => {
-            let pod = build::pod(&node, &annotations);
-            match pods.create(&PostParams::default(), &pod).await {
-                Ok(_) => {
-                    info!(node = %object_key(node.as_ref()), "created pod");
-                    set_refusal(&ctx, &node, None).await?;
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                // Refused by admission (Pod Security, a quota, a policy engine): say why where
-                // the cluster's status and the node's show it, and retry calmly.
-                Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
-                    warn!(node = %object_key(node.as_ref()), error = %e.message, "the API server refused the pod");
-                    let message = format!("{POD_REFUSED}{}", e.message);
-                    if set_refusal(&ctx, &node, Some(&message)).await? {
-                        let note = format!("member {name}: {message}");
-                        crate::controller::cluster::status::warning(
-                            &ctx,
-                            &cluster,
-                            "PodRefused",
-                            &note,
-                        )
-                        .await;
-                    }
-                    return Ok(Requeue::requeue(Duration::from_secs(30)));
-                }
-                Err(e) => return Err(e.into()),
+            if let Some(wait) = create_pod(&ctx, &node, &cluster, &pods, &annotations).await? {
+                return Ok(wait);
             }
         }
         Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
@@ -111,6 +70,67 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
         Some(_) => {}
     }
     Ok(Requeue::requeue(Duration::from_secs(300)))
+}
+
+/// Applies the member's ConfigMap. A ConfigMap or Pod of the member's name that this member
+/// did not create (a tenant's) is never touched: the member waits (the returned requeue),
+/// saying which object is in the way.
+async fn apply_config_map(
+    ctx: &Arc<Context>,
+    node: &ValkeyNode,
+    cluster: &ValkeyCluster,
+    existing_pod: Option<&Pod>,
+) -> Result<Option<Requeue>, Error> {
+    let namespace = node.namespace().unwrap_or_default();
+    let node_uid = node.metadata.uid.as_deref();
+    let taken = match existing_pod.map(|p| ensure_ours(p, node_uid)) {
+        Some(Err(e)) => Err(e),
+        _ => apply_as(ctx, &namespace, build::config_map(node)?, NODE_MANAGER)
+            .await
+            .map(|_| ()),
+    };
+    if let Err(err @ Error::NameTaken { .. }) = taken {
+        warn!(node = %object_key(node), "{err}");
+        let message = format!("{NO_POD}{err}");
+        if set_refusal(ctx, node, Some(&message)).await? {
+            let note = format!("member {}: {message}", node.name_any());
+            crate::controller::cluster::status::warning(ctx, cluster, "NameTaken", &note).await;
+        }
+        return Ok(Some(Requeue::requeue(Duration::from_secs(30))));
+    }
+    taken.map(|()| None)
+}
+
+/// Creates the member's pod. When the API server refuses it (Pod Security, a quota, a policy
+/// engine), says why where the cluster's status and the node's show it, and returns the
+/// calm retry.
+async fn create_pod(
+    ctx: &Arc<Context>,
+    node: &ValkeyNode,
+    cluster: &ValkeyCluster,
+    pods: &Api<Pod>,
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<Requeue>, Error> {
+    let pod = build::pod(node, annotations)?;
+    match pods.create(&PostParams::default(), &pod).await {
+        Ok(_) => {
+            info!(node = %object_key(node), "created pod");
+            set_refusal(ctx, node, None).await?;
+            Ok(None)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+            warn!(node = %object_key(node), error = %e.message, "the API server refused the pod");
+            let message = format!("{POD_REFUSED}{}", e.message);
+            if set_refusal(ctx, node, Some(&message)).await? {
+                let note = format!("member {}: {message}", node.name_any());
+                crate::controller::cluster::status::warning(ctx, cluster, "PodRefused", &note)
+                    .await;
+            }
+            Ok(Some(Requeue::requeue(Duration::from_secs(30))))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Prefix of a ValkeyNode's `status.message` while the API server refuses its pod.

@@ -108,7 +108,7 @@ mod tests {
         AclBinding, AclPermission, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec,
     };
     use crate::resolve::MapCatalog;
-    use crate::webhook::admission::fixtures::request;
+    use crate::webhook::admission::fixtures::{request, unreadable};
 
     fn menu() -> MapCatalog {
         let mut m = MapCatalog::default();
@@ -202,7 +202,7 @@ mod tests {
     #[test]
     fn a_menu_lookup_failure_accepts_with_a_warning() {
         let req = request::<ValkeyCluster>("valkeycluster-create.json", |_| {});
-        let resp = validate(&req, &Err("connection refused".into()));
+        let resp = validate(&req, &Err(unreadable("connection refused")));
         assert!(resp.allowed);
         assert!(resp.warnings.unwrap()[0].contains("references were not checked"));
     }
@@ -233,7 +233,7 @@ mod tests {
             v["request"]["oldObject"]["spec"]["tls"] =
                 v["request"]["object"]["spec"]["tls"].clone();
         });
-        assert!(validate(&req, &Err("down".into())).allowed);
+        assert!(validate(&req, &Err(unreadable("down"))).allowed);
         // Another Secret: a rotation (Momento's operator allows it too).
         let req = request::<ValkeyCluster>("valkeycluster-update-tls.json", |v| {
             v["request"]["oldObject"]["spec"]["tls"] = serde_json::json!({"secretRef": "old-tls"});
@@ -294,6 +294,6 @@ mod tests {
             v["request"]["oldObject"] = v["request"]["object"].clone();
             v["request"]["object"] = serde_json::Value::Null;
         });
-        assert!(validate(&req, &Err("down".into())).allowed);
+        assert!(validate(&req, &Err(unreadable("down"))).allowed);
     }
 }

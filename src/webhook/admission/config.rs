@@ -166,7 +166,9 @@ fn name_clusters(clashes: &[&UsernameClash], verb: (&str, &str)) -> String {
     format!("{noun} {} {verb}", super::name_some(names))
 }
 
-/// The rule.
+/// The rule. Each check below adds its warnings and may return a denial; the first denial
+/// ends the review (with the warnings found so far), as the checks depend on one another's
+/// ground: a config that closes a cycle has no memory or bindings to compare.
 pub fn validate(
     req: &AdmissionRequest<ValkeyConfig>,
     menu: &Menu,
@@ -185,41 +187,67 @@ pub fn validate(
     {
         return deny(req, problem, warnings);
     }
-    // Settings the operator forces are accepted (Momento's API accepts them) but never used:
-    // say so instead of silently overriding them.
-    for key in crate::api::validation::forced_keys_in(config.spec.valkey.keys()) {
-        warnings.push(format!(
-            "valkey.{key} is ignored: the operator sets {key} itself (forced setting; see docs/api.md)"
-        ));
+    warnings.extend(forced_setting_warnings(config));
+    let catalog = menu_after_write(menu, &name, config, &mut warnings);
+    let denial = check_chain(menu, &catalog, &name, config, &mut warnings)
+        .or_else(|| check_memory_rules(&catalog, &name, &mut warnings))
+        .or_else(|| check_clusters(menu, clusters, &catalog, &name, &mut warnings));
+    match denial {
+        Some(message) => deny(req, message, warnings),
+        None => allow_with_warnings(req, warnings),
     }
+}
 
-    // The menu as it will be once this write is stored.
-    let catalog = match menu {
-        Ok(catalog) => {
-            let mut catalog = catalog.clone();
-            catalog.configs.insert(name.clone(), config.spec.clone());
-            catalog
-        }
+/// Settings the operator forces are accepted (Momento's API accepts them) but never used:
+/// say so instead of silently overriding them.
+fn forced_setting_warnings(config: &ValkeyConfig) -> Vec<String> {
+    crate::api::validation::forced_keys_in(config.spec.valkey.keys())
+        .into_iter()
+        .map(|key| {
+            format!(
+                "valkey.{key} is ignored: the operator sets {key} itself (forced setting; see docs/api.md)"
+            )
+        })
+        .collect()
+}
+
+/// The menu as it will be once this write is stored (only this object when the menu could
+/// not be read, which is warned about).
+fn menu_after_write(
+    menu: &Menu,
+    name: &str,
+    config: &ValkeyConfig,
+    warnings: &mut Vec<String>,
+) -> MapCatalog {
+    let mut catalog = match menu {
+        Ok(catalog) => catalog.clone(),
         Err(error) => {
             warnings.push(lookup_warning(error));
-            let mut catalog = MapCatalog::default();
-            catalog.configs.insert(name.clone(), config.spec.clone());
-            catalog
+            MapCatalog::default()
         }
     };
+    catalog.configs.insert(name.to_owned(), config.spec.clone());
+    catalog
+}
 
-    match resolve_config(&catalog, &name) {
+/// The inheritance chain: a cycle through this config is denied, any other resolution
+/// problem warned about; once it resolves, settings its Valkey version does not know are
+/// warned about.
+fn check_chain(
+    menu: &Menu,
+    catalog: &MapCatalog,
+    name: &str,
+    config: &ValkeyConfig,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    match resolve_config(catalog, name) {
         Ok(resolved) => warnings.extend(super::settings::unknown_settings(
             &resolved.image.version,
             config.spec.valkey.keys(),
         )),
-        Err(ResolveError::Cycle { chain }) if chain.last() == Some(&name) => {
+        Err(ResolveError::Cycle { chain }) if chain.last().map(String::as_str) == Some(name) => {
             let e = ResolveError::Cycle { chain };
-            return deny(
-                req,
-                format!("spec.baseRef would close a cycle: {e}"),
-                warnings,
-            );
+            return Some(format!("spec.baseRef would close a cycle: {e}"));
         }
         // Without the menu only this object is known: a missing base is not news.
         Err(ResolveError::ConfigNotFound { .. }) if menu.is_err() => {}
@@ -227,18 +255,25 @@ pub fn validate(
             "{e}; clusters using ValkeyConfig {name:?} stay Blocked until this is fixed"
         )),
     }
+    None
+}
 
-    match check_memory(&name, &memory_view(&catalog, &name)) {
+/// `maxmemory` against the container memory, for this config (may deny) and for the configs
+/// inheriting from it, which see the change too (warned about).
+fn check_memory_rules(
+    catalog: &MapCatalog,
+    name: &str,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    match check_memory(name, &memory_view(catalog, name)) {
         MemoryVerdict::Fine => {}
         MemoryVerdict::Warn(w) => warnings.push(w),
-        MemoryVerdict::Deny(message) => return deny(req, message, warnings),
+        MemoryVerdict::Deny(message) => return Some(message),
     }
-
-    // Configs inheriting from this one see the change too.
-    for (child, _) in catalog.configs.iter().filter(|(n, _)| **n != name) {
-        let view = memory_view(&catalog, child);
-        let through_this = crate::resolve::menu_refs(&catalog, child, &[])
-            .contains(&crate::resolve::MenuRef::Config(name.clone()));
+    for (child, _) in catalog.configs.iter().filter(|(n, _)| *n != name) {
+        let view = memory_view(catalog, child);
+        let through_this = crate::resolve::menu_refs(catalog, child, &[])
+            .contains(&crate::resolve::MenuRef::Config(name.to_owned()));
         if !through_this {
             continue;
         }
@@ -249,60 +284,83 @@ pub fn validate(
             )),
         }
     }
+    None
+}
 
-    // Usernames merged with those of the clusters using this config must stay unique.
-    if let Ok(before) = menu {
-        match clusters {
-            Ok(clusters) => {
-                let clashes = username_clashes(before, &catalog, &name, clusters);
-                let mut usernames: Vec<&str> = clashes.iter().map(|c| c.username.as_str()).collect();
-                usernames.sort_unstable();
-                usernames.dedup();
-                let mut denial = Vec::new();
-                for username in usernames {
-                    let (new, old): (Vec<_>, Vec<_>) = clashes
-                        .iter()
-                        .filter(|c| c.username == username)
-                        .partition(|c| c.new);
-                    if !new.is_empty() {
-                        denial.push(format!(
-                            "{} ACL user {username:?} in spec.acl, and this change makes ValkeyConfig {name:?} bind it as well",
-                            name_clusters(&new, ("already binds", "already bind"))
-                        ));
-                    }
-                    if !old.is_empty() {
-                        warnings.push(format!(
-                            "{} ACL user {username:?} both in spec.acl and through ValkeyConfig {name:?} and stay Blocked until one of the bindings is renamed",
-                            name_clusters(&old, ("binds", "bind"))
-                        ));
-                    }
-                }
-                if !denial.is_empty() {
-                    return deny(
-                        req,
-                        format!(
-                            "{}: usernames must be unique once a cluster's bindings are merged with its config's (a clash blocks the cluster); use another username in this ValkeyConfig, or have those clusters rename theirs first",
-                            denial.join("; ")
-                        ),
-                        warnings,
-                    );
-                }
-            }
-            Err(error) => warnings.push(format!(
+/// The ValkeyClusters using this config, compared before and after the write: usernames
+/// must stay unique, and a repoint to an older image is warned within a major version and
+/// denied across one. Skipped without the menu (nothing to compare with).
+fn check_clusters(
+    menu: &Menu,
+    clusters: &Clusters,
+    catalog: &MapCatalog,
+    name: &str,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    let Ok(before) = menu else {
+        return None;
+    };
+    let clusters = match clusters {
+        Ok(clusters) => clusters,
+        Err(error) => {
+            warnings.push(format!(
                 "usernames were not checked against the ValkeyClusters using ValkeyConfig {name:?} (the webhook could not list them: {error})"
-            )),
+            ));
+            return None;
         }
-        // A repoint to an older image: warned within a major version, denied across one.
-        if let Ok(clusters) = clusters {
-            let moves = downgrades(before, &catalog, clusters);
-            match verdict(&format!("ValkeyConfig {name:?}"), &moves) {
-                Verdict::Fine => {}
-                Verdict::Warn(w) => warnings.push(w),
-                Verdict::Deny(message) => return deny(req, message, warnings),
-            }
+    };
+    if let Some(denial) = check_usernames(before, catalog, name, clusters, warnings) {
+        return Some(denial);
+    }
+    let moves = downgrades(before, catalog, clusters);
+    match verdict(&format!("ValkeyConfig {name:?}"), &moves) {
+        Verdict::Fine => None,
+        Verdict::Warn(w) => {
+            warnings.push(w);
+            None
+        }
+        Verdict::Deny(message) => Some(message),
+    }
+}
+
+/// Usernames merged with those of the clusters using this config must stay unique: a clash
+/// this change makes is denied, one that was there before is warned about.
+fn check_usernames(
+    before: &MapCatalog,
+    after: &MapCatalog,
+    name: &str,
+    clusters: &[ClusterSummary],
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    let clashes = username_clashes(before, after, name, clusters);
+    let mut usernames: Vec<&str> = clashes.iter().map(|c| c.username.as_str()).collect();
+    usernames.sort_unstable();
+    usernames.dedup();
+    let mut denial = Vec::new();
+    for username in usernames {
+        let (new, old): (Vec<_>, Vec<_>) = clashes
+            .iter()
+            .filter(|c| c.username == username)
+            .partition(|c| c.new);
+        if !new.is_empty() {
+            denial.push(format!(
+                "{} ACL user {username:?} in spec.acl, and this change makes ValkeyConfig {name:?} bind it as well",
+                name_clusters(&new, ("already binds", "already bind"))
+            ));
+        }
+        if !old.is_empty() {
+            warnings.push(format!(
+                "{} ACL user {username:?} both in spec.acl and through ValkeyConfig {name:?} and stay Blocked until one of the bindings is renamed",
+                name_clusters(&old, ("binds", "bind"))
+            ));
         }
     }
-    allow_with_warnings(req, warnings)
+    (!denial.is_empty()).then(|| {
+        format!(
+            "{}: usernames must be unique once a cluster's bindings are merged with its config's (a clash blocks the cluster); use another username in this ValkeyConfig, or have those clusters rename theirs first",
+            denial.join("; ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -311,7 +369,7 @@ mod tests {
 
     use super::*;
     use crate::api::{Resources, ValkeyConfigSpec, ValkeyImageSpec};
-    use crate::webhook::admission::fixtures::request;
+    use crate::webhook::admission::fixtures::{request, unreadable};
 
     fn spec(
         base: Option<&str>,
@@ -542,12 +600,12 @@ mod tests {
 
     #[test]
     fn a_menu_lookup_failure_still_checks_this_config_and_warns() {
-        let resp = validate(&with_spec(|_| {}), &Err("timeout".into()), &Ok(vec![]));
+        let resp = validate(&with_spec(|_| {}), &Err(unreadable("timeout")), &Ok(vec![]));
         assert!(resp.allowed);
         assert!(resp.warnings.unwrap()[0].contains("references were not checked"));
         let resp = validate(
             &with_spec(|s| s["valkey"]["maxmemory"] = "20gb".into()),
-            &Err("timeout".into()),
+            &Err(unreadable("timeout")),
             &Ok(vec![]),
         );
         assert!(!resp.allowed);
@@ -662,7 +720,7 @@ mod tests {
         let resp = validate(
             &large_binding(&["app"]),
             &Ok(menu()),
-            &Err("forbidden".into()),
+            &Err(unreadable("forbidden")),
         );
         assert!(resp.allowed);
         let w = resp.warnings.unwrap().join("\n");

@@ -51,7 +51,7 @@ mod tests {
     use crate::api::{ValkeyConfigSpec, ValkeyImageSpec};
     use crate::resolve::MapCatalog;
     use crate::webhook::admission::ClusterSummary;
-    use crate::webhook::admission::fixtures::request;
+    use crate::webhook::admission::fixtures::{request, unreadable};
 
     fn menu(version: &str) -> MapCatalog {
         let mut m = MapCatalog::default();
@@ -124,7 +124,11 @@ mod tests {
     fn upgrades_pass_silently_and_lookup_failures_only_warn() {
         let resp = validate(&update_to("9.2.0"), &Ok(menu("9.1.2")), &clusters());
         assert!(resp.allowed && resp.warnings.is_none());
-        let resp = validate(&update_to("8.1.4"), &Err("timeout".into()), &clusters());
+        let resp = validate(
+            &update_to("8.1.4"),
+            &Err(unreadable("timeout")),
+            &clusters(),
+        );
         assert!(resp.allowed);
         assert!(resp.warnings.unwrap()[0].contains("timeout"));
     }

@@ -44,9 +44,26 @@ pub fn deny<K: Resource>(
     response
 }
 
+/// Why the webhook could not read the menu or the ValkeyClusters. Never fails a request: it
+/// becomes a warning (see [`lookup_warning`]), so the message is what the user reads there.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("the API server did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+    /// Shared, not owned: a menu snapshot (and with it this error) is cloned per review.
+    #[error("{0}")]
+    Api(std::sync::Arc<kube::Error>),
+}
+
+impl From<kube::Error> for LookupError {
+    fn from(error: kube::Error) -> Self {
+        LookupError::Api(std::sync::Arc::new(error))
+    }
+}
+
 /// The platform's menu (configs, images, roles) as the webhook reads it: a snapshot, or why it
 /// could not be read. A lookup failure never fails a request; it becomes a warning.
-pub type Menu = Result<MapCatalog, String>;
+pub type Menu = Result<MapCatalog, LookupError>;
 
 /// A ValkeyCluster as the menu rules see it: which config it names, which usernames it binds
 /// in its own `spec.acl` (merged with its config's bindings, they must stay unique) and which
@@ -84,7 +101,7 @@ impl From<&ValkeyCluster> for ClusterSummary {
 }
 
 /// Every ValkeyCluster's usernames, or why they could not be read.
-pub type Clusters = Result<Vec<ClusterSummary>, String>;
+pub type Clusters = Result<Vec<ClusterSummary>, LookupError>;
 
 /// Where the webhook reads the menu from.
 pub trait MenuSource: Send + Sync {
@@ -117,8 +134,7 @@ impl MenuSource for ApiMenu {
                 async { tokio::try_join!(configs.list(&lp), images.list(&lp), roles.list(&lp)) };
             let (configs, images, roles) = tokio::time::timeout(self.timeout, lists)
                 .await
-                .map_err(|_| format!("the API server did not answer within {:?}", self.timeout))?
-                .map_err(|e| e.to_string())?;
+                .map_err(|_| LookupError::Timeout(self.timeout))??;
             Ok(MapCatalog::from_objects(configs, images, roles))
         })
     }
@@ -128,8 +144,7 @@ impl MenuSource for ApiMenu {
             let clusters = Api::<ValkeyCluster>::all(self.client.clone());
             let list = tokio::time::timeout(self.timeout, clusters.list(&ListParams::default()))
                 .await
-                .map_err(|_| format!("the API server did not answer within {:?}", self.timeout))?
-                .map_err(|e| e.to_string())?;
+                .map_err(|_| LookupError::Timeout(self.timeout))??;
             Ok(list.iter().map(ClusterSummary::from).collect())
         })
     }
@@ -293,7 +308,7 @@ pub fn invalid_channels(field: &str, bindings: &[crate::api::AclBinding]) -> Opt
 }
 
 /// The warning added when the menu could not be read.
-pub fn lookup_warning(error: &str) -> String {
+pub fn lookup_warning(error: &LookupError) -> String {
     format!(
         "references were not checked (the webhook could not read the ValkeyConfig/ValkeyImage/ValkeyRole menu: {error}); the operator resolves them when it reconciles"
     )
@@ -310,6 +325,11 @@ pub(crate) mod fixtures {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("webhooks/fixtures")
             .join(name)
+    }
+
+    /// A menu or cluster lookup that failed with `why`, as a client error would.
+    pub fn unreadable(why: &str) -> super::LookupError {
+        kube::Error::Service(why.into()).into()
     }
 
     pub fn raw(name: &str) -> serde_json::Value {
