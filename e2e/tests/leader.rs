@@ -86,14 +86,14 @@ fn sample(metrics: &str, line_start: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Reconciles run by the operator whose /metrics page this is: every sample of
+/// `valkey_operator_reconciles_total` (each controller, each result), 0 when none.
 fn reconciles(metrics: &str) -> f64 {
-    sample(
-        metrics,
-        "valkey_operator_reconciles_total{controller=\"cluster\"}",
-    ) + sample(
-        metrics,
-        "valkey_operator_reconciles_total{controller=\"node\"}",
-    )
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("valkey_operator_reconciles_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn restarts(pod: &Pod) -> i32 {

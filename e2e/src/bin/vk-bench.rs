@@ -21,7 +21,10 @@
 //!   the previous ones do), for a ValkeyRole review (pure) and a ValkeyCluster review (reads
 //!   the menu from the API server).
 //!
-//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook]
+//! * Fleet: 1 x 0 ValkeyClusters added 10, 50, 100, then 200 at a time: seconds until each
+//!   step settles, the operator's RSS at each, reconciles per minute at rest.
+//!
+//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet]
 
 use std::time::{Duration, Instant};
 
@@ -33,7 +36,7 @@ use serde_json::json;
 use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, wait_for};
 use valkey_e2e::safety::{Shape, healed, members_with};
-use valkey_e2e::valkey::{operator_driver, wait_state};
+use valkey_e2e::valkey::{OPERATOR_NAMESPACE, operator_driver, wait_state};
 use valkey_e2e::workload::{
     Menu, PRELOADED, active_cluster, apply, cluster, cluster_client, preload,
 };
@@ -356,6 +359,119 @@ async fn webhook_load(
 }
 
 /// The certificates of a PEM bundle.
+/// Resident memory of the operator's processes (every replica: pods are processes on this
+/// machine), in MiB, the largest.
+async fn operator_rss_mib(client: &Client) -> anyhow::Result<f64> {
+    use kube::ResourceExt as _;
+    let pods = Api::<Pod>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+        .await?;
+    let mut largest: f64 = 0.0;
+    for p in pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        let pid = PodRef::find(OPERATOR_NAMESPACE, &p.name_any())?.pid("operator")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("VmRSS in /proc/<pid>/status")?;
+        largest = largest.max(kib / 1024.0);
+    }
+    Ok(largest)
+}
+
+/// Reconciles the operator has run so far (every controller and result), from /metrics.
+async fn reconciles_so_far(client: &Client) -> anyhow::Result<f64> {
+    let pods = Api::<Pod>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+        .await?;
+    let mut total = 0.0;
+    for p in &pods.items {
+        let Ok(page) = valkey_e2e::valkey::pod_metrics(p) else {
+            continue;
+        };
+        total += page
+            .lines()
+            .filter(|l| l.starts_with("valkey_operator_reconciles_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Ok(total)
+}
+
+/// Fleet scale: ValkeyClusters of 1 shard x 0 replicas added up to each of `steps`; for each,
+/// the seconds until every one is Active (or waits only for a pod the nodes have no room
+/// for: the local nodes hold 110 pods each) and the operator's RSS; then the reconciles per
+/// minute once everything is at rest.
+async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<()> {
+    let ns = TestNamespace::create(client, "bench-fleet").await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    println!(
+        "fleet clusters=0 operator_rss_mib={:.1}",
+        operator_rss_mib(client).await?
+    );
+    let mut created = 0;
+    for &n in steps {
+        let started = Instant::now();
+        for i in created..n {
+            let name = format!("f{i}");
+            let c = json!({
+                "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+                "metadata": {"name": name, "namespace": ns.name},
+                "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 0},
+            });
+            api.patch(&name, &PatchParams::apply("vk-bench"), &Patch::Apply(&c))
+                .await?;
+        }
+        created = n;
+        let (active, no_room) = wait_for(
+            &format!("{n} clusters to settle"),
+            Duration::from_secs(900),
+            Duration::from_secs(1),
+            || {
+                let api = api.clone();
+                async move {
+                    let list = api.list(&Default::default()).await?.items;
+                    let state = |c: &ValkeyCluster| c.status.clone().unwrap_or_default();
+                    let active = list
+                        .iter()
+                        .filter(|c| state(c).state == Some(ClusterState::Active))
+                        .count();
+                    let no_room = list
+                        .iter()
+                        .filter(|c| {
+                            state(c)
+                                .message
+                                .is_some_and(|m| m.contains("Unschedulable"))
+                        })
+                        .count();
+                    Ok((active + no_room == n).then_some((active, no_room)))
+                }
+            },
+        )
+        .await?;
+        let took = started.elapsed().as_secs_f64();
+        println!(
+            "fleet clusters={n} active={active} waiting_for_room={no_room} settled_seconds={took:.1} operator_rss_mib={:.1}",
+            operator_rss_mib(client).await?
+        );
+    }
+    let before = reconciles_so_far(client).await?;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = reconciles_so_far(client).await?;
+    println!(
+        "fleet clusters={created} at rest: reconciles_per_minute={:.0} operator_rss_mib={:.1}",
+        after - before,
+        operator_rss_mib(client).await?
+    );
+    drop(ns);
+    Ok(())
+}
+
 fn rustls_pemfile_certs(
     pem: &[u8],
 ) -> anyhow::Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
@@ -382,7 +498,7 @@ async fn main() -> anyhow::Result<()> {
             "--runs" => runs = args.next().context("--runs needs a value")?.parse()?,
             "--only" => only = Some(args.next().context("--only needs a value")?),
             other => bail!(
-                "unknown argument {other:?}; usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook]"
+                "unknown argument {other:?}; usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet]"
             ),
         }
     }
@@ -469,6 +585,9 @@ async fn main() -> anyhow::Result<()> {
                 l.last().copied().unwrap_or_default() * 1e3
             );
         }
+    }
+    if wanted("fleet") {
+        fleet(&client, &[10, 50, 100, 200]).await?;
     }
     if wanted("rollout") {
         let seconds = rollout_seconds(&client).await?;
