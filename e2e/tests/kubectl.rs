@@ -157,6 +157,31 @@ async fn the_documented_scaling_commands_scale_the_cluster_with_no_version_named
         },
     )
     .await?;
+    // What `kubectl get` shows a product team: state, members ready of those asked for, the
+    // Valkey version, the shape and what the operator is doing.
+    let table = kubectl_run(&["get", "valkeycluster", name, "-n", &ns.name])?;
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header.starts_with(&[
+            "NAME", "STATE", "READY", "VERSION", "SHARDS", "REPLICAS", "CONFIG", "PROGRESS"
+        ]),
+        "columns: {table}"
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        row.get(1..5) == Some(&["Active", "12/12", "9.0.0", "4"][..]),
+        "row: {table}"
+    );
     let _ = std::fs::remove_file(&file);
     api.delete(name, &Default::default()).await?;
     menu.remove(&client).await?;
