@@ -118,11 +118,6 @@ pub async fn reconcile(
     let new_status = status::from_plan(&cluster, &plan, &observed, &topology, &acl_progress);
     status::publish(ctx, &cluster, new_status).await?;
 
-    // A settled cluster is looked at again in 30 s: its connections are not kept open in
-    // between (at fleet scale they were most of the operator's memory).
-    if plan.phase == Phase::Ready && plan.actions.is_empty() {
-        driver.close_all().await;
-    }
     Ok(next_look(&plan, &topology, &acl_progress))
 }
 
