@@ -113,7 +113,7 @@ pub async fn replaced(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    wait_for(
+    let result = wait_for(
         "members replaced",
         timeout,
         Duration::from_millis(500),
@@ -130,5 +130,9 @@ pub async fn replaced(
             }
         },
     )
-    .await
+    .await;
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.context(crate::valkey::explain(client, ns, name).await)),
+    }
 }

@@ -131,13 +131,32 @@ pub(super) fn assign_slots(a: &Answered) -> Option<Plan> {
         .then(|| Plan::new(a.observed.changing.clone(), assigns, "assigning hash slots"))
 }
 
+/// Node ids of the silent members (see [`super::failures::silent_members`]): a replica that
+/// follows one of them has its primary, only not answering now; its shard is not without a
+/// primary and its replicas are not waited for (the rest of the cluster carries on).
+fn silent_ids(a: &Answered) -> BTreeSet<NodeId> {
+    super::failures::silent_members(a.observed.topology)
+        .into_iter()
+        .filter_map(|m| m.node_id.clone())
+        .collect()
+}
+
 /// 5. Every other member of a shard replicates its primary.
 pub(super) fn replicate(a: &Answered) -> Option<Plan> {
     let mut replicates = Vec::new();
     let mut no_primary = Vec::new();
+    let silent = silent_ids(a);
     for (shard, list) in &a.by_shard {
         let Some(primary) = shard_leader(list, &a.slot_owners) else {
-            no_primary.push(shard.to_string());
+            let follows_silent = list.iter().any(|m| {
+                m.view
+                    .primary_id
+                    .as_ref()
+                    .is_some_and(|p| silent.contains(p))
+            });
+            if !follows_silent {
+                no_primary.push(shard.to_string());
+            }
             continue;
         };
         let primary_id = &primary.view.id;
@@ -172,11 +191,18 @@ pub(super) fn replicate(a: &Answered) -> Option<Plan> {
 /// 6. Replicas in sync before anything is retired or failed over.
 pub(super) fn wait_for_sync(a: &Answered) -> Option<Plan> {
     let o = &a.observed;
+    let silent = silent_ids(a);
     let syncing: Vec<AnsweredMember> = a
         .members
         .iter()
         .copied()
         .filter(|m| m.view.primary_id.is_some() && !m.view.replica_in_sync)
+        .filter(|m| {
+            m.view
+                .primary_id
+                .as_ref()
+                .is_none_or(|p| !silent.contains(p))
+        })
         .collect();
     if syncing.is_empty() {
         return None;
