@@ -1098,8 +1098,7 @@ fn a_silent_primary_does_not_hold_up_replacing_a_gone_one() {
             "{}",
             p.message
         );
-        if p
-            .actions
+        if p.actions
             .iter()
             .any(|a| matches!(a, Action::DeleteNode { name } if name == "c-1-0"))
         {
