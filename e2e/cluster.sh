@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The local Kubernetes cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-# (built from Go modules by e2e/tools/install.sh) and our kubelet (e2e crate, vk-kubelet),
-# with pods in their own network namespaces on bridge vkbr0 (198.18.0.0/15).
+# kube-proxy (built from Go modules by e2e/tools/install.sh), our kubelet (e2e crate,
+# vk-kubelet) with pods in their own network namespaces on bridge vkbr0 (198.18.0.0/15), and
+# CoreDNS as a pod behind the kube-dns Service (e2e/addons/coredns.yaml).
 #
 #   e2e/cluster.sh up               tools + control plane + kubelet (+ CRDs, operator, samples
 #                                   when the repo provides them); idempotent
@@ -29,6 +30,8 @@ GATEWAY=198.18.0.1
 BRIDGE_CIDR=$GATEWAY/15
 SERVICE_CIDR=198.19.0.0/16
 FIRST_SERVICE_IP=198.19.0.1
+DNS_SERVICE_IP=198.19.0.10
+CLUSTER_DOMAIN=cluster.local
 APISERVER_PORT=6443
 ETCD_CLIENT_PORT=23790
 ETCD_PEER_PORT=23800
@@ -186,11 +189,13 @@ pki() {
   gen_cert admin "/O=system:masters/CN=kubernetes-admin"
   gen_cert controller-manager "/CN=system:kube-controller-manager"
   gen_cert scheduler "/CN=system:kube-scheduler"
+  gen_cert kube-proxy "/CN=system:kube-proxy"
   gen_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
   [ -f "$PKI/sa.key" ] || { openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null; openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null; }
   write_kubeconfig "$LC_DIR/kubeconfig" admin
   write_kubeconfig "$PKI/controller-manager.kubeconfig" controller-manager
   write_kubeconfig "$PKI/scheduler.kubeconfig" scheduler
+  write_kubeconfig "$PKI/kube-proxy.kubeconfig" kube-proxy
 }
 
 # ---------------------------------------------------------------- components
@@ -247,6 +252,43 @@ controlplane_up() {
   log "control plane up: export KUBECONFIG=$LC_DIR/kubeconfig"
 }
 
+# Service ClusterIPs route from pods and from the host: kube-proxy (iptables mode) on the host,
+# one for all nodes as they share it. --masquerade-all: a pod reaching a Service backed by a
+# pod on the same bridge gets its reply through the host (which undoes the NAT), not straight
+# over the bridge. The host must forward between pods for that; the value it had is restored
+# by `down`. Left alone: localhost NodePorts (route_localnet) and conntrack limits.
+service_routing_up() {
+  [ -f "$LC_DIR/ip_forward.orig" ] || cat /proc/sys/net/ipv4/ip_forward > "$LC_DIR/ip_forward.orig"
+  echo 1 > /proc/sys/net/ipv4/ip_forward
+  start_daemon kube-proxy "$K8S_BIN/kube-proxy" --kubeconfig "$PKI/kube-proxy.kubeconfig" \
+    --proxy-mode iptables --hostname-override node-a --cluster-cidr 198.18.0.0/15 --masquerade-all \
+    --iptables-localhost-nodeports=false --conntrack-max-per-core 0 \
+    --metrics-bind-address 127.0.0.1:10249 --healthz-bind-address 127.0.0.1:10256 --v=1
+  wait_for "kube-proxy to program the kubernetes Service" 60 iptables -t nat -S KUBE-SERVICES
+}
+
+service_routing_down() {
+  stop_daemon kube-proxy
+  # kube-proxy's chains and rules go with it; nothing of ours stays in the host's tables.
+  local rules; rules=$(iptables -t nat -S 2>/dev/null || true)   # not `| grep -q`: pipefail
+  if [ -x "$K8S_BIN/kube-proxy" ] && [[ $rules == *KUBE-* ]]; then
+    "$K8S_BIN/kube-proxy" --cleanup >>"$LOGS/kube-proxy.log" 2>&1 || true
+  fi
+  if [ -f "$LC_DIR/ip_forward.orig" ]; then
+    cat "$LC_DIR/ip_forward.orig" > /proc/sys/net/ipv4/ip_forward
+    rm -f "$LC_DIR/ip_forward.orig"
+  fi
+}
+
+# Cluster DNS: CoreDNS as a pod behind kube-dns (the kubelet points pods at it).
+dns_up() {
+  sed -e "s/@COREDNS_VERSION@/$COREDNS_VERSION/g" -e "s/@DNS_IP@/$DNS_SERVICE_IP/g" \
+    "$REPO/e2e/addons/coredns.yaml" | $KUBECTL apply --server-side --force-conflicts -f - >/dev/null
+  $KUBECTL -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null \
+    || die "CoreDNS did not become ready: $KUBECTL -n kube-system logs deploy/coredns"
+  log "cluster DNS serving at $DNS_SERVICE_IP ($CLUSTER_DOMAIN)"
+}
+
 # ---------------------------------------------------------------- images
 write_image_map() {
   local dir
@@ -262,6 +304,7 @@ write_image_map() {
     done
     echo "  valkey-operator:dev: {path: \"$dir\", entrypoint: [valkey-operator]}"
     echo "  registry.local/sleep:1: {path: /bin, entrypoint: [sleep, infinity]}"
+    echo "  registry.local/coredns:$COREDNS_VERSION: {path: \"$CACHE/coredns-v$COREDNS_VERSION/bin\", entrypoint: [coredns]}"
     echo "  redis:7.0-tls: {path: /usr/bin, entrypoint: [redis-server]}"
   } > "$LC_DIR/images.yaml"
 }
@@ -286,8 +329,12 @@ build_rust() {
 kubelet_up() {
   write_image_map
   start_daemon vk-kubelet "$(cargo_bin_dir)/vk-kubelet" --kubeconfig "$LC_DIR/kubeconfig" \
-    --state-dir "$LC_DIR/kubelet" --image-map "$LC_DIR/images.yaml" --nodes "$NODES"
+    --state-dir "$LC_DIR/kubelet" --image-map "$LC_DIR/images.yaml" --nodes "$NODES" \
+    --cluster-dns "$DNS_SERVICE_IP" --cluster-domain "$CLUSTER_DOMAIN"
   wait_for "$NODES Ready nodes" 120 nodes_ready
+  # kube-proxy once its node exists (it reads the node's addresses), then DNS behind it.
+  service_routing_up
+  dns_up
 }
 
 nodes_ready() {
@@ -398,6 +445,7 @@ cmd_down() {
   require_root
   stop_daemon vk-kubelet 30
   stop_daemon kube-scheduler
+  service_routing_down
   stop_daemon kube-controller-manager
   stop_daemon kube-apiserver
   stop_daemon etcd
@@ -409,7 +457,7 @@ cmd_down() {
 
 cmd_status() {
   local n
-  for n in etcd kube-apiserver kube-controller-manager kube-scheduler vk-kubelet valkey-operator; do
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy vk-kubelet valkey-operator; do
     if is_running "$n"; then echo "$n: running (pid $(cat "$PIDS/$n.pid"))"; else echo "$n: stopped"; fi
   done
 }

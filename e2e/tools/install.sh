@@ -76,7 +76,7 @@ done
 export GOFLAGS=-mod=mod
 k8sbin="$CACHE/k8s-v$K8S_VERSION/bin"
 if ! [ -x "$k8sbin/kube-apiserver" ] || ! [ -x "$k8sbin/kube-controller-manager" ] \
-   || ! [ -x "$k8sbin/kube-scheduler" ] || ! [ -x "$k8sbin/kubectl" ]; then
+   || ! [ -x "$k8sbin/kube-scheduler" ] || ! [ -x "$k8sbin/kubectl" ] || ! [ -x "$k8sbin/kube-proxy" ]; then
   log "building Kubernetes v$K8S_VERSION (first time only; ~20 min on 2 cores)"
   minor=$(echo "$K8S_VERSION" | cut -d. -f2)
   ld="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
@@ -85,7 +85,7 @@ if ! [ -x "$k8sbin/kube-apiserver" ] || ! [ -x "$k8sbin/kube-controller-manager"
   mkdir -p "$k8sbin.tmp"
   (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$k8sbin.tmp/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-proxy)
   rm -rf "$k8sbin" && mv "$k8sbin.tmp" "$k8sbin"
 fi
 etcdbin="$CACHE/etcd-v$ETCD_VERSION/bin"
@@ -112,5 +112,13 @@ if ! [ -x "$promtoolbin/promtool" ]; then
   GOBIN="$promtoolbin.tmp" GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
     go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@v$PROMTOOL_VERSION"
   rm -rf "$promtoolbin" && mv "$promtoolbin.tmp" "$promtoolbin"
+fi
+# --- CoreDNS (cluster DNS, runs as a pod): `go install` of its module at a pinned version.
+corednsbin="$CACHE/coredns-v$COREDNS_VERSION/bin"
+if ! [ -x "$corednsbin/coredns" ]; then
+  log "building CoreDNS v$COREDNS_VERSION (first time only)"
+  GOBIN="$corednsbin.tmp" GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
+    go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@v$COREDNS_VERSION"
+  rm -rf "$corednsbin" && mv "$corednsbin.tmp" "$corednsbin"
 fi
 log "tools ready in $CACHE"

@@ -39,6 +39,13 @@ struct Cli {
     /// Address the kubelet endpoints listen on (the nodes' InternalIP).
     #[arg(long, default_value = "198.18.0.1")]
     listen_ip: Ipv4Addr,
+    /// Cluster DNS Service IP written into pods' resolv.conf (dnsPolicy ClusterFirst); without
+    /// it pods use the node's resolver.
+    #[arg(long)]
+    cluster_dns: Option<Ipv4Addr>,
+    /// Cluster domain of the search path.
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -92,6 +99,10 @@ fn main() {
                     nodes: cli.nodes,
                     base_port: cli.base_port,
                     listen_ip: cli.listen_ip,
+                    cluster_dns: cli.cluster_dns.map(|server| kubelet::dns::ClusterDns {
+                        server,
+                        domain: cli.cluster_domain.clone(),
+                    }),
                 };
                 kubelet::run(cfg).await
             }

@@ -7,6 +7,7 @@
 
 pub mod atomic;
 pub mod cleanup;
+pub mod dns;
 pub mod envvars;
 pub mod images;
 pub mod launch;
@@ -47,6 +48,8 @@ pub struct Config {
     pub nodes: usize,
     pub base_port: u16,
     pub listen_ip: Ipv4Addr,
+    /// The cluster DNS pods are pointed at (`--cluster-dns`); none: the node's resolver.
+    pub cluster_dns: Option<dns::ClusterDns>,
 }
 
 /// A client from a kubeconfig file (the admin one: the kubelet acts for all its nodes).
@@ -175,6 +178,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         exe,
         gates,
         changes: changes.clone(),
+        cluster_dns: cfg.cluster_dns.clone(),
         shutdown: CancellationToken::new(),
         recorders: defs
             .iter()

@@ -1,7 +1,8 @@
 //! Pod networking: one network namespace per pod, a veth pair to the launcher's bridge
 //! `vkbr0`, an address from 198.18.1.1–198.18.255.254 with prefix /15 and no default route
 //! (so nothing a pod sends can leave the machine; the on-link /15 reaches other pods and the
-//! apiserver on 198.18.0.1).
+//! apiserver on 198.18.0.1). Service ClusterIPs (198.19.0.0/16, inside that /15) are routed
+//! through the host, where kube-proxy translates them.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -18,6 +19,12 @@ pub const PREFIX_LEN: u8 = 15;
 /// pod cut from the apiserver (a blackhole route to 198.18.0.1 in its namespace) still
 /// answers its probes, as on a real node where kubelet and apiserver are different hosts.
 pub const PROBE_SOURCE: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+/// The Service ClusterIP range (e2e/cluster.sh's SERVICE_CIDR), and the host side of the
+/// bridge that kube-proxy's rules on the host translate it at. Without the route a pod would
+/// look for a ClusterIP on the link, where nothing answers.
+pub const SERVICE_CIDR: &str = "198.19.0.0/16";
+pub const GATEWAY: &str = "198.18.0.1";
 
 const FIRST: u32 = u32::from_be_bytes([198, 18, 1, 1]);
 const LAST: u32 = u32::from_be_bytes([198, 18, 255, 254]);
@@ -121,6 +128,18 @@ pub async fn setup_pod_network(uid: &str, addr: Ipv4Addr) -> anyhow::Result<()> 
         ip(&["-n", &ns, "addr", "add", &cidr, "dev", "eth0"]).await?;
     }
     ip(&["-n", &ns, "link", "set", "eth0", "up"]).await?;
+    ip(&[
+        "-n",
+        &ns,
+        "route",
+        "replace",
+        SERVICE_CIDR,
+        "via",
+        GATEWAY,
+        "dev",
+        "eth0",
+    ])
+    .await?;
     Ok(())
 }
 

@@ -42,6 +42,7 @@ pub struct Shared {
     /// Per node: true while the node is "stopped" by the fault hook.
     pub gates: BTreeMap<String, watch::Receiver<bool>>,
     pub changes: broadcast::Sender<ObjectChange>,
+    pub cluster_dns: Option<super::dns::ClusterDns>,
     /// Kubelet shutdown (SIGTERM): stop pods but keep the Pod objects.
     pub shutdown: CancellationToken,
     /// Per node: events as the kubelet reports them (`kubectl describe pod`). The events
@@ -621,6 +622,11 @@ async fn run_containers(ctx: Arc<PodCtx>, init_done: Vec<bool>) {
     if let Err(e) = volumes::write_etc_hosts(&ctx.dir, &ctx.pod(), &ip.to_string()) {
         tracing::warn!(error = %e, "writing /etc/hosts");
     }
+    let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let resolv = super::dns::resolv_conf(&ctx.pod(), ctx.shared.cluster_dns.as_ref(), &host_resolv);
+    if let Err(e) = std::fs::write(ctx.dir.join("etc-resolv.conf"), resolv) {
+        tracing::warn!(error = %e, "writing /etc/resolv.conf");
+    }
     // 3. init containers, in order
     let spec = ctx.pod().spec.unwrap_or_default();
     let mut sidecars = Vec::new();
@@ -979,6 +985,14 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
                     volumes::MountSpec {
                         source: ctx.dir.join("etc-hosts"),
                         target: "/etc/hosts".into(),
+                        read_only: false,
+                    },
+                );
+                m.insert(
+                    1,
+                    volumes::MountSpec {
+                        source: ctx.dir.join("etc-resolv.conf"),
+                        target: "/etc/resolv.conf".into(),
                         read_only: false,
                     },
                 );
