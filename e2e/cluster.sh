@@ -289,6 +289,27 @@ dns_up() {
   log "cluster DNS serving at $DNS_SERVICE_IP ($CLUSTER_DOMAIN)"
 }
 
+# cert-manager, installed as users install it: its own Helm chart (from its Go module) with its
+# CRDs. Ready when its webhook admits a cert-manager object (server-side dry run).
+cert_manager_up() {
+  local v=v$CERT_MANAGER_VERSION
+  "$HELM" upgrade --install cert-manager "$CACHE/cert-manager-$v/chart" --namespace cert-manager \
+    --create-namespace --kubeconfig "$LC_DIR/kubeconfig" --set crds.enabled=true \
+    --set startupapicheck.enabled=false --set image.tag=$v --set webhook.image.tag=$v \
+    --set cainjector.image.tag=$v --set acmesolver.image.tag=$v --wait --timeout 180s >/dev/null \
+    || die "cert-manager did not install: $KUBECTL -n cert-manager get pods; logs in $LOGS"
+  cert_manager_admits() {
+    $KUBECTL apply --dry-run=server -f - <<EOF
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata: {name: readiness-check, namespace: cert-manager}
+spec: {selfSigned: {}}
+EOF
+  }
+  wait_for "cert-manager's webhook to admit objects" 120 cert_manager_admits
+  log "cert-manager $v running (controller, webhook, cainjector)"
+}
+
 # ---------------------------------------------------------------- images
 write_image_map() {
   local dir
@@ -305,6 +326,11 @@ write_image_map() {
     echo "  valkey-operator:dev: {path: \"$dir\", entrypoint: [valkey-operator]}"
     echo "  registry.local/sleep:1: {path: /bin, entrypoint: [sleep, infinity]}"
     echo "  registry.local/coredns:$COREDNS_VERSION: {path: \"$CACHE/coredns-v$COREDNS_VERSION/bin\", entrypoint: [coredns]}"
+    # The images cert-manager's own chart names, as the one binary of e2e/tools/cert-manager.
+    local component
+    for component in controller webhook cainjector; do
+      echo "  quay.io/jetstack/cert-manager-$component:v$CERT_MANAGER_VERSION: {path: \"$CACHE/cert-manager-v$CERT_MANAGER_VERSION/bin\", entrypoint: [cert-manager, $component]}"
+    done
     echo "  redis:7.0-tls: {path: /usr/bin, entrypoint: [redis-server]}"
   } > "$LC_DIR/images.yaml"
 }
@@ -335,6 +361,7 @@ kubelet_up() {
   # kube-proxy once its node exists (it reads the node's addresses), then DNS behind it.
   service_routing_up
   dns_up
+  cert_manager_up
 }
 
 nodes_ready() {
@@ -366,24 +393,40 @@ project_up() {
 # The operator is installed with its Helm chart (charts/valkey-operator: CRDs, RBAC, Deployment,
 # Services, webhook configuration) and runs as a pod (image valkey-operator:dev maps to the
 # freshly built binary), so the chart, its RBAC, the service-account token and in-cluster
-# config are exercised for real. No cert-manager here: the webhook certificate is signed by the
-# cluster CA and given to the chart as webhook.caBundle.
+# config are exercised for real. The webhook certificate comes the chart's default way:
+# cert-manager issues it and injects its CA into the webhook configuration and the CRDs.
+# LC_WEBHOOK_CERT=ca-bundle takes the other supported way instead: a certificate signed by the
+# cluster CA, given to the chart as webhook.caBundle.
 operator_up() {
   local ns=valkey-operator-system
   $KUBECTL create namespace "$ns" --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
   # Like a production cluster: the operator's namespace admits only `restricted` pods.
   $KUBECTL label namespace "$ns" --overwrite pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/enforce-version=latest >/dev/null
-  local whsvc=valkey-operator-webhook.$ns.svc
-  gen_cert webhook "/CN=$whsvc" \
-    "DNS:valkey-operator-webhook,DNS:valkey-operator-webhook.$ns,DNS:$whsvc,DNS:$whsvc.cluster.local"
-  $KUBECTL -n "$ns" create secret tls valkey-operator-webhook-cert \
-    --cert="$PKI/webhook.crt" --key="$PKI/webhook.key" --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
+  local whsvc=valkey-operator-webhook.$ns.svc cert_args=() ca_file
+  if [ "${LC_WEBHOOK_CERT:-cert-manager}" = ca-bundle ]; then
+    gen_cert webhook "/CN=$whsvc" \
+      "DNS:valkey-operator-webhook,DNS:valkey-operator-webhook.$ns,DNS:$whsvc,DNS:$whsvc.cluster.local"
+    # Replaces whatever cert-manager put there (the Secret is ours now, not its).
+    $KUBECTL -n "$ns" delete certificate valkey-operator-webhook --ignore-not-found >/dev/null 2>&1 || true
+    $KUBECTL -n "$ns" create secret tls valkey-operator-webhook-cert \
+      --cert="$PKI/webhook.crt" --key="$PKI/webhook.key" --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
+    cert_args=(--set webhook.certManager.enabled=false --set-string "webhook.caBundle=$(base64 -w0 < "$PKI/ca.crt")")
+    ca_file=$PKI/ca.crt
+  else
+    cert_args=(--set webhook.certManager.enabled=true --set-string webhook.caBundle=)
+    ca_file=$LC_DIR/webhook-ca.crt
+  fi
   "$HELM" upgrade --install valkey-operator "$REPO/charts/valkey-operator" --namespace "$ns" \
-    --kubeconfig "$LC_DIR/kubeconfig" -f "$REPO/e2e/chart-values.yaml" \
-    --set-string "webhook.caBundle=$(base64 -w0 < "$PKI/ca.crt")" >/dev/null \
+    --kubeconfig "$LC_DIR/kubeconfig" -f "$REPO/e2e/chart-values.yaml" "${cert_args[@]}" >/dev/null \
     || die "helm could not install charts/valkey-operator"
-  log "chart installed (helm release valkey-operator in $ns)"
+  log "chart installed (helm release valkey-operator in $ns; webhook certificate: ${LC_WEBHOOK_CERT:-cert-manager})"
+  if [ "${LC_WEBHOOK_CERT:-cert-manager}" != ca-bundle ]; then
+    # The Secret exists once cert-manager issued it; the pod cannot start before.
+    $KUBECTL -n "$ns" wait --for=condition=Ready certificate/valkey-operator-webhook --timeout=120s >/dev/null \
+      || die "cert-manager did not issue the webhook certificate: $KUBECTL -n $ns describe certificate valkey-operator-webhook"
+    $KUBECTL -n "$ns" get secret valkey-operator-webhook-cert -o jsonpath='{.data.ca\.crt}' | base64 -d > "$ca_file"
+  fi
   # A rebuilt binary is picked up by restarting the pod.
   $KUBECTL -n "$ns" rollout restart deployment/valkey-operator >/dev/null
   $KUBECTL -n "$ns" rollout status deployment/valkey-operator --timeout=120s >/dev/null \
@@ -395,9 +438,20 @@ operator_up() {
     local ip
     ip=$($KUBECTL -n "$ns" get endpoints valkey-operator-webhook \
       -o jsonpath='{.subsets[0].addresses[0].ip}' 2>/dev/null) && [ -n "$ip" ] \
-      && curl -sf --cacert "$PKI/ca.crt" --resolve "$whsvc:9443:$ip" "https://$whsvc:9443/healthz"
+      && curl -sf --cacert "$ca_file" --resolve "$whsvc:9443:$ip" "https://$whsvc:9443/healthz"
   }
   wait_for "the admission webhook to serve" 60 webhook_serving
+  # The API server trusts it: the CA is in the webhook configuration (injected by cert-manager's
+  # cainjector, or the chart's caBundle) and a server-side dry run goes through the webhook.
+  webhook_admits() {
+    $KUBECTL apply --dry-run=server -f - <<EOF
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyImage
+metadata: {name: webhook-readiness-check}
+spec: {repository: valkey/valkey, tag: 9.1.2, version: 9.1.2}
+EOF
+  }
+  wait_for "the API server to call the admission webhook" 60 webhook_admits
   log "admission and conversion webhooks serving"
 }
 

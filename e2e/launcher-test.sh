@@ -4,8 +4,10 @@
 #   1. a second `up` builds nothing and restarts no control-plane process; 10 ups in a row
 #      succeed, and one after a user edited a sample keeps the edit;
 #   2. `up` after a run that was killed (processes gone, namespaces and links left) recovers;
-#   3. `down` leaves no process, network namespace, link or bridge behind;
-#   4. `up` after `down` works.
+#   3. `down` leaves no process, network namespace, link, bridge or kube-proxy rule behind, and
+#      gives the host back its ip_forward setting;
+#   4. `up` after `down` works, with the webhook certificate the other supported way
+#      (webhook.caBundle from the cluster CA instead of cert-manager).
 # Prints one line per check and a closing "N passed, N failed" line.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,6 +17,8 @@ CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
 KUBECTL="$CACHE/k8s-v$K8S_VERSION/bin/kubectl --kubeconfig $LC_DIR/kubeconfig"
 export LC_SAMPLES=0   # the samples are not what these checks are about; keep them fast
 passed=0; failed=0
+# What the host had before the cluster set ip_forward (cluster.sh keeps it for `down`).
+IP_FORWARD_BEFORE=$(cat "$LC_DIR/ip_forward.orig" 2>/dev/null || cat /proc/sys/net/ipv4/ip_forward)
 check() { # name command...
   local name=$1; shift
   if "$@"; then echo "ok   - $name"; passed=$((passed + 1)); else echo "FAIL - $name"; failed=$((failed + 1)); fi
@@ -22,8 +26,9 @@ check() { # name command...
 pids_of() { for f in "$LC_DIR"/pids/*.pid; do [ -e "$f" ] && cat "$f"; done | sort | tr '\n' ' '; }
 nodes_ready() { [ "$($KUBECTL get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 3 ]; }
 leftovers() {
-  pgrep -af "$CACHE/(k8s|etcd)-v"; pgrep -ax vk-kubelet; pgrep -af "valkey-server /etc/valkey"
+  pgrep -af "$CACHE/(k8s|etcd|coredns|cert-manager)-v"; pgrep -ax vk-kubelet; pgrep -af "valkey-server /etc/valkey"
   ip netns list | grep '^vkp-'; ip -o link show | grep -E ': (vkh|vkbr0)'
+  iptables -t nat -S | grep KUBE- | head -3
 }
 nothing_left() {
   # Processes killed by `down` may take a moment to be gone.
@@ -32,8 +37,10 @@ nothing_left() {
   return 1
 }
 nothing_left_now() {
-  ! pgrep -f "$CACHE/(k8s|etcd)-v" >/dev/null \
+  local nat; nat=$(iptables -t nat -S 2>/dev/null)
+  ! pgrep -f "$CACHE/(k8s|etcd|coredns|cert-manager)-v" >/dev/null \
     && ! pgrep -x vk-kubelet >/dev/null \
+    && [[ $nat != *KUBE-* ]] \
     && ! pgrep -f "valkey-server /etc/valkey" >/dev/null \
     && ! ip netns list | grep -q '^vkp-' \
     && ! ip -o link show | grep -qE ': (vkh|vkbr0)'
@@ -90,15 +97,19 @@ check "up after a killed run has 3 Ready nodes" nodes_ready
 
 # 3. down leaves nothing.
 bash "$REPO/e2e/cluster.sh" down >/dev/null 2>&1
-check "down leaves no process, namespace, link or bridge" nothing_left
+check "down leaves no process, namespace, link, bridge or kube-proxy rule" nothing_left
+check "down gives the host back its ip_forward setting" test "$(cat /proc/sys/net/ipv4/ip_forward)" = "$IP_FORWARD_BEFORE"
 
-# 4. up after down.
+# 4. up after down, the operator's webhook on a caBundle certificate (cluster.sh waits until the
+#    API server calls the webhook with it).
 start=$SECONDS
-bash "$REPO/e2e/cluster.sh" up >"$LC_DIR/logs/launcher-test-up-after-down.log" 2>&1; rc=$?
+LC_WEBHOOK_CERT=ca-bundle bash "$REPO/e2e/cluster.sh" up >"$LC_DIR/logs/launcher-test-up-after-down.log" 2>&1; rc=$?
 [ "$rc" = 0 ] || tail -20 "$LC_DIR/logs/launcher-test-up-after-down.log"
 echo "up after down: ${rc} in $((SECONDS - start))s"
 check "up after down succeeds" test "$rc" = 0
 check "up after down has 3 Ready nodes" nodes_ready
+check "up after down serves the webhook on the caBundle certificate" \
+  grep -q 'webhook certificate: ca-bundle' "$LC_DIR/logs/launcher-test-up-after-down.log"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

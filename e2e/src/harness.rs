@@ -180,3 +180,34 @@ where
         tokio::time::sleep(every).await;
     }
 }
+
+/// Server-side applies every object of a multi-document YAML text (any kind the API server
+/// knows, namespaced or not), as `kubectl apply --server-side` would.
+pub async fn apply_yaml(client: &Client, text: &str) -> anyhow::Result<()> {
+    use serde::Deserialize as _;
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let value = serde_json::to_value(serde_yaml::Value::deserialize(doc)?)?;
+        if value.is_null() {
+            continue;
+        }
+        let obj: kube::api::DynamicObject = serde_json::from_value(value.clone())?;
+        let gvk =
+            kube::api::GroupVersionKind::try_from(obj.types.as_ref().context("apiVersion/kind")?)?;
+        let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+        let api: Api<kube::api::DynamicObject> =
+            match (caps.scope, obj.metadata.namespace.as_deref()) {
+                (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                    Api::namespaced_with(client.clone(), ns, &resource)
+                }
+                _ => Api::all_with(client.clone(), &resource),
+            };
+        let name = obj.metadata.name.clone().context("metadata.name")?;
+        api.patch(
+            &name,
+            &kube::api::PatchParams::apply("e2e").force(),
+            &kube::api::Patch::Apply(&value),
+        )
+        .await?;
+    }
+    Ok(())
+}

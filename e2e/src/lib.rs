@@ -7,6 +7,8 @@
 //!   working from the kubelet's state files.
 //! * [`state`]: the on-disk layout both of them share.
 
+pub mod certs;
+pub mod dns;
 pub mod faults;
 pub mod harness;
 pub mod kubelet;

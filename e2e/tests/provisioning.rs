@@ -16,7 +16,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
+use valkey_e2e::harness::{
+    TestNamespace, apply_yaml, client, delete_cluster_scoped, random_suffix, wait_for,
+};
 use valkey_e2e::valkey::{kill_operator, member_pods, operator_driver, wait_state};
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
 use valkey_operator::driver::{ClusterDriver, MemberAddr};
@@ -27,34 +29,6 @@ const APP_PASSWORD: &str = "e2e-app-password";
 fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
 }
-
-async fn apply_yaml(client: &Client, text: &str) -> anyhow::Result<()> {
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let value = serde_json::to_value(serde_yaml::Value::deserialize(doc)?)?;
-        if value.is_null() {
-            continue;
-        }
-        let obj: kube::api::DynamicObject = serde_json::from_value(value.clone())?;
-        let gvk =
-            kube::api::GroupVersionKind::try_from(obj.types.as_ref().context("apiVersion/kind")?)?;
-        let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
-        let api: Api<kube::api::DynamicObject> =
-            match (caps.scope, obj.metadata.namespace.as_deref()) {
-                (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                    Api::namespaced_with(client.clone(), ns, &resource)
-                }
-                _ => Api::all_with(client.clone(), &resource),
-            };
-        api.patch(
-            &obj.name_any(),
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&value),
-        )
-        .await?;
-    }
-    Ok(())
-}
-use serde::Deserialize as _;
 
 fn cluster_manifest(
     ns: &str,

@@ -1,0 +1,169 @@
+//! What a real cluster's network gives and ours must too (kube-proxy and CoreDNS of
+//! e2e/cluster.sh): from a pod and from the host, a ValkeyCluster's Service ClusterIP answers
+//! PING, a member's pod DNS name resolves to its IP, and a Deployment behind a Service is
+//! reachable by name.
+#![cfg(feature = "e2e")]
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{LogParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use valkey_e2e::dns::resolve_ipv4;
+use valkey_e2e::harness::{TestNamespace, client, wait_for};
+use valkey_e2e::valkey::member_pods;
+use valkey_e2e::workload::{PASSWORD, active_cluster};
+
+const NAME: &str = "net";
+
+/// `redis-cli ... ping` from the host; Ok(reply) whatever it says, Err when it cannot run.
+fn ping_from_host(host: &str, auth: bool) -> anyhow::Result<String> {
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["-h", host, "-p", "6379"]);
+    if auth {
+        cmd.args(["--user", "app", "--pass", PASSWORD, "--no-auth-warning"]);
+    }
+    let out = cmd.arg("ping").output().context("running redis-cli")?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+async fn cluster_ip(client: &Client, ns: &str, name: &str) -> anyhow::Result<Ipv4Addr> {
+    let svc = Api::<Service>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?;
+    let ip = svc
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .with_context(|| format!("Service {name} has no clusterIP"))?;
+    Ok(ip.parse()?)
+}
+
+/// A Deployment `echo` (a redis-server) behind a Service `echo`.
+async fn echo_service(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let labels = json!({"app": "echo"});
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "echo"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{
+                "name": "redis", "image": "redis:7.0-tls",
+                "args": ["--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "no"],
+                "ports": [{"containerPort": 6379}],
+                "readinessProbe": {"tcpSocket": {"port": 6379}, "periodSeconds": 1}}]}}}
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "echo"},
+        "spec": {"selector": labels, "ports": [{"port": 6379, "targetPort": 6379}]}
+    }))?;
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &service)
+        .await?;
+    Ok(())
+}
+
+/// Runs `script` in a pod of `ns` (restartPolicy Never) and returns its output once it
+/// succeeded.
+async fn run_in_pod(client: &Client, ns: &str, script: &str) -> anyhow::Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "probe", "image": "registry.local/sleep:1", "command": ["sh", "-c", script]}]}
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let phase = wait_for(
+        "the probe pod to finish",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || async {
+            let p = pods.get("probe").await?;
+            let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+            Ok(matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase))
+        },
+    )
+    .await?;
+    let logs = pods.logs("probe", &LogParams::default()).await?;
+    ensure!(phase == "Succeeded", "the probe pod {phase}:\n{logs}");
+    Ok(logs)
+}
+
+fn line<'a>(logs: &'a str, label: &str) -> &'a str {
+    logs.lines()
+        .find_map(|l| l.strip_prefix(&format!("{label} ")))
+        .unwrap_or("")
+        .trim()
+}
+
+#[tokio::test]
+async fn services_route_and_names_resolve_from_pods_and_the_host() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "net").await?;
+    let ns = ns.name.as_str();
+    let menu = active_cluster(&client, ns, NAME, "9.1.2", (1, 1)).await?;
+    echo_service(&client, ns).await?;
+
+    let members = member_pods(&client, ns, NAME).await?;
+    let member = members.first().context("no member pods")?;
+    let member_ip: Ipv4Addr = member
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .context("member without an IP")?
+        .parse()?;
+    let member_name = format!("{}.{NAME}-nodes.{ns}.svc.cluster.local", member.name_any());
+    let service_ip = cluster_ip(&client, ns, NAME).await?;
+
+    // From the host, through the cluster DNS and kube-proxy.
+    assert_eq!(resolve_ipv4(&member_name).await?, vec![member_ip]);
+    assert_eq!(
+        resolve_ipv4(&format!("{NAME}.{ns}.svc.cluster.local")).await?,
+        vec![service_ip]
+    );
+    let reply = ping_from_host(&service_ip.to_string(), true)?;
+    assert_eq!(
+        reply, "PONG",
+        "the cluster's Service ClusterIP from the host"
+    );
+    let echo_ip = cluster_ip(&client, ns, "echo").await?;
+    assert_eq!(
+        resolve_ipv4(&format!("echo.{ns}.svc.cluster.local")).await?,
+        vec![echo_ip]
+    );
+    wait_for(
+        "the echo Deployment to answer through its Service from the host",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            match ping_from_host(&echo_ip.to_string(), false)?.as_str() {
+                "PONG" => Ok(Some(())),
+                other => bail!("echo said {other:?}"),
+            }
+        },
+    )
+    .await?;
+
+    // From a pod: its resolv.conf points at the cluster DNS with the namespace's search path,
+    // so short names work as they do on a real cluster.
+    let script = format!(
+        "echo \"member $(getent hosts {member_name} | awk '{{print $1}}')\"\n\
+         echo \"cluster $(redis-cli -h {NAME} --user app --pass {PASSWORD} --no-auth-warning ping)\"\n\
+         echo \"echo $(redis-cli -h echo ping)\"\n\
+         echo \"echo-fqdn $(redis-cli -h echo.{ns}.svc.cluster.local ping)\"\n\
+         echo \"resolv $(grep -c '^nameserver 198.19.0.10$' /etc/resolv.conf)\"\n"
+    );
+    let logs = run_in_pod(&client, ns, &script).await?;
+    assert_eq!(line(&logs, "member"), member_ip.to_string(), "{logs}");
+    assert_eq!(line(&logs, "cluster"), "PONG", "{logs}");
+    assert_eq!(line(&logs, "echo"), "PONG", "{logs}");
+    assert_eq!(line(&logs, "echo-fqdn"), "PONG", "{logs}");
+    assert_eq!(line(&logs, "resolv"), "1", "{logs}");
+    menu.remove(&client).await
+}
