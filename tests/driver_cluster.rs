@@ -189,7 +189,7 @@ async fn forms_three_primaries_with_one_replica_each(build: ValkeyBuild) {
         assert_eq!(obs.myself().map(|n| &n.id), Some(&obs.id));
         let expected = match build {
             ValkeyBuild::V9_0 => Version::new(9, 0, 0),
-            ValkeyBuild::V9_1 => Version::new(9, 1, 2),
+            ValkeyBuild::V9_1 | ValkeyBuild::V9_1Tls => Version::new(9, 1, 2),
         };
         assert_eq!(obs.server.version, expected);
         assert!(obs.server.cluster_mode);

@@ -6,17 +6,23 @@
 //! `GETSLOTMIGRATIONS`, `CANCELSLOTMIGRATIONS`, `SETSLOT ... <node-id>`, `MEET` with a bus
 //! port, `MIGRATE ... AUTH2`), and one path for all commands keeps timeouts, error
 //! labelling and reply parsing uniform.
+//!
+//! A TLS cluster differs only by [`DriverConfig::tls`]: the same clients connect with rustls
+//! (ring), trusting the CA bundle given and verifying each member's certificate against the
+//! configured server name (members are reached by IP; see [`super::tls`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, Config, ConnectionConfig, PerformanceConfig, ServerConfig};
+use fred::types::config::{Server, TlsConfig, TlsConnector, TlsHostMapping};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use futures::future::BoxFuture;
 
 use super::parse::{self, Reply};
 use super::slots::format_range;
+use super::tls::TlsClient;
 use super::{
     ClusterDriver, ClusterInfo, ClusterNode, DriverConfig, DriverError, DriverErrorKind,
     DriverFuture, DriverResult, FailoverMode, MemberAddr, MigrateKeys, NodeId, ReplicationInfo,
@@ -26,14 +32,29 @@ use super::{
 /// The fred-backed driver. Cheap to share behind an `Arc`.
 pub struct FredDriver {
     config: DriverConfig,
+    /// Built once from `config.tls`; Err (bad CA bundle) fails every connection with it.
+    tls: Option<Result<TlsClient, String>>,
     clients: Mutex<HashMap<MemberAddr, fred::clients::Client>>,
 }
 
 impl FredDriver {
     pub fn new(config: DriverConfig) -> Self {
         FredDriver {
+            tls: config.tls.as_ref().map(TlsClient::new),
             config,
             clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The TLS client side, `Ok(None)` for plaintext, Err when the settings are unusable.
+    fn tls_client(&self) -> Result<Option<&TlsClient>, fred::error::Error> {
+        match &self.tls {
+            None => Ok(None),
+            Some(Ok(tls)) => Ok(Some(tls)),
+            Some(Err(e)) => Err(fred::error::Error::new(
+                fred::error::ErrorKind::Config,
+                format!("TLS settings: {e}"),
+            )),
         }
     }
 
@@ -113,18 +134,21 @@ impl FredDriver {
             }
             self.evict(member, &c).await;
         }
-        if self.config.tls.is_some() {
-            return Err(fred::error::Error::new(
-                fred::error::ErrorKind::Config,
-                "TLS is not supported by this driver build yet; connect in plain text or wait \
-                 for TLS support",
-            ));
-        }
+        let tls = self.tls_client()?;
+        let server = Server::new_with_tls(
+            member.host.clone(),
+            member.port,
+            tls.map(|t| t.name_for(member).to_string()),
+        );
         let config = Config {
             fail_fast: true,
             username: Some(self.config.credentials.username.clone()),
             password: Some(self.config.credentials.password.clone()),
-            server: ServerConfig::new_centralized(member.host.clone(), member.port),
+            server: ServerConfig::Centralized { server },
+            tls: tls.map(|t| TlsConfig {
+                connector: TlsConnector::from((*t.config).clone()),
+                hostnames: TlsHostMapping::None,
+            }),
             ..Config::default()
         };
         let connection = ConnectionConfig {
@@ -600,6 +624,35 @@ impl ClusterDriver for FredDriver {
             if let Some(client) = self.cached(member) {
                 self.evict(member, &client).await;
             }
+        })
+    }
+
+    fn served_certificate<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+    ) -> DriverFuture<'a, Option<Vec<u8>>> {
+        Box::pin(async move {
+            const L: &str = "TLS handshake";
+            let err = |kind| DriverError {
+                member: member.clone(),
+                command: L.to_owned(),
+                kind,
+            };
+            let tls = match self.tls_client() {
+                Ok(Some(tls)) => tls,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(err(DriverErrorKind::Config(e.details().to_owned()))),
+            };
+            let started = std::time::Instant::now();
+            let result = tls
+                .served_certificate(member, self.config.connect_timeout)
+                .await;
+            if let Some(observer) = &self.config.observer {
+                observer.observe_command(L, started.elapsed(), result.is_ok());
+            }
+            result
+                .map(Some)
+                .map_err(|e| err(DriverErrorKind::Connect(e)))
         })
     }
 }

@@ -9,6 +9,7 @@ pub mod fred;
 pub mod migrate;
 pub mod parse;
 pub mod testing;
+pub mod tls;
 
 use std::fmt;
 use std::time::Duration;
@@ -50,12 +51,16 @@ impl fmt::Debug for Credentials {
     }
 }
 
-/// TLS settings for driver connections (PEM). Reserved: the driver rejects a config that
-/// sets it until TLS support lands, rather than silently connecting in plain text.
+/// TLS for driver connections: set for a TLS cluster, where every connection (commands,
+/// `MIGRATE`'s own connections aside: members make those) is TLS with rustls, verifying the
+/// member's certificate. Plaintext and TLS clusters differ only by this value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsSettings {
+    /// PEM bundle of the CA certificates to trust (every `CERTIFICATE` block: old and new CA
+    /// during a CA rotation).
     pub ca_pem: String,
-    /// Server name to verify; defaults to the member host.
+    /// Name every member's certificate is verified against (the operator uses the cluster's
+    /// `<cluster>.<namespace>.svc.cluster.local`); `None`: the member's host.
     pub server_name: Option<String>,
 }
 
@@ -374,6 +379,13 @@ pub trait ClusterDriver: Send + Sync {
 
     /// Drops any cached connection to the member (e.g. once it has left the cluster).
     fn disconnect<'a>(&'a self, member: &'a MemberAddr) -> BoxFuture<'a, ()>;
+
+    /// The leaf certificate (DER) the member serves, read by a TLS handshake of its own with
+    /// the driver's verification; `Ok(None)` when the driver is not configured for TLS.
+    fn served_certificate<'a>(
+        &'a self,
+        member: &'a MemberAddr,
+    ) -> DriverFuture<'a, Option<Vec<u8>>>;
 }
 
 #[cfg(test)]

@@ -2,8 +2,10 @@
 //! driver-only cluster formation. Used by `tests/driver_*.rs` and the
 //! `driver-formation-floor` binary; not used by the operator itself.
 //!
-//! Binaries come from `VALKEY_SERVER_9_0` / `VALKEY_SERVER_9_1`, falling back to the cache
-//! that `e2e/tools/install.sh` fills (`~/.cache/valkey-operator/valkey-<v>/bin`).
+//! Binaries come from `VALKEY_SERVER_9_0` / `VALKEY_SERVER_9_1` / `VALKEY_SERVER_9_1_TLS`,
+//! falling back to the cache that `e2e/tools/install.sh` fills
+//! (`~/.cache/valkey-operator/valkey-<v>/bin`; the TLS-capable build in `valkey-9.1.2-tls`).
+//! Servers started with [`TlsMaterial`] are TLS-only, as the operator renders TLS members.
 
 use std::future::Future;
 use std::net::{TcpListener, TcpStream};
@@ -63,15 +65,20 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HarnessError {
 pub enum ValkeyBuild {
     V9_0,
     V9_1,
+    /// Valkey 9.1.2 built with TLS (`BUILD_TLS=yes`): the only build that can run
+    /// [`LocalServers::start_tls`].
+    V9_1Tls,
 }
 
 impl ValkeyBuild {
+    /// The plaintext builds every driver test runs against.
     pub const ALL: [ValkeyBuild; 2] = [ValkeyBuild::V9_0, ValkeyBuild::V9_1];
 
     fn env_var(self) -> &'static str {
         match self {
             ValkeyBuild::V9_0 => "VALKEY_SERVER_9_0",
             ValkeyBuild::V9_1 => "VALKEY_SERVER_9_1",
+            ValkeyBuild::V9_1Tls => "VALKEY_SERVER_9_1_TLS",
         }
     }
 
@@ -79,6 +86,7 @@ impl ValkeyBuild {
         match self {
             ValkeyBuild::V9_0 => "valkey-9.0.0",
             ValkeyBuild::V9_1 => "valkey-9.1.2",
+            ValkeyBuild::V9_1Tls => "valkey-9.1.2-tls",
         }
     }
 
@@ -165,6 +173,15 @@ fn next_port_pair() -> Option<u16> {
     None
 }
 
+/// A certificate, its key and the CA bundle (PEM), as a `kubernetes.io/tls` Secret holds
+/// them. TLS test servers read them from `tls.crt`, `tls.key` and `ca.crt` in their directory.
+#[derive(Clone, Debug)]
+pub struct TlsMaterial {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub ca_pem: String,
+}
+
 /// One `valkey-server` child process with its own temporary directory.
 /// Killed (and its directory removed) on drop, including during a panic.
 pub struct ServerProcess {
@@ -205,6 +222,31 @@ impl ServerProcess {
             None => false,
         }
     }
+
+    /// The process id (stays the same across a certificate reload: no restart).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Replaces the TLS files in the server's directory, each by an atomic rename (as the
+    /// kubelet swaps a Secret volume's content). The server keeps what it loaded until it
+    /// reloads them.
+    pub fn write_tls(&self, tls: &TlsMaterial) -> Result<(), HarnessError> {
+        write_tls_files(&self.dir, tls)
+    }
+}
+
+fn write_tls_files(dir: &Path, tls: &TlsMaterial) -> Result<(), HarnessError> {
+    for (name, content) in [
+        ("tls.crt", &tls.cert_pem),
+        ("tls.key", &tls.key_pem),
+        ("ca.crt", &tls.ca_pem),
+    ] {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, content).map_err(io(format!("write {}", tmp.display())))?;
+        std::fs::rename(&tmp, dir.join(name)).map_err(io(format!("rename to {name}")))?;
+    }
+    Ok(())
 }
 
 impl Drop for ServerProcess {
@@ -228,6 +270,10 @@ pub struct LocalServers {
     pub credentials: Credentials,
     pub servers: Vec<ServerProcess>,
     default_user_line: String,
+    /// Set: TLS-only servers (`port 0`, TLS client port, bus and replication).
+    tls: Option<TlsMaterial>,
+    /// Lines appended to every server's valkey.conf.
+    extra_conf: String,
 }
 
 impl LocalServers {
@@ -252,6 +298,37 @@ impl LocalServers {
             credentials,
             servers: Vec::with_capacity(count),
             default_user_line: default_user_line.to_owned(),
+            tls: None,
+            extra_conf: String::new(),
+        };
+        for _ in 0..count {
+            let server = set.spawn_one(&binary).await?;
+            set.servers.push(server);
+        }
+        Ok(set)
+    }
+
+    /// Starts `count` TLS-only servers of a TLS-capable `build` serving `tls`, configured as
+    /// the operator configures TLS members (`port 0`, `tls-port`, `tls-cluster yes`,
+    /// `tls-replication yes`, `tls-auth-clients no`), and waits until each accepts
+    /// connections. `extra` lines are appended to each valkey.conf.
+    pub async fn start_tls(
+        build: ValkeyBuild,
+        count: usize,
+        tls: &TlsMaterial,
+        extra: &str,
+    ) -> Result<LocalServers, HarnessError> {
+        let binary = build.binary()?;
+        let mut set = LocalServers {
+            build,
+            credentials: Credentials {
+                username: ADMIN_USER.to_owned(),
+                password: unique_token(),
+            },
+            servers: Vec::with_capacity(count),
+            default_user_line: DEFAULT_USER_LINE.to_owned(),
+            tls: Some(tls.clone()),
+            extra_conf: extra.to_owned(),
         };
         for _ in 0..count {
             let server = set.spawn_one(&binary).await?;
@@ -288,6 +365,9 @@ impl LocalServers {
             self.default_user_line
         );
         std::fs::write(dir.join("users.acl"), acl).map_err(io("write ACL file"))?;
+        if let Some(tls) = &self.tls {
+            write_tls_files(&dir, tls)?;
+        }
         // A config file (not flags) so that CONFIG REWRITE works as in production.
         std::fs::write(dir.join("valkey.conf"), self.server_conf(port, &dir))
             .map_err(io("write valkey.conf"))?;
@@ -326,8 +406,22 @@ impl LocalServers {
 
     /// valkey.conf of a test server on `port` keeping its files in `dir`.
     fn server_conf(&self, port: u16, dir: &Path) -> String {
+        let listen = match &self.tls {
+            None => format!("port {port}\n"),
+            Some(_) => format!(
+                "port 0\n\
+                 tls-port {port}\n\
+                 tls-cluster yes\n\
+                 tls-replication yes\n\
+                 tls-auth-clients no\n\
+                 tls-cert-file {dir}/tls.crt\n\
+                 tls-key-file {dir}/tls.key\n\
+                 tls-ca-cert-file {dir}/ca.crt\n",
+                dir = dir.display()
+            ),
+        };
         format!(
-            "port {port}\n\
+            "{listen}\
              bind 127.0.0.1\n\
              protected-mode no\n\
              cluster-enabled yes\n\
@@ -342,10 +436,12 @@ impl LocalServers {
              masterauth {password}\n\
              save \"\"\n\
              appendonly no\n\
-             daemonize no\n",
+             daemonize no\n\
+             {extra}\n",
             bus = port + 10000,
             dir = dir.display(),
             password = self.credentials.password,
+            extra = self.extra_conf,
         )
     }
 }

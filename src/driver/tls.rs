@@ -1,0 +1,93 @@
+//! TLS for driver connections: the rustls client configuration (ring provider) that trusts
+//! exactly the CA certificates of a cluster's Secret, and a handshake that reads the
+//! certificate a member serves (how the operator sees that a renewed certificate is in use).
+//!
+//! Members are reached by pod IP; the server certificate is verified against
+//! [`TlsSettings::server_name`] (the cluster's name `<cluster>.<namespace>.svc.cluster.local`,
+//! one of the two names every member certificate must carry), never by skipping verification.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+
+use super::{MemberAddr, TlsSettings};
+
+/// A ready-to-use client configuration and the name certificates are verified against.
+#[derive(Clone, Debug)]
+pub struct TlsClient {
+    pub config: Arc<ClientConfig>,
+    /// `None`: the member's host (IP or name) is verified.
+    pub server_name: Option<String>,
+}
+
+impl TlsClient {
+    /// Builds the client side from the settings: every `CERTIFICATE` block of `ca_pem` is a
+    /// trust anchor (a bundle holding the old and the new CA during a CA rotation trusts
+    /// both). Err says what is wrong with the settings.
+    pub fn new(settings: &TlsSettings) -> Result<TlsClient, String> {
+        let mut roots = RootCertStore::empty();
+        let mut count = 0;
+        for cert in CertificateDer::pem_slice_iter(settings.ca_pem.as_bytes()) {
+            let cert = cert.map_err(|e| format!("the CA bundle is not valid PEM: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("a CA certificate cannot be used as a trust anchor: {e}"))?;
+            count += 1;
+        }
+        if count == 0 {
+            return Err("the CA bundle holds no CERTIFICATE block".to_string());
+        }
+        if let Some(name) = &settings.server_name {
+            ServerName::try_from(name.as_str())
+                .map_err(|e| format!("{name:?} is not a server name to verify: {e}"))?;
+        }
+        let config =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS protocol versions: {e}"))?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        Ok(TlsClient {
+            config: Arc::new(config),
+            server_name: settings.server_name.clone(),
+        })
+    }
+
+    /// The name the member's certificate is verified against.
+    pub fn name_for<'a>(&'a self, member: &'a MemberAddr) -> &'a str {
+        self.server_name.as_deref().unwrap_or(&member.host)
+    }
+
+    /// Connects to the member, completes a verified handshake and returns the leaf certificate
+    /// it presented (DER), then closes. Err: connection or verification failure, in words.
+    pub async fn served_certificate(
+        &self,
+        member: &MemberAddr,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, String> {
+        let name = ServerName::try_from(self.name_for(member).to_string())
+            .map_err(|e| format!("bad server name: {e}"))?;
+        let connector = tokio_rustls::TlsConnector::from(self.config.clone());
+        let handshake = async {
+            let tcp = tokio::net::TcpStream::connect((member.host.as_str(), member.port))
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            let tls = connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+            let (_, session) = tls.get_ref();
+            session
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|leaf| leaf.as_ref().to_vec())
+                .ok_or_else(|| "the member presented no certificate".to_string())
+        };
+        tokio::time::timeout(timeout, handshake)
+            .await
+            .map_err(|_| format!("no TLS handshake within {timeout:?}"))?
+    }
+}
