@@ -119,7 +119,9 @@ pub struct ValkeyNodeSpec {
     #[serde(default)]
     pub placement: NodePlacement,
 
-    /// Name of the TLS Secret when the cluster uses TLS.
+    /// Name of the Secret with the certificate when the cluster uses TLS: the operator's own
+    /// copy (`<cluster>-member-tls`) of the cluster's `tls.secretRef`, so pointing
+    /// `tls.secretRef` at another Secret rotates the certificate without changing this spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_secret_ref: Option<String>,
 

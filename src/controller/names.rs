@@ -23,6 +23,30 @@ pub fn acl_secret(cluster: &str) -> String {
     format!("{cluster}-acl")
 }
 
+/// The operator's copy of a TLS cluster's certificate (`spec.tls.secretRef`, validated), the
+/// Secret every member mounts: `<cluster>-member-tls`. Its name never changes, so pointing
+/// `secretRef` at another Secret changes its content (a live rotation), never the members.
+/// Not `<cluster>-tls`, the name users commonly give their own certificate's Secret.
+pub fn tls_secret(cluster: &str) -> String {
+    format!("{cluster}-member-tls")
+}
+
+/// The DNS domain of the Kubernetes cluster, as in the certificate names TLS clusters need.
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// `<cluster>.<namespace>.svc.cluster.local`: the client Service's name, one of the two names a
+/// TLS cluster's certificate must carry, and the name the operator verifies members against.
+pub fn cluster_hostname(cluster: &str, namespace: &str) -> String {
+    format!("{cluster}.{namespace}.svc.{CLUSTER_DOMAIN}")
+}
+
+/// `<member>.<cluster>.<namespace>.svc.cluster.local`: the hostname a TLS cluster's member
+/// announces, covered by the certificate's wildcard `*.<cluster>.<namespace>.svc.cluster.local`.
+/// It resolves because TLS members' pods have the client Service as their subdomain.
+pub fn member_hostname(member: &str, cluster: &str, namespace: &str) -> String {
+    format!("{member}.{}", cluster_hostname(cluster, namespace))
+}
+
 /// Where clusters created by earlier versions kept the operator's passwords (in the cluster's
 /// namespace); moved to [`credentials_secret`] on the next reconcile.
 pub fn operator_secret(cluster: &str) -> String {

@@ -106,6 +106,7 @@ pub fn config_report(catalog: &impl Catalog, name: &str) -> Result<Report, Resol
     let conf = render_valkey_conf(&MemberConf {
         settings: &resolved.valkey,
         tls: false,
+        version: &resolved.image.version,
     });
     let mut report = layout(
         catalog,

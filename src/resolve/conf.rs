@@ -30,13 +30,52 @@ pub mod paths {
 pub const ACL_FILE_KEY: &str = "users.acl";
 pub const REPLICATION_AUTH_KEY: &str = "replication.conf";
 
+/// TLS Secret keys (mounted at [`paths::TLS_DIR`]), as in a `kubernetes.io/tls` Secret.
+pub const TLS_CERT_KEY: &str = "tls.crt";
+pub const TLS_KEY_KEY: &str = "tls.key";
+pub const TLS_CA_KEY: &str = "ca.crt";
+
+/// The TLS files members read, as `(setting, path)`: the same paths a `CONFIG SET` names to
+/// make a member read them again (the operator does so when a member serves another
+/// certificate than its Secret holds).
+pub fn tls_file_settings() -> [(&'static str, String); 3] {
+    [
+        (
+            "tls-cert-file",
+            format!("{}/{TLS_CERT_KEY}", paths::TLS_DIR),
+        ),
+        ("tls-key-file", format!("{}/{TLS_KEY_KEY}", paths::TLS_DIR)),
+        (
+            "tls-ca-cert-file",
+            format!("{}/{TLS_CA_KEY}", paths::TLS_DIR),
+        ),
+    ]
+}
+
+/// Seconds between Valkey's own checks of its TLS files (`tls-auto-reload-interval`, Valkey
+/// 9.1 and later): a renewed certificate is served at most this long after the Secret volume
+/// has been refreshed, whether or not the operator is running.
+pub const TLS_AUTO_RELOAD_SECONDS: u32 = 10;
+
+/// First Valkey version with `tls-auto-reload-interval`.
+pub const TLS_AUTO_RELOAD_SINCE: (u32, u32) = (9, 1);
+
+/// Whether Valkey `version` (`9.1.2`) has `tls-auto-reload-interval`; an unreadable version
+/// does not get it (an unknown key would stop the server from starting).
+pub fn supports_tls_auto_reload(version: &str) -> bool {
+    crate::driver::Version::parse(version)
+        .is_some_and(|v| (v.major, v.minor) >= TLS_AUTO_RELOAD_SINCE)
+}
+
 /// What the renderer needs to know about one member.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberConf<'a> {
     /// Merged settings of the config chain.
     pub settings: &'a BTreeMap<String, String>,
-    /// TLS for clients, replication and the bus.
+    /// TLS-only: clients, replication and the bus.
     pub tls: bool,
+    /// Valkey version of the member's image (version-gated settings).
+    pub version: &'a str,
 }
 
 /// valkey.conf text. The member's IP is not known before its pod runs, so the pod passes
@@ -92,24 +131,35 @@ pub fn forced_settings(member: &MemberConf<'_>) -> Vec<(&'static str, String)> {
         ("dir", paths::DATA_DIR.to_string()),
         ("cluster-config-file", paths::NODES_CONF.to_string()),
         ("aclfile", paths::ACL_FILE.to_string()),
-        // Members are announced by IP (passed on the command line). The hostname is not
-        // announced: cluster clients prefer announced hostnames, which needs cluster DNS that
-        // not every cluster has; TLS will announce it once hostname verification needs it.
-        ("cluster-preferred-endpoint-type", "ip".to_string()),
     ];
     if member.tls {
+        // TLS-only. Members announce a hostname under the certificate's wildcard (passed on
+        // the command line, see the pod builder) and clients are sent there (MOVED, CLUSTER
+        // SLOTS/SHARDS), so a verifying client can check the certificate. Clients present no
+        // certificate: authentication is by ACL user and password.
         forced.extend([
+            ("cluster-preferred-endpoint-type", "hostname".to_string()),
             ("port", "0".to_string()),
             ("tls-port", CLIENT_PORT.to_string()),
             ("tls-cluster", "yes".to_string()),
             ("tls-replication", "yes".to_string()),
-            ("tls-cert-file", format!("{}/tls.crt", paths::TLS_DIR)),
-            ("tls-key-file", format!("{}/tls.key", paths::TLS_DIR)),
-            ("tls-ca-cert-file", format!("{}/ca.crt", paths::TLS_DIR)),
-            ("tls-auth-clients", "optional".to_string()),
         ]);
+        forced.extend(tls_file_settings());
+        forced.push(("tls-auth-clients", "no".to_string()));
+        if supports_tls_auto_reload(member.version) {
+            forced.push((
+                "tls-auto-reload-interval",
+                TLS_AUTO_RELOAD_SECONDS.to_string(),
+            ));
+        }
     } else {
-        forced.push(("port", CLIENT_PORT.to_string()));
+        // Members are announced by IP (passed on the command line). The hostname is not
+        // announced: cluster clients prefer announced hostnames, which needs cluster DNS that
+        // not every cluster has.
+        forced.extend([
+            ("cluster-preferred-endpoint-type", "ip".to_string()),
+            ("port", CLIENT_PORT.to_string()),
+        ]);
     }
     forced
 }
@@ -136,7 +186,11 @@ mod tests {
     }
 
     fn conf(s: &BTreeMap<String, String>, tls: bool) -> String {
-        render_valkey_conf(&MemberConf { settings: s, tls })
+        render_valkey_conf(&MemberConf {
+            settings: s,
+            tls,
+            version: "9.0.0",
+        })
     }
 
     fn directive<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
@@ -208,12 +262,68 @@ mod tests {
         let text = conf(&BTreeMap::new(), true);
         assert_eq!(directive(&text, "port"), vec!["0"]);
         assert_eq!(directive(&text, "tls-port"), vec!["6379"]);
+        assert_eq!(directive(&text, "cluster-port"), vec!["16379"]);
         assert_eq!(directive(&text, "tls-cluster"), vec!["yes"]);
         assert_eq!(directive(&text, "tls-replication"), vec!["yes"]);
         assert_eq!(
             directive(&text, "tls-cert-file"),
             vec!["/etc/valkey-tls/tls.crt"]
         );
+        assert_eq!(
+            directive(&text, "tls-key-file"),
+            vec!["/etc/valkey-tls/tls.key"]
+        );
+        assert_eq!(
+            directive(&text, "tls-ca-cert-file"),
+            vec!["/etc/valkey-tls/ca.crt"]
+        );
+    }
+
+    #[test]
+    fn tls_clients_present_no_certificate_and_are_sent_to_member_hostnames() {
+        let text = conf(&BTreeMap::new(), true);
+        assert_eq!(directive(&text, "tls-auth-clients"), vec!["no"]);
+        assert_eq!(
+            directive(&text, "cluster-preferred-endpoint-type"),
+            vec!["hostname"]
+        );
+        let plain = conf(&BTreeMap::new(), false);
+        assert_eq!(
+            directive(&plain, "cluster-preferred-endpoint-type"),
+            vec!["ip"]
+        );
+        assert!(directive(&plain, "tls-auth-clients").is_empty());
+    }
+
+    #[test]
+    fn tls_members_reload_their_files_by_themselves_from_valkey_9_1() {
+        let render = |version| {
+            render_valkey_conf(&MemberConf {
+                settings: &BTreeMap::new(),
+                tls: true,
+                version,
+            })
+        };
+        assert_eq!(
+            directive(&render("9.1.2"), "tls-auto-reload-interval"),
+            vec!["10"]
+        );
+        assert_eq!(
+            directive(&render("10.0.0"), "tls-auto-reload-interval"),
+            vec!["10"]
+        );
+        for older in ["9.0.0", "8.1.1", "unknown"] {
+            assert!(
+                directive(&render(older), "tls-auto-reload-interval").is_empty(),
+                "{older}"
+            );
+        }
+        let plain = render_valkey_conf(&MemberConf {
+            settings: &BTreeMap::new(),
+            tls: false,
+            version: "9.1.2",
+        });
+        assert!(directive(&plain, "tls-auto-reload-interval").is_empty());
     }
 
     #[test]

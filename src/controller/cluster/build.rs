@@ -65,7 +65,13 @@ pub fn desired_node_spec(
             node_selector: placement.node_selector,
             zone_spread: Some(placement.zone_spread.unwrap_or(default_zone_spread)),
         },
-        tls_secret_ref: cluster.spec.tls.as_ref().map(|t| t.secret_ref.clone()),
+        // The operator's copy, whatever Secret the cluster names: changing `secretRef` is a
+        // rotation of the copy's content, never a rolling replacement.
+        tls_secret_ref: cluster
+            .spec
+            .tls
+            .as_ref()
+            .map(|_| names::tls_secret(cluster.metadata.name.as_deref().unwrap_or_default())),
         restart_in_place: Some(restarts_in_place(
             &resolved.valkey,
             cluster.spec.replicas_per_shard,
@@ -380,6 +386,26 @@ mod tests {
         assert!(restarts_in_place(&BTreeMap::new(), 0));
         let no = BTreeMap::from([("appendonly".to_string(), "no".to_string())]);
         assert!(!restarts_in_place(&no, 2));
+    }
+
+    #[test]
+    fn pointing_tls_at_another_secret_changes_no_member_spec() {
+        let with = |secret: &str| {
+            let mut c = cluster();
+            c.spec.tls = Some(crate::api::TlsSpec {
+                secret_ref: secret.into(),
+            });
+            desired_node_spec(&c, &resolved("9.1.2"), ZoneSpread::BestEffort)
+        };
+        let (a, b) = (with("cert-2025"), with("cert-2026"));
+        assert_eq!(
+            a, b,
+            "members mount the operator's copy, whatever its source"
+        );
+        assert_eq!(a.tls_secret_ref.as_deref(), Some("my-cluster-member-tls"));
+        assert_eq!(spec_hash(&a), spec_hash(&b));
+        let plain = desired_node_spec(&cluster(), &resolved("9.1.2"), ZoneSpread::BestEffort);
+        assert_eq!(plain.tls_secret_ref, None);
     }
 
     #[test]

@@ -95,6 +95,7 @@ pub fn spec_valkey_conf(spec: &ValkeyNodeSpec) -> String {
     render_valkey_conf(&MemberConf {
         settings: &spec.valkey,
         tls: spec.tls_secret_ref.is_some(),
+        version: &spec.version,
     })
 }
 
@@ -161,9 +162,18 @@ pub fn pod(
     let mut meta = owned_meta(node, node_name.clone())?;
     meta.annotations = Some(annotations(node, pod_annotations));
     let (volumes, mounts) = volumes(node, &node_name, &cluster);
+    // A TLS member's hostname must resolve under the client Service
+    // (`<member>.<cluster>.<ns>.svc.cluster.local`, covered by the certificate's wildcard):
+    // with that Service as subdomain, its EndpointSlice carries the pod's hostname and cluster
+    // DNS answers for it. Plaintext members keep the headless Service.
+    let subdomain = if node.spec.tls_secret_ref.is_some() {
+        names::client_service(&cluster)
+    } else {
+        names::headless_service(&cluster)
+    };
     let spec = json!({
         "hostname": node_name,
-        "subdomain": names::headless_service(&cluster),
+        "subdomain": subdomain,
         "enableServiceLinks": false,
         "automountServiceAccountToken": false,
         // The `restricted` Pod Security Standard: non-root (the valkey user of the official
@@ -187,7 +197,7 @@ pub fn pod(
         "nodeSelector": node.spec.placement.node_selector,
         "affinity": zone_affinity(node),
         "topologySpreadConstraints": spread_constraints(node, &cluster),
-        "containers": [valkey_container(node, mounts)],
+        "containers": [valkey_container(node, &namespace, mounts)],
         "volumes": volumes,
     });
     let spec = serde_json::from_value(spec).map_err(|error| BuildError::PodSpec {
@@ -276,8 +286,32 @@ fn volumes(
     (volumes, mounts)
 }
 
+/// valkey-server's command line: the config file and what is only known per member: the pod
+/// IP it announces and, with TLS, the hostname under the certificate's wildcard it announces
+/// (clients are sent there: `cluster-preferred-endpoint-type hostname`).
+pub fn command(node: &ValkeyNode, namespace: &str) -> Vec<String> {
+    let mut command = vec![
+        "valkey-server".to_string(),
+        paths::CONFIG_FILE.to_string(),
+        "--cluster-announce-ip".to_string(),
+        "$(POD_IP)".to_string(),
+    ];
+    if node.spec.tls_secret_ref.is_some() {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        command.extend([
+            "--cluster-announce-hostname".to_string(),
+            names::member_hostname(&name, &node.spec.cluster_name, namespace),
+        ]);
+    }
+    command
+}
+
 /// The one container: valkey-server on its config file, with equal requests and limits.
-fn valkey_container(node: &ValkeyNode, mounts: Vec<serde_json::Value>) -> serde_json::Value {
+fn valkey_container(
+    node: &ValkeyNode,
+    namespace: &str,
+    mounts: Vec<serde_json::Value>,
+) -> serde_json::Value {
     let resources: BTreeMap<&str, &String> = [
         ("cpu", node.spec.resources.cpu.as_ref()),
         ("memory", node.spec.resources.memory.as_ref()),
@@ -289,7 +323,7 @@ fn valkey_container(node: &ValkeyNode, mounts: Vec<serde_json::Value>) -> serde_
         "name": "valkey",
         "image": node.spec.image,
         // The pod IP is only known at run time: announce it on the command line.
-        "command": ["valkey-server", paths::CONFIG_FILE, "--cluster-announce-ip", "$(POD_IP)"],
+        "command": command(node, namespace),
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         "ports": [
             {"name": "valkey", "containerPort": CLIENT_PORT},
@@ -360,6 +394,60 @@ mod tests {
             crate::api::constants::CONDITION_HOLDS_DATA
         );
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    }
+
+    #[test]
+    fn tls_members_announce_a_hostname_under_the_client_service_and_mount_the_operators_copy() {
+        let mut n = node(ZoneSpread::BestEffort, &[]);
+        n.spec.tls_secret_ref = Some(names::tls_secret("my-cluster"));
+        let spec = pod(&n, &BTreeMap::new()).unwrap().spec.unwrap();
+        // The client Service as subdomain: `<pod>.my-cluster.my-app.svc.cluster.local` resolves.
+        assert_eq!(spec.subdomain.as_deref(), Some("my-cluster"));
+        assert_eq!(spec.hostname.as_deref(), Some("my-cluster-1-0"));
+        let command = spec.containers[0].command.clone().unwrap();
+        let announced = command
+            .iter()
+            .position(|a| a == "--cluster-announce-hostname")
+            .map(|i| command[i + 1].as_str());
+        assert_eq!(
+            announced,
+            Some("my-cluster-1-0.my-cluster.my-app.svc.cluster.local")
+        );
+        assert!(command.contains(&"--cluster-announce-ip".to_string()));
+        let tls = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "tls")
+            .expect("a tls volume");
+        assert_eq!(
+            tls.secret.unwrap().secret_name.as_deref(),
+            Some("my-cluster-member-tls")
+        );
+        let mount = spec.containers[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.name == "tls")
+            .cloned()
+            .unwrap();
+        assert_eq!(mount.mount_path, paths::TLS_DIR);
+        assert_eq!(mount.read_only, Some(true));
+        let conf = config_map(&n).unwrap().data.unwrap()[CONFIG_KEY].clone();
+        assert!(conf.contains("\nport 0\n"), "{conf}");
+        assert!(conf.contains("\ncluster-preferred-endpoint-type hostname\n"));
+    }
+
+    #[test]
+    fn plaintext_members_announce_no_hostname() {
+        let spec = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new())
+            .unwrap()
+            .spec
+            .unwrap();
+        let command = spec.containers[0].command.clone().unwrap();
+        assert!(!command.contains(&"--cluster-announce-hostname".to_string()));
+        assert!(spec.volumes.unwrap().iter().all(|v| v.name != "tls"));
     }
 
     #[test]
