@@ -14,6 +14,7 @@ use futures::{StreamExt, TryStreamExt};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SerialNumber,
 };
+use valkey_operator::controller::cluster::tls::{MemberTls, TlsProgress, reload_members};
 use valkey_operator::driver::migrate::{KeyMove, move_slot_by_keys};
 use valkey_operator::driver::testing::{
     LocalServers, TlsMaterial, ValkeyBuild, form_cluster, wait_for,
@@ -385,19 +386,22 @@ async fn atomic_and_key_by_key_migrations_move_keys_between_tls_members() {
     let _ = client.quit().await;
 }
 
-/// What the operator does when a member serves another certificate than its Secret holds:
-/// `CONFIG SET` of the same file paths, which makes Valkey read the files again.
-async fn reload_files(driver: &FredDriver, member: &MemberAddr, dir: &std::path::Path) {
-    let settings: Vec<(String, String)> = ["tls-cert-file", "tls-key-file", "tls-ca-cert-file"]
+/// The `CONFIG SET` the operator issues to make a member read its TLS files again, with a
+/// test server's paths (the operator's are `/etc/valkey-tls/...`).
+fn files(dir: &std::path::Path) -> Vec<(String, String)> {
+    ["tls-cert-file", "tls-key-file", "tls-ca-cert-file"]
         .iter()
         .zip(["tls.crt", "tls.key", "ca.crt"])
         .map(|(k, f)| (k.to_string(), dir.join(f).display().to_string()))
-        .collect();
-    driver.config_set(member, &settings).await.unwrap();
+        .collect()
+}
+
+async fn reload_files(driver: &FredDriver, member: &MemberAddr, dir: &std::path::Path) {
+    driver.config_set(member, &files(dir)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renewed_certificate_is_served_after_config_set_without_a_restart() {
+async fn the_operators_reload_step_serves_a_renewed_certificate_without_a_restart() {
     let ca = Ca::new("valkey test CA");
     let (first, first_leaf) = ca.issue(1, &ca.pem());
     let mut servers = start_tls(3, &first, "").await;
@@ -412,23 +416,69 @@ async fn a_renewed_certificate_is_served_after_config_set_without_a_restart() {
         run_ids.push(driver.server_info(m).await.unwrap().run_id);
     }
 
-    // The files change (as a Secret volume does); the member keeps serving what it loaded.
+    // The operator's reload step: before the volume is refreshed, CONFIG SET re-reads the old
+    // files and every member is reported stale.
     let (renewed, renewed_leaf) = ca.issue(2, &ca.pem());
     assert_ne!(first_leaf, renewed_leaf);
-    for s in &servers.servers {
-        s.write_tls(&renewed).unwrap();
-    }
+    let named: Vec<(String, Option<MemberAddr>)> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (format!("m{i}"), Some(m.clone())))
+        .collect();
+    let reload = |named: Vec<(String, Option<MemberAddr>)>| {
+        let (driver, servers, leaf) = (&driver, &servers, renewed_leaf.clone());
+        async move {
+            let mut outcomes = Vec::new();
+            // Each test server has its own directory: one member at a time.
+            for (i, one) in named.into_iter().enumerate() {
+                let progress = reload_members(
+                    driver,
+                    "test",
+                    &[one],
+                    &leaf,
+                    &files(&servers.servers[i].dir),
+                )
+                .await;
+                outcomes.extend(progress.members);
+            }
+            TlsProgress { members: outcomes }
+        }
+    };
+    let stale = reload(named.clone()).await;
+    assert!(
+        stale.members.iter().all(|(_, m)| *m == MemberTls::Stale),
+        "{stale:?}"
+    );
     assert_eq!(
         driver.served_certificate(&members[0]).await.unwrap(),
         Some(first_leaf),
         "nothing reloads by itself without tls-auto-reload-interval"
     );
-    for (s, m) in servers.servers.iter().zip(&members) {
-        reload_files(&driver, m, &s.dir).await;
+
+    // The files change (as a Secret volume does): the next round reloads every member.
+    for s in &servers.servers {
+        s.write_tls(&renewed).unwrap();
+    }
+    let reloaded = reload(named.clone()).await;
+    assert!(
+        reloaded
+            .members
+            .iter()
+            .all(|(_, m)| *m == MemberTls::Serving { reloaded: true }),
+        "{reloaded:?}"
+    );
+    let settled = reload(named).await;
+    assert!(
+        settled
+            .members
+            .iter()
+            .all(|(_, m)| *m == MemberTls::Serving { reloaded: false }),
+        "{settled:?}"
+    );
+    for m in &members {
         assert_eq!(
             driver.served_certificate(m).await.unwrap(),
-            Some(renewed_leaf.clone()),
-            "{m} serves the renewed certificate right after CONFIG SET"
+            Some(renewed_leaf.clone())
         );
     }
     wait_healthy(&driver, &members).await;

@@ -21,7 +21,7 @@ use crate::api::{
     ValkeyConfig, ValkeyConfigSpec, ValkeyImage, ValkeyImageSpec, ValkeyRole, ValkeyRoleSpec,
 };
 use crate::driver::fred::FredDriver;
-use crate::driver::{Credentials, DriverConfig};
+use crate::driver::{Credentials, DriverConfig, TlsSettings};
 use crate::resolve::Catalog;
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
@@ -72,8 +72,9 @@ pub struct Context {
     pub menu_synced: std::sync::atomic::AtomicBool,
     /// The lease this replica must hold to act (None: leader election off).
     pub election: Option<leader::Election>,
-    /// One driver per Valkey cluster (each has its own operator password).
-    drivers: Mutex<HashMap<String, (String, Arc<FredDriver>)>>,
+    /// One driver per Valkey cluster (each has its own operator password and, with TLS, its
+    /// own CA bundle), with what it was built from.
+    drivers: Mutex<HashMap<String, (DriverKey, Arc<FredDriver>)>>,
     /// Consecutive failed reconciles per object (`controller/namespace/name`), for backoff.
     failures: std::sync::Mutex<HashMap<String, u32>>,
     /// Clusters admitted to run a rolling replacement (see `admit_rollout`).
@@ -128,11 +129,21 @@ impl Context {
         failures.remove(key);
     }
 
-    /// The driver for a cluster, authenticated as the operator's ACL user.
-    pub async fn driver(&self, key: &str, password: &str) -> Arc<FredDriver> {
+    /// The driver for a cluster, authenticated as the operator's ACL user, over TLS verifying
+    /// `tls` when set. A new password or CA bundle builds a new driver (new connections).
+    pub async fn driver(
+        &self,
+        key: &str,
+        password: &str,
+        tls: Option<TlsSettings>,
+    ) -> Arc<FredDriver> {
         let mut drivers = self.drivers.lock().await;
+        let wanted = DriverKey {
+            password: password.to_string(),
+            tls,
+        };
         if let Some((known, driver)) = drivers.get(key)
-            && known == password
+            && *known == wanted
         {
             return driver.clone();
         }
@@ -140,11 +151,12 @@ impl Context {
             username: crate::api::constants::OPERATOR_ACL_USERNAME.to_string(),
             password: password.to_string(),
         });
+        config.tls = wanted.tls.clone();
         config.connect_timeout = Duration::from_secs(3);
         config.command_timeout = Duration::from_secs(10);
         config.observer = Some(self.metrics.clone());
         let driver = Arc::new(FredDriver::new(config));
-        drivers.insert(key.to_string(), (password.to_string(), driver.clone()));
+        drivers.insert(key.to_string(), (wanted, driver.clone()));
         driver
     }
 
@@ -199,6 +211,13 @@ impl Context {
         failures.retain(|key, _| failure_key_is_live(key, clusters, nodes));
         dropped + before - failures.len()
     }
+}
+
+/// What a cached driver was built from.
+#[derive(PartialEq, Eq)]
+struct DriverKey {
+    password: String,
+    tls: Option<TlsSettings>,
 }
 
 /// Admission to the rollout slots: a cluster already admitted or already under way goes on;

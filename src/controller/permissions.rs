@@ -88,7 +88,7 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         groups: &[""],
         resources: &["secrets"],
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
-        why: "the ACL Secret; the operator's credentials in its namespace (legacy copies deleted, orphans swept)",
+        why: "the ACL Secret; the copy of a TLS cluster's certificate members mount (the Secret tls.secretRef names is read, and Secrets' metadata watched to follow renewals); the operator's credentials in its namespace (legacy copies deleted, orphans swept)",
     },
     Permission {
         groups: &["", "events.k8s.io"],

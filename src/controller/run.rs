@@ -61,8 +61,8 @@ pub async fn run(
         config_changes,
         image_changes,
         role_changes,
-    )
-    .shutdown_on_signal();
+    );
+    let cluster_controller = follow_tls_secrets(&client, cluster_controller).shutdown_on_signal();
     let clusters = cluster_controller.store();
     let node_controller = node_controller(&client);
 
@@ -167,6 +167,45 @@ fn follow_menu(
             menu_mapper(&clusters, catalog, MenuRef::Image),
         )
         .watches_stream(role_changes, menu_mapper(&clusters, catalog, MenuRef::Role))
+}
+
+/// Reconciles a TLS cluster when the Secret its `spec.tls.secretRef` names appears, changes
+/// (a cert-manager renewal) or goes, so a cluster Blocked on a missing or broken Secret
+/// unblocks by itself and a renewal reaches the members at once. Only metadata is watched
+/// and nothing is kept: the tenants' Secrets never sit in the operator's memory, and the
+/// few a cluster names are read when it is reconciled.
+fn follow_tls_secrets(
+    client: &Client,
+    controller: Controller<ValkeyCluster>,
+) -> Controller<ValkeyCluster> {
+    let clusters = controller.store();
+    let changes = watcher(
+        Api::<kube::core::PartialObjectMeta<Secret>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects();
+    controller.watches_stream(changes, move |secret| {
+        clusters_naming_secret(
+            &clusters.state(),
+            &secret.namespace().unwrap_or_default(),
+            &secret.name_any(),
+        )
+    })
+}
+
+/// Clusters in `namespace` whose `spec.tls.secretRef` is `secret`.
+fn clusters_naming_secret(
+    clusters: &[Arc<ValkeyCluster>],
+    namespace: &str,
+    secret: &str,
+) -> Vec<ObjectRef<ValkeyCluster>> {
+    clusters
+        .iter()
+        .filter(|c| c.namespace().as_deref() == Some(namespace))
+        .filter(|c| c.spec.tls.as_ref().is_some_and(|t| t.secret_ref == secret))
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
 }
 
 /// Maps a changed menu object (`menu_ref` names its kind, e.g. [`MenuRef::Config`]) to the
@@ -383,4 +422,46 @@ fn publish_cluster_gauges(
         metrics.clusters.get_or_create(&StateLabel { state }).set(n);
     }
     now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{TlsSpec, ValkeyClusterSpec};
+
+    fn cluster(namespace: &str, name: &str, secret: Option<&str>) -> Arc<ValkeyCluster> {
+        let mut c = ValkeyCluster::new(
+            name,
+            ValkeyClusterSpec {
+                config_ref: "standard".into(),
+                shards: 3,
+                replicas_per_shard: 1,
+                acl: vec![],
+                tls: secret.map(|s| TlsSpec {
+                    secret_ref: s.into(),
+                }),
+                placement: None,
+                pod_annotations: BTreeMap::new(),
+            },
+        );
+        c.metadata.namespace = Some(namespace.into());
+        Arc::new(c)
+    }
+
+    #[test]
+    fn a_secret_change_reconciles_the_clusters_naming_it_in_its_namespace_only() {
+        let clusters = [
+            cluster("team", "a", Some("cert")),
+            cluster("team", "b", Some("other")),
+            cluster("team", "c", None),
+            cluster("elsewhere", "d", Some("cert")),
+            cluster("team", "e", Some("cert")),
+        ];
+        let names: Vec<String> = clusters_naming_secret(&clusters, "team", "cert")
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, vec!["a", "e"]);
+        assert!(clusters_naming_secret(&clusters, "team", "nobody").is_empty());
+    }
 }

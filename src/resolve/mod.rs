@@ -3,6 +3,7 @@
 pub mod acl;
 pub mod chain;
 pub mod conf;
+pub mod tls;
 
 pub use chain::{
     Catalog, MapCatalog, MenuRef, ResolveError, ResolvedConfig, menu_refs, merge_bindings,

@@ -320,6 +320,36 @@ pub fn acl_secret(
     }
 }
 
+/// The operator's copy of a TLS cluster's validated certificate, `<cluster>-member-tls`, the
+/// Secret every member mounts (see `tls.rs`).
+pub fn tls_secret(
+    cluster: &ValkeyCluster,
+    certificate: &crate::resolve::tls::ServedCertificate,
+) -> Secret {
+    use crate::resolve::conf::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
+    use k8s_openapi::ByteString;
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    Secret {
+        metadata: meta(cluster, names::tls_secret(&name), "tls"),
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(std::collections::BTreeMap::from([
+            (
+                TLS_CERT_KEY.to_string(),
+                ByteString(certificate.cert_pem.clone()),
+            ),
+            (
+                TLS_KEY_KEY.to_string(),
+                ByteString(certificate.key_pem.clone()),
+            ),
+            (
+                TLS_CA_KEY.to_string(),
+                ByteString(certificate.ca_pem.clone()),
+            ),
+        ])),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

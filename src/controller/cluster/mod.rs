@@ -5,11 +5,12 @@
 //! |---|---|---|
 //! | gate (deleted, menu not listed yet, not leader, paused) | `gate.rs` | status when paused |
 //! | dereference → resolve | `resolve.rs` (stores in memory; resolution is pure) | status when blocked |
+//! | TLS certificate (TLS clusters) | `tls.rs` (validation is pure: `crate::resolve::tls`) | copies the Secret; status when blocked |
 //! | build | `build.rs` (pure) | no |
 //! | apply | `apply.rs`, operator passwords in `credentials.rs` | yes |
 //! | observe | `observe.rs`; what is seen is written onto the member pods by `pods.rs` | yes |
 //! | plan | `crate::plan` (pure); the maxConcurrentRollouts gate in `rollout.rs` | status when waiting |
-//! | act | `act.rs` (one function per plan action), ACL loading in `acl.rs` | yes |
+//! | act | `act.rs` (one function per plan action), ACL loading in `acl.rs`, certificate reload in `tls.rs` | yes |
 //! | status | `status.rs` | yes |
 
 pub mod acl;
@@ -23,6 +24,7 @@ mod pods;
 mod resolve;
 mod rollout;
 pub mod status;
+pub mod tls;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -81,6 +83,10 @@ pub async fn reconcile(
     // that runs.
     let resolved = or_stop!(resolve::or_block(&cctx, &cluster).await?);
 
+    // TLS clusters: the certificate Secret is validated and copied for the members; a missing
+    // or broken one blocks the cluster and never reaches them.
+    let tls = or_stop!(tls::certificate(&cctx, &cluster).await?);
+
     // Build and apply the cluster-wide objects. A name taken by an object that is not this
     // cluster's blocks it; that object is never touched.
     let (credentials, acl_file) =
@@ -95,6 +101,7 @@ pub async fn reconcile(
         .driver(
             &object_key(cluster.as_ref()),
             &credentials.operator_password,
+            tls.as_ref().map(|t| t.driver.clone()),
         )
         .await;
     let desired_hash = build::spec_hash(&desired_spec);
@@ -112,17 +119,36 @@ pub async fn reconcile(
     let actor = act::Actor::new(ctx, &cluster, &node_api, driver.as_ref(), &desired_spec);
     act::carry_out(&actor, &plan.actions).await?;
     let acl_progress = acl::load(ctx, &cluster, driver.as_ref(), &observed, &acl_file).await;
+    // TLS: every running member serves the certificate just copied (reloaded without restart).
+    let tls_progress = match &tls {
+        Some(tls) => Some(tls::reload(&cluster, driver.as_ref(), &observed, tls).await),
+        None => None,
+    };
 
     // Status: each member's, then the cluster's.
     status::update_node_statuses(ctx, &node_api, &observed).await?;
-    let new_status = status::from_plan(&cluster, &plan, &observed, &topology, &acl_progress);
+    let new_status = status::from_plan(
+        &cluster,
+        &plan,
+        &observed,
+        &topology,
+        &acl_progress,
+        tls_progress.as_ref(),
+    );
     status::publish(ctx, &cluster, new_status).await?;
 
-    Ok(next_look(&plan, &topology, &acl_progress))
+    let tls_pending = tls_progress.as_ref().is_some_and(tls::TlsProgress::pending);
+    Ok(next_look(&plan, &topology, &acl_progress, tls_pending))
 }
 
-/// When to look at the cluster again, from what this round planned and saw.
-fn next_look(plan: &Plan, topology: &Topology, acl_progress: &acl::AclProgress) -> Requeue {
+/// When to look at the cluster again, from what this round planned and saw; `tls_pending`:
+/// a member does not serve the current certificate yet.
+fn next_look(
+    plan: &Plan,
+    topology: &Topology,
+    acl_progress: &acl::AclProgress,
+    tls_pending: bool,
+) -> Requeue {
     let settled = plan.phase == Phase::Ready && plan.actions.is_empty();
     let unanswered: Vec<&Member> = topology
         .members
@@ -133,6 +159,8 @@ fn next_look(plan: &Plan, topology: &Topology, acl_progress: &acl::AclProgress) 
         && !unanswered.is_empty()
         && unanswered.iter().all(|m| m.pod_problem.is_some());
     let secs = requeue_secs(settled, waiting_on_pods, acl_progress);
+    // A member waiting for its Secret volume: the rotation's bound depends on looking soon.
+    let secs = if tls_pending { secs.min(2) } else { secs };
     Requeue::requeue(Duration::from_secs(secs))
 }
 

@@ -245,9 +245,37 @@ pub fn from_plan(
     observed: &[Observed],
     topology: &Topology,
     acl: &AclProgress,
+    tls: Option<&super::tls::TlsProgress>,
 ) -> ValkeyClusterStatus {
     let generation = cluster.metadata.generation;
     let previous = previous_conditions(cluster);
+    // TLS clusters: the certificate Secret was valid this round, and who serves it.
+    let tls_conditions = cluster.spec.tls.as_ref().zip(tls).map(|(spec, progress)| {
+        let valid = format!(
+            "Secret {} holds a valid certificate; members mount its copy {}",
+            spec.secret_ref,
+            crate::controller::names::tls_secret(&cluster.name_any())
+        );
+        let (ok, reason, message) = progress.condition();
+        [
+            condition(
+                super::tls::TLS_CERTIFICATE_VALID,
+                true,
+                "Valid",
+                &valid,
+                generation,
+                &previous,
+            ),
+            condition(
+                super::tls::TLS_CERTIFICATE_SERVED,
+                ok,
+                reason,
+                &message,
+                generation,
+                &previous,
+            ),
+        ]
+    });
     let state = match plan.phase {
         Phase::Forming => ClusterState::Creating,
         Phase::Updating => ClusterState::Updating,
@@ -278,7 +306,10 @@ pub fn from_plan(
                 let (ok, reason, message) = acl.condition();
                 condition(ACL_APPLIED, ok, reason, &message, generation, &previous)
             },
-        ],
+        ]
+        .into_iter()
+        .chain(tls_conditions.into_iter().flatten())
+        .collect(),
         endpoint: Some(endpoint(cluster)),
         tls: Some(cluster.spec.tls.is_some()),
         ready: Some(format!("{}/{}", figures.ready, figures.desired)),

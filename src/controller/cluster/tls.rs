@@ -1,0 +1,357 @@
+//! TLS steps of a TLS cluster's reconcile.
+//!
+//! **Certificate** (before anything is applied): the Secret `spec.tls.secretRef` names is
+//! read and validated ([`crate::resolve::tls`]); a missing or broken one blocks the cluster
+//! with a message naming it (`TlsCertificateValid` false) and never reaches the members. A
+//! valid one is copied into the operator's own Secret `<cluster>-member-tls`, the one every
+//! member mounts: its name never changes, so a renewal or pointing `secretRef` at another
+//! Secret changes only its content, never a member's spec or pod. The Secrets are watched
+//! (see `run.rs`), so creating or fixing the Secret unblocks the cluster by itself.
+//!
+//! **Reload** (after the plan's actions): the kubelet refreshes the members' Secret volume
+//! some time after the copy changes (about a minute at most with its default sync period).
+//! For every running member the operator reads the certificate it serves (a verified TLS
+//! handshake); a member serving another certificate than the copy holds gets
+//! `CONFIG SET tls-cert-file/tls-key-file/tls-ca-cert-file` with the same paths, which makes
+//! Valkey read the files again (any version), and is asked again. A member still serving the
+//! old one has not had its volume refreshed yet: the cluster is looked at again in 2 s. On
+//! Valkey 9.1 and later members also reload by themselves (`tls-auto-reload-interval`).
+//! No member restarts.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::controller::Action as Requeue;
+use kube::{Api, ResourceExt};
+use rustls::pki_types::UnixTime;
+use tracing::{debug, info, warn};
+
+use super::observe::Observed;
+use super::{ClusterContext, apply, build, status};
+use crate::api::ValkeyCluster;
+use crate::controller::{Error, names, object_key};
+use crate::driver::{ClusterDriver, MemberAddr, TlsSettings};
+use crate::resolve::conf::tls_file_settings;
+use crate::resolve::tls::{ServedCertificate, validate_tls_secret};
+
+/// Condition type: the Secret `spec.tls.secretRef` names is a usable certificate.
+pub const TLS_CERTIFICATE_VALID: &str = "TlsCertificateValid";
+/// Condition type: every running member serves the current certificate.
+pub const TLS_CERTIFICATE_SERVED: &str = "TlsCertificateServed";
+
+/// A TLS cluster's validated certificate and how the operator connects to its members.
+#[derive(Clone, Debug)]
+pub struct ClusterTls {
+    pub certificate: ServedCertificate,
+    /// The driver's TLS: the CA bundle, members verified as `<cluster>.<ns>.svc.cluster.local`.
+    pub driver: TlsSettings,
+}
+
+/// The certificate step: `None` for a plaintext cluster; for a TLS cluster the validated
+/// certificate, copied into `<cluster>-member-tls`. A missing or invalid Secret (or the copy's
+/// name taken by someone else's object) publishes Blocked and stops the pipeline.
+pub async fn certificate(
+    cctx: &ClusterContext,
+    cluster: &ValkeyCluster,
+) -> Result<ControlFlow<Requeue, Option<ClusterTls>>, Error> {
+    let Some(spec) = &cluster.spec.tls else {
+        return Ok(ControlFlow::Continue(None));
+    };
+    let ctx = &cctx.ctx;
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let source = secrets.get_opt(&spec.secret_ref).await?;
+    let data = source.map(|s| secret_bytes(&s));
+    let blocker = match validate_tls_secret(
+        &namespace,
+        &name,
+        &spec.secret_ref,
+        data.as_ref(),
+        UnixTime::now(),
+    ) {
+        Ok(certificate) => {
+            match apply(ctx, &namespace, build::tls_secret(cluster, &certificate)).await {
+                Ok(_) => {
+                    let driver = TlsSettings {
+                        ca_pem: String::from_utf8_lossy(&certificate.ca_pem).into_owned(),
+                        server_name: Some(names::cluster_hostname(&name, &namespace)),
+                    };
+                    return Ok(ControlFlow::Continue(Some(ClusterTls {
+                        certificate,
+                        driver,
+                    })));
+                }
+                Err(err @ Error::NameTaken { .. }) => {
+                    ("ObjectsOwned", "NameTaken", err.to_string())
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Err(err) => (TLS_CERTIFICATE_VALID, err.reason(), err.to_string()),
+    };
+    let (condition, reason, message) = blocker;
+    info!(cluster = %object_key(cluster), reason, "blocked: {message}");
+    let cause = status::Blocker {
+        condition,
+        reason,
+        message: &message,
+    };
+    status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+    // The Secret watch reconciles as soon as it appears or changes; this is a fallback.
+    Ok(ControlFlow::Break(Requeue::requeue(Duration::from_secs(
+        60,
+    ))))
+}
+
+/// A Secret's data as bytes per key (`stringData` is folded into `data` by the API server).
+fn secret_bytes(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, ByteString(v))| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Where one member is with the current certificate after this round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberTls {
+    /// It serves the current certificate (`reloaded`: thanks to a `CONFIG SET` this round).
+    Serving { reloaded: bool },
+    /// It still serves another certificate after `CONFIG SET`: its Secret volume has not
+    /// been refreshed yet.
+    Stale,
+    /// Its pod is not ready: it reads the files when it starts.
+    NotRunning,
+    /// The handshake or `CONFIG SET` failed.
+    Failed { error: String },
+}
+
+/// Which members serve the current certificate.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsProgress {
+    /// (member name, outcome), in member order.
+    pub members: Vec<(String, MemberTls)>,
+}
+
+impl TlsProgress {
+    fn names(&self, want: fn(&MemberTls) -> bool) -> Vec<&str> {
+        self.members
+            .iter()
+            .filter(|(_, m)| want(m))
+            .map(|(n, _)| n.as_str())
+            .collect()
+    }
+
+    /// Some running member does not serve the current certificate yet: look again soon.
+    pub fn pending(&self) -> bool {
+        self.members
+            .iter()
+            .any(|(_, m)| matches!(m, MemberTls::Stale | MemberTls::Failed { .. }))
+    }
+
+    pub fn reloaded(&self) -> usize {
+        self.names(|m| matches!(m, MemberTls::Serving { reloaded: true }))
+            .len()
+    }
+
+    /// Condition `TlsCertificateServed`: (status, reason, message).
+    pub fn condition(&self) -> (bool, &'static str, String) {
+        let total = self.members.len();
+        let serving = self.names(|m| matches!(m, MemberTls::Serving { .. })).len();
+        if total > 0 && serving == total {
+            return (
+                true,
+                "Serving",
+                format!("all {total} members serve the current certificate"),
+            );
+        }
+        let mut waiting = Vec::new();
+        let stale = self.names(|m| matches!(m, MemberTls::Stale));
+        if !stale.is_empty() {
+            waiting.push(format!(
+                "waiting for the Secret volume to refresh on {}",
+                stale.join(", ")
+            ));
+        }
+        if let Some((name, MemberTls::Failed { error })) = self
+            .members
+            .iter()
+            .find(|(_, m)| matches!(m, MemberTls::Failed { .. }))
+        {
+            waiting.push(format!("{name}: {error}"));
+        }
+        let down = self.names(|m| matches!(m, MemberTls::NotRunning));
+        if !down.is_empty() {
+            waiting.push(format!("not running yet: {}", down.join(", ")));
+        }
+        let reason = if self
+            .members
+            .iter()
+            .any(|(_, m)| matches!(m, MemberTls::Failed { .. }))
+        {
+            "ReloadFailed"
+        } else {
+            "Reloading"
+        };
+        (
+            false,
+            reason,
+            format!(
+                "{serving} of {total} members serve the current certificate; {}",
+                waiting.join("; ")
+            ),
+        )
+    }
+}
+
+/// The reload step: every running member ends up serving `certificate` (see the module docs).
+pub async fn reload(
+    cluster: &ValkeyCluster,
+    driver: &dyn ClusterDriver,
+    observed: &[Observed],
+    tls: &ClusterTls,
+) -> TlsProgress {
+    let members: Vec<(String, Option<MemberAddr>)> = observed
+        .iter()
+        .map(|o| (o.member.name.clone(), o.member.addr.clone()))
+        .collect();
+    let files: Vec<(String, String)> = tls_file_settings()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let progress = reload_members(
+        driver,
+        &object_key(cluster),
+        &members,
+        &tls.certificate.leaf_der,
+        &files,
+    )
+    .await;
+    if progress.reloaded() > 0 {
+        info!(cluster = %object_key(cluster), reloaded = progress.reloaded(), "members reloaded their TLS certificate");
+    }
+    progress
+}
+
+/// [`reload`] over (member name, client address if its pod is ready), with the `CONFIG SET`
+/// that makes a member read its TLS files again (`files`: setting and path).
+pub async fn reload_members(
+    driver: &dyn ClusterDriver,
+    cluster: &str,
+    members: &[(String, Option<MemberAddr>)],
+    leaf_der: &[u8],
+    files: &[(String, String)],
+) -> TlsProgress {
+    let members = join_all(members.iter().map(|(name, addr)| async move {
+        let name = name.clone();
+        let Some(addr) = addr else {
+            return (name, MemberTls::NotRunning);
+        };
+        match driver.served_certificate(addr).await {
+            Ok(Some(served)) if served == leaf_der => {
+                return (name, MemberTls::Serving { reloaded: false });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return (
+                    name,
+                    MemberTls::Failed {
+                        error: e.to_string(),
+                    },
+                );
+            }
+        }
+        if let Err(e) = driver.config_set(addr, files).await {
+            warn!(cluster, member = %name, "TLS reload (CONFIG SET) failed: {e}");
+            return (
+                name,
+                MemberTls::Failed {
+                    error: e.to_string(),
+                },
+            );
+        }
+        let outcome = match driver.served_certificate(addr).await {
+            Ok(Some(served)) if served == leaf_der => MemberTls::Serving { reloaded: true },
+            Ok(_) => {
+                debug!(cluster, member = %name, "TLS Secret volume not refreshed yet");
+                MemberTls::Stale
+            }
+            Err(e) => MemberTls::Failed {
+                error: e.to_string(),
+            },
+        };
+        (name, outcome)
+    }))
+    .await;
+    TlsProgress { members }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(members: &[(&str, MemberTls)]) -> TlsProgress {
+        TlsProgress {
+            members: members
+                .iter()
+                .map(|(n, m)| (n.to_string(), m.clone()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn served_when_every_member_serves_the_current_certificate() {
+        let p = progress(&[
+            ("c-0-0", MemberTls::Serving { reloaded: true }),
+            ("c-0-1", MemberTls::Serving { reloaded: false }),
+        ]);
+        assert!(!p.pending());
+        assert_eq!(p.reloaded(), 1);
+        assert_eq!(
+            p.condition(),
+            (
+                true,
+                "Serving",
+                "all 2 members serve the current certificate".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn a_member_on_the_old_certificate_is_named_and_looked_at_again_soon() {
+        let p = progress(&[
+            ("c-0-0", MemberTls::Serving { reloaded: true }),
+            ("c-0-1", MemberTls::Stale),
+            ("c-1-0", MemberTls::NotRunning),
+        ]);
+        assert!(p.pending());
+        let (ok, reason, message) = p.condition();
+        assert!(!ok);
+        assert_eq!(reason, "Reloading");
+        assert_eq!(
+            message,
+            "1 of 3 members serve the current certificate; waiting for the Secret volume to refresh on c-0-1; not running yet: c-1-0"
+        );
+    }
+
+    #[test]
+    fn a_failed_reload_says_why() {
+        let p = progress(&[(
+            "c-0-0",
+            MemberTls::Failed {
+                error: "boom".into(),
+            },
+        )]);
+        assert!(p.pending());
+        let (ok, reason, message) = p.condition();
+        assert!(!ok);
+        assert_eq!(reason, "ReloadFailed");
+        assert!(message.contains("c-0-0: boom"), "{message}");
+    }
+}
