@@ -188,12 +188,31 @@ async fn validate_cluster(State(state): State<Arc<WebhookState>>, body: Bytes) -
     let started = Instant::now();
     match parse_review::<ValkeyCluster>(&body) {
         Ok(req) => {
-            let menu = state.menu.snapshot().await;
+            // A TLS cluster's Secret is looked up on create and update (a missing one is
+            // warned about, never refused).
+            let tls_secret = req
+                .object
+                .as_ref()
+                .filter(|_| {
+                    matches!(
+                        req.operation,
+                        kube::core::admission::Operation::Create
+                            | kube::core::admission::Operation::Update
+                    )
+                })
+                .and_then(|c| c.spec.tls.as_ref().map(|t| t.secret_ref.clone()));
+            let namespace = req.namespace.clone().unwrap_or_default();
+            let (menu, secret) = tokio::join!(state.menu.snapshot(), async {
+                match &tls_secret {
+                    Some(name) => state.menu.secret_exists(&namespace, name).await,
+                    None => None,
+                }
+            });
             respond(
                 &state.metrics,
                 "ValkeyCluster",
                 started,
-                admission::cluster::validate(&req, &menu),
+                admission::cluster::validate(&req, &menu, secret.as_ref()),
             )
         }
         Err(r) => r,

@@ -115,6 +115,32 @@ pub trait MenuSource: Send + Sync {
     /// Every ValkeyCluster, as the API server has it now (a ValkeyConfig's bindings must not
     /// clash with those of the clusters using it).
     fn clusters(&self) -> BoxFuture<'_, Clusters>;
+
+    /// Whether Secret `namespace/name` exists (a TLS cluster's `tls.secretRef`; only its
+    /// metadata is read). `None`: this source cannot tell (nothing is warned).
+    fn secret_exists<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Option<Result<bool, LookupError>>> {
+        let _ = (namespace, name);
+        Box::pin(async { None })
+    }
+}
+
+/// Reads whether a Secret exists, metadata only, bounded in time.
+async fn secret_exists_in(
+    client: &Client,
+    timeout: std::time::Duration,
+    namespace: &str,
+    name: &str,
+) -> Result<bool, LookupError> {
+    let api: Api<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>> =
+        Api::namespaced(client.clone(), namespace);
+    let found = tokio::time::timeout(timeout, api.get_metadata_opt(name))
+        .await
+        .map_err(|_| LookupError::Timeout(timeout))??;
+    Ok(found.is_some())
 }
 
 /// The menu from the API server: three cluster-scoped lists, bounded in time.
@@ -146,6 +172,16 @@ impl MenuSource for ApiMenu {
                 .await
                 .map_err(|_| LookupError::Timeout(self.timeout))??;
             Ok(list.iter().map(ClusterSummary::from).collect())
+        })
+    }
+
+    fn secret_exists<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Option<Result<bool, LookupError>>> {
+        Box::pin(async move {
+            Some(secret_exists_in(&self.client, self.timeout, namespace, name).await)
         })
     }
 }
@@ -221,6 +257,16 @@ impl WatchedMenu {
 /// by the controller (the clusters on it are Blocked, `ConfigResolved=False`), so no review
 /// costs a LIST.
 impl MenuSource for WatchedMenu {
+    /// Not cached (the tenants' Secrets are not watched): one metadata read per review of a
+    /// TLS cluster.
+    fn secret_exists<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Option<Result<bool, LookupError>>> {
+        self.fallback.secret_exists(namespace, name)
+    }
+
     fn clusters(&self) -> BoxFuture<'_, Clusters> {
         if !self.ready.load(std::sync::atomic::Ordering::Acquire) {
             return self.fallback.clusters();
