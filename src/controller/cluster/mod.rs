@@ -137,17 +137,19 @@ pub async fn reconcile(
     );
     status::publish(ctx, &cluster, new_status).await?;
 
-    let tls_pending = tls_progress.as_ref().is_some_and(tls::TlsProgress::pending);
-    Ok(next_look(&plan, &topology, &acl_progress, tls_pending))
+    let tls_wait = tls_progress
+        .as_ref()
+        .and_then(tls::TlsProgress::look_again_in);
+    Ok(next_look(&plan, &topology, &acl_progress, tls_wait))
 }
 
-/// When to look at the cluster again, from what this round planned and saw; `tls_pending`:
-/// a member does not serve the current certificate yet.
+/// When to look at the cluster again, from what this round planned and saw; `tls_wait`: how
+/// soon the certificate reload wants another look (see `TlsProgress::look_again_in`).
 fn next_look(
     plan: &Plan,
     topology: &Topology,
     acl_progress: &acl::AclProgress,
-    tls_pending: bool,
+    tls_wait: Option<u64>,
 ) -> Requeue {
     let settled = plan.phase == Phase::Ready && plan.actions.is_empty();
     let unanswered: Vec<&Member> = topology
@@ -159,8 +161,7 @@ fn next_look(
         && !unanswered.is_empty()
         && unanswered.iter().all(|m| m.pod_problem.is_some());
     let secs = requeue_secs(settled, waiting_on_pods, acl_progress);
-    // A member waiting for its Secret volume: the rotation's bound depends on looking soon.
-    let secs = if tls_pending { secs.min(2) } else { secs };
+    let secs = tls_wait.map_or(secs, |tls| secs.min(tls));
     Requeue::requeue(Duration::from_secs(secs))
 }
 

@@ -148,11 +148,18 @@ impl TlsProgress {
             .collect()
     }
 
-    /// Some running member does not serve the current certificate yet: look again soon.
-    pub fn pending(&self) -> bool {
-        self.members
-            .iter()
-            .any(|(_, m)| matches!(m, MemberTls::Stale | MemberTls::Failed { .. }))
+    /// Seconds until the cluster should be looked at again for the certificate's sake: 2 while
+    /// a member waits for its Secret volume (the rotation's bound depends on it), 10 while a
+    /// handshake or reload fails, `None` when nothing waits.
+    pub fn look_again_in(&self) -> Option<u64> {
+        let any = |want: fn(&MemberTls) -> bool| self.members.iter().any(|(_, m)| want(m));
+        if any(|m| matches!(m, MemberTls::Stale)) {
+            Some(2)
+        } else if any(|m| matches!(m, MemberTls::Failed { .. })) {
+            Some(10)
+        } else {
+            None
+        }
     }
 
     pub fn reloaded(&self) -> usize {
@@ -311,7 +318,7 @@ mod tests {
             ("c-0-0", MemberTls::Serving { reloaded: true }),
             ("c-0-1", MemberTls::Serving { reloaded: false }),
         ]);
-        assert!(!p.pending());
+        assert_eq!(p.look_again_in(), None);
         assert_eq!(p.reloaded(), 1);
         assert_eq!(
             p.condition(),
@@ -330,7 +337,7 @@ mod tests {
             ("c-0-1", MemberTls::Stale),
             ("c-1-0", MemberTls::NotRunning),
         ]);
-        assert!(p.pending());
+        assert_eq!(p.look_again_in(), Some(2));
         let (ok, reason, message) = p.condition();
         assert!(!ok);
         assert_eq!(reason, "Reloading");
@@ -348,7 +355,7 @@ mod tests {
                 error: "boom".into(),
             },
         )]);
-        assert!(p.pending());
+        assert_eq!(p.look_again_in(), Some(10));
         let (ok, reason, message) = p.condition();
         assert!(!ok);
         assert_eq!(reason, "ReloadFailed");
