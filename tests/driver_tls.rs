@@ -248,6 +248,87 @@ async fn tls_cluster_forms_refuses_plaintext_serves_verified_clients_and_fails_o
         );
     }
 
+    // Members announce hostnames under the wildcard, as the operator configures them, and
+    // redirect clients there.
+    for (i, m) in members.iter().enumerate() {
+        let settings = [
+            (
+                "cluster-announce-hostname".to_string(),
+                format!("tls-test-{i}.{CLUSTER_NAME}"),
+            ),
+            (
+                "cluster-preferred-endpoint-type".to_string(),
+                "hostname".to_string(),
+            ),
+        ];
+        driver.config_set(m, &settings).await.unwrap();
+    }
+    wait_for(
+        "every member to know every hostname",
+        STEP_TIMEOUT,
+        || async {
+            for m in &members {
+                let nodes = driver.cluster_nodes(m).await.map_err(|e| e.to_string())?;
+                if let Some(n) = nodes.iter().find(|n| {
+                    !n.hostname
+                        .as_deref()
+                        .is_some_and(|h| h.ends_with(&format!(".{CLUSTER_NAME}")))
+                }) {
+                    return Err(format!("{m} knows {n:?} without its hostname"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await
+    .unwrap();
+    // Slot 0 is on the first primary: asking another member is a MOVED to a hostname.
+    let (first, _) = &formation.primaries[0];
+    let other = members.iter().find(|m| *m != first).unwrap();
+    let moved = driver
+        .command(
+            other,
+            "GET",
+            vec![
+                fred::types::Value::from("GET"),
+                // "{06S}" hashes to slot 0.
+                fred::types::Value::from("{06S}key"),
+            ],
+        )
+        .await;
+    match moved {
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("MOVED 0 tls-test-") && text.contains(CLUSTER_NAME),
+                "{text}"
+            );
+        }
+        Ok(reply) => panic!("expected a MOVED to a hostname, got {reply:?}"),
+    }
+    // Back to IPs for the rest of this test (nothing here resolves those names).
+    for m in &members {
+        let settings = [
+            ("cluster-announce-hostname".to_string(), String::new()),
+            (
+                "cluster-preferred-endpoint-type".to_string(),
+                "ip".to_string(),
+            ),
+        ];
+        driver.config_set(m, &settings).await.unwrap();
+    }
+    wait_for("hostnames to be gone everywhere", STEP_TIMEOUT, || async {
+        for m in &members {
+            let nodes = driver.cluster_nodes(m).await.map_err(|e| e.to_string())?;
+            if let Some(n) = nodes.iter().find(|n| n.hostname.is_some()) {
+                return Err(format!("{m} still knows {n:?} with a hostname"));
+            }
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+
     // Plaintext is refused on the client port: the port only speaks TLS.
     let plain = FredDriver::new(DriverConfig::new(servers.credentials.clone()));
     let refused = plain.ping(&members[0]).await.unwrap_err();
