@@ -18,14 +18,13 @@ use anyhow::{Context as _, bail};
 use fred::prelude::*;
 use fred::types::config::{Server, TlsConfig, TlsConnector, TlsHostMapping};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use serde::Deserialize as _;
 use serde_json::json;
 
-use valkey_e2e::harness::{TestNamespace, client, wait_for};
+use valkey_e2e::certs;
+use valkey_e2e::harness::{TestNamespace, apply_yaml, client, wait_for};
 use valkey_e2e::valkey::{OPERATOR_NAMESPACE, member_pods, serving_addrs, wait_state};
 use valkey_e2e::workload::{self, Menu, PASSWORD};
 use valkey_operator::api::constants::OPERATOR_ACL_USERNAME;
@@ -40,96 +39,34 @@ use valkey_operator::driver::{
 const TLS_TAG: &str = "9.1.2";
 const KEYS: usize = 10_000;
 
-async fn apply_yaml(client: &Client, text: &str) -> anyhow::Result<()> {
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let value = serde_json::to_value(serde_yaml::Value::deserialize(doc)?)?;
-        if value.is_null() {
-            continue;
-        }
-        let obj: kube::api::DynamicObject = serde_json::from_value(value.clone())?;
-        let gvk =
-            kube::api::GroupVersionKind::try_from(obj.types.as_ref().context("apiVersion/kind")?)?;
-        let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await?;
-        let ns = obj.metadata.namespace.as_deref().context("namespace")?;
-        let api: Api<kube::api::DynamicObject> =
-            Api::namespaced_with(client.clone(), ns, &resource);
-        api.patch(
-            &obj.name_any(),
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&value),
-        )
-        .await?;
-    }
-    Ok(())
+/// docs/tls.md's objects: a CA Issuer `e2e-ca` and the members' Certificate (ECDSA P-256, both
+/// names) writing Secret `secret`.
+fn cert_manager_objects(ns: &str, cluster: &str, secret: &str) -> String {
+    format!(
+        "{}---\n{}",
+        certs::ca_issuer_yaml(ns, "e2e-ca"),
+        certs::valkey_certificate_yaml(ns, cluster, secret, "e2e-ca")
+    )
 }
 
-/// docs/tls.md's objects: a self-signed root, a CA Certificate, a CA Issuer and the members'
-/// Certificate (ECDSA P-256, both names) writing Secret `secret`.
-fn cert_manager_objects(ns: &str, cluster: &str, secret: &str) -> String {
-    let fqdn = names::cluster_hostname(cluster, ns);
-    format!(
-        r#"
-apiVersion: cert-manager.io/v1
-kind: Issuer
-metadata: {{name: selfsigned, namespace: {ns}}}
-spec: {{selfSigned: {{}}}}
----
-apiVersion: cert-manager.io/v1
-kind: Certificate
-metadata: {{name: e2e-ca, namespace: {ns}}}
-spec:
-  isCA: true
-  commonName: e2e Valkey CA
-  secretName: e2e-ca
-  privateKey: {{algorithm: ECDSA, size: 256}}
-  issuerRef: {{name: selfsigned, kind: Issuer}}
----
-apiVersion: cert-manager.io/v1
-kind: Issuer
-metadata: {{name: e2e-ca, namespace: {ns}}}
-spec:
-  ca: {{secretName: e2e-ca}}
----
-apiVersion: cert-manager.io/v1
-kind: Certificate
-metadata: {{name: {secret}, namespace: {ns}}}
-spec:
-  secretName: {secret}
-  dnsNames: ["{fqdn}", "*.{fqdn}"]
-  privateKey: {{algorithm: ECDSA, size: 256, rotationPolicy: Always}}
-  issuerRef: {{name: e2e-ca, kind: Issuer}}
-"#
+/// Applies the cert-manager objects and waits until the Certificate is Ready; its Secret.
+async fn issue(client: &Client, ns: &str, cluster: &str, secret: &str) -> anyhow::Result<Secret> {
+    certs::issue(
+        client,
+        ns,
+        &cert_manager_objects(ns, cluster, secret),
+        secret,
     )
+    .await?;
+    Ok(Api::<Secret>::namespaced(client.clone(), ns)
+        .get(secret)
+        .await?)
 }
 
 fn tls_cluster(ns: &str, name: &str, config: &str, secret: &str) -> serde_json::Value {
     let mut cluster = workload::cluster(ns, name, config, 3, 1);
     cluster["spec"]["tls"] = json!({"secretRef": secret});
     cluster
-}
-
-/// The Secret once cert-manager has written all three keys.
-async fn issued_secret(client: &Client, ns: &str, name: &str) -> anyhow::Result<Secret> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-    wait_for(
-        &format!("cert-manager to write Secret {ns}/{name}"),
-        Duration::from_secs(120),
-        Duration::from_millis(500),
-        || {
-            let api = api.clone();
-            async move {
-                let Some(s) = api.get_opt(name).await? else {
-                    bail!("not there yet")
-                };
-                let data = s.data.clone().unwrap_or_default();
-                let complete = ["tls.crt", "tls.key", "ca.crt"]
-                    .iter()
-                    .all(|k| data.get(*k).is_some_and(|v| !v.0.is_empty()));
-                Ok(complete.then_some(s))
-            }
-        },
-    )
-    .await
 }
 
 fn key_of(secret: &Secret, key: &str) -> anyhow::Result<Vec<u8>> {
@@ -174,9 +111,11 @@ async fn tls_operator_driver(
     Ok(FredDriver::new(config))
 }
 
-/// The host must resolve the cluster's names as a pod would (fred resolves with the system
-/// resolver; its custom resolvers need its `dns` feature): fails early, saying so, when it
-/// cannot.
+/// The host must resolve the cluster's names as a pod would: fred resolves with the system
+/// resolver (its custom resolvers need its `dns` feature, hickory-resolver 0.24, which the
+/// workspace does not have). Fails early, saying so, when it cannot: make the host's resolver
+/// forward `cluster.local` to the cluster DNS (`valkey_e2e::dns::CLUSTER_DNS`), or enable
+/// fred's `dns` feature for the suites and resolve through `valkey_e2e::dns`.
 async fn assert_host_resolves(host: &str) -> anyhow::Result<()> {
     let found = tokio::net::lookup_host((host, 6379))
         .await
@@ -256,32 +195,6 @@ async fn pod_identities(
     Ok(ids)
 }
 
-/// Forces a renewal the way `cmctl renew` does: the Certificate's `Issuing` condition.
-async fn force_renewal(client: &Client, ns: &str, certificate: &str) -> anyhow::Result<()> {
-    let gvk = kube::api::GroupVersionKind::gvk("cert-manager.io", "v1", "Certificate");
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await?;
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
-    let current = api.get(certificate).await?;
-    let mut conditions: Vec<serde_json::Value> = current
-        .data
-        .pointer("/status/conditions")
-        .and_then(|c| c.as_array().cloned())
-        .unwrap_or_default();
-    conditions.retain(|c| c["type"] != "Issuing");
-    conditions.push(json!({
-        "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
-        "message": "Certificate re-issuance manually triggered (e2e)",
-        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-    }));
-    api.patch_status(
-        certificate,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"conditions": conditions}})),
-    )
-    .await?;
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -291,8 +204,7 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
     let ns = TestNamespace::create(&client, "e2e-tls").await?;
     let ns = ns.name.as_str();
     let (cluster, secret_name) = ("cache", "cache-cert");
-    apply_yaml(&client, &cert_manager_objects(ns, cluster, secret_name)).await?;
-    let secret = issued_secret(&client, ns, secret_name).await?;
+    let secret = issue(&client, ns, cluster, secret_name).await?;
     let menu = Menu::publish(&client, "e2e-tls", TLS_TAG).await?;
 
     let started = Instant::now();
@@ -348,6 +260,23 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
         );
     }
 
+    // Every announced hostname resolves through the cluster DNS to its member's pod IP (the
+    // client Service is the pods' subdomain).
+    for pod in member_pods(&client, ns, cluster).await? {
+        let hostname = names::member_hostname(&pod.name_any(), cluster, ns);
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .context("pod IP")?;
+        let answer = valkey_e2e::dns::resolve_ipv4(&hostname).await?;
+        assert_eq!(
+            answer.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            vec![ip],
+            "{hostname}"
+        );
+    }
+
     // A hostname-verifying TLS cluster client writes and reads 10,000 keys (MOVED included).
     let valkey = tls_cluster_client(ns, cluster, &secret).await?;
     let writing = Instant::now();
@@ -370,7 +299,7 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
     // cert-manager renews (forced): every member serves the new certificate, no pod restarts.
     let before = pod_identities(&client, ns, cluster).await?;
     let old_leaf = leaf_der(&secret)?;
-    force_renewal(&client, ns, secret_name).await?;
+    certs::force_renewal(&client, ns, secret_name).await?;
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let renewed = wait_for(
         "cert-manager to write the renewed certificate",
@@ -462,6 +391,7 @@ async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow
     // Creating the Secret (through cert-manager) is enough: the cluster is not edited.
     let generation = blocked.metadata.generation;
     apply_yaml(&client, &cert_manager_objects(ns, cluster, secret_name)).await?;
+    certs::wait_ready(&client, ns, secret_name).await?;
     let active = wait_state(
         &client,
         ns,
