@@ -72,7 +72,9 @@ pub fn serving_addrs(pods: &[Pod]) -> Vec<valkey_operator::driver::MemberAddr> {
 pub const OPERATOR_NAMESPACE: &str = "valkey-operator-system";
 
 /// A driver authenticated as the operator, with the password from the Secret it generated (in
-/// its own namespace: `<namespace>.<cluster>.credentials`).
+/// its own namespace: `<namespace>.<cluster>.credentials`); for a TLS cluster over TLS as the
+/// operator connects: trusting `ca.crt` of the operator's copy `<cluster>-member-tls`,
+/// verifying members as `<cluster>.<namespace>.svc.cluster.local`.
 pub async fn operator_driver(
     client: &Client,
     ns: &str,
@@ -88,10 +90,39 @@ pub async fn operator_driver(
             .0
             .clone(),
     )?;
-    Ok(FredDriver::new(DriverConfig::new(Credentials {
+    let mut config = DriverConfig::new(Credentials {
         username: OPERATOR_ACL_USERNAME.into(),
         password,
-    })))
+    });
+    config.tls = tls_settings(client, ns, cluster).await?;
+    Ok(FredDriver::new(config))
+}
+
+/// How the operator connects to a TLS cluster's members; `None` for a plaintext cluster.
+pub async fn tls_settings(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+) -> anyhow::Result<Option<valkey_operator::driver::TlsSettings>> {
+    use valkey_operator::controller::names;
+    // A cluster that is gone (or never was) is taken as plaintext, as before TLS existed.
+    let cluster_object = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+        .get_opt(cluster)
+        .await?;
+    if cluster_object.is_none_or(|c| c.spec.tls.is_none()) {
+        return Ok(None);
+    }
+    let copy = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&names::tls_secret(cluster))
+        .await?;
+    let ca = copy
+        .data
+        .and_then(|d| d.get("ca.crt").cloned())
+        .context("the TLS copy has no ca.crt")?;
+    Ok(Some(valkey_operator::driver::TlsSettings {
+        ca_pem: String::from_utf8(ca.0)?,
+        server_name: Some(names::cluster_hostname(cluster, ns)),
+    }))
 }
 
 /// SIGKILLs the operator's process in every operator pod (the kubelet restarts it at once).

@@ -25,9 +25,8 @@ use serde_json::json;
 
 use valkey_e2e::certs;
 use valkey_e2e::harness::{TestNamespace, apply_yaml, client, wait_for};
-use valkey_e2e::valkey::{OPERATOR_NAMESPACE, member_pods, serving_addrs, wait_state};
+use valkey_e2e::valkey::{member_pods, operator_driver, serving_addrs, wait_state};
 use valkey_e2e::workload::{self, Menu, PASSWORD};
-use valkey_operator::api::constants::OPERATOR_ACL_USERNAME;
 use valkey_operator::api::{ClusterState, ValkeyCluster};
 use valkey_operator::controller::names;
 use valkey_operator::driver::tls::TlsClient;
@@ -86,29 +85,6 @@ fn leaf_der(secret: &Secret) -> anyhow::Result<Vec<u8>> {
         .next()
         .context("no certificate in tls.crt")??;
     Ok(leaf.as_ref().to_vec())
-}
-
-/// A driver authenticated as the operator, over TLS verifying the members as the operator
-/// does: the CA bundle of the Secret, the name `<cluster>.<ns>.svc.cluster.local`.
-async fn tls_operator_driver(
-    client: &Client,
-    ns: &str,
-    cluster: &str,
-    secret: &Secret,
-) -> anyhow::Result<FredDriver> {
-    let credentials = Api::<Secret>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .get(&names::credentials_secret(ns, cluster))
-        .await?;
-    let password = String::from_utf8(key_of(&credentials, "operator-password")?)?;
-    let mut config = DriverConfig::new(Credentials {
-        username: OPERATOR_ACL_USERNAME.into(),
-        password,
-    });
-    config.tls = Some(TlsSettings {
-        ca_pem: String::from_utf8(key_of(secret, "ca.crt")?)?,
-        server_name: Some(names::cluster_hostname(cluster, ns)),
-    });
-    Ok(FredDriver::new(config))
 }
 
 /// The host must resolve the cluster's names as a pod would: fred resolves with the system
@@ -242,7 +218,8 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
         let err = plain.ping(m).await.expect_err("plaintext must be refused");
         println!("plaintext to {m}: {err}");
     }
-    let driver = tls_operator_driver(&client, ns, cluster, &secret).await?;
+    // The operator's way: its copy's CA, members verified as the cluster's name.
+    let driver = operator_driver(&client, ns, cluster).await?;
     for m in &members {
         driver.ping(m).await?;
         assert_eq!(
