@@ -121,7 +121,7 @@ pub async fn reconcile(
     let acl_progress = acl::load(ctx, &cluster, driver.as_ref(), &observed, &acl_file).await;
     // TLS: every running member serves the certificate just copied (reloaded without restart).
     let tls_progress = match &tls {
-        Some(tls) => Some(tls::reload(&cluster, driver.as_ref(), &observed, tls).await),
+        Some(tls) => Some(tls::reload(ctx, &cluster, driver.as_ref(), &observed, tls).await),
         None => None,
     };
 

@@ -26,14 +26,15 @@ use futures::future::join_all;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action as Requeue;
-use kube::{Api, ResourceExt};
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
 use rustls::pki_types::UnixTime;
 use tracing::{debug, info, warn};
 
 use super::observe::Observed;
 use super::{ClusterContext, apply, build, status};
 use crate::api::ValkeyCluster;
-use crate::controller::{Error, names, object_key};
+use crate::controller::{Context, Error, names, object_key};
 use crate::driver::{ClusterDriver, MemberAddr, TlsSettings};
 use crate::resolve::conf::tls_file_settings;
 use crate::resolve::tls::{ServedCertificate, validate_tls_secret};
@@ -219,6 +220,7 @@ impl TlsProgress {
 
 /// The reload step: every running member ends up serving `certificate` (see the module docs).
 pub async fn reload(
+    ctx: &Context,
     cluster: &ValkeyCluster,
     driver: &dyn ClusterDriver,
     observed: &[Observed],
@@ -240,8 +242,33 @@ pub async fn reload(
         &files,
     )
     .await;
-    if progress.reloaded() > 0 {
-        info!(cluster = %object_key(cluster), reloaded = progress.reloaded(), "members reloaded their TLS certificate");
+    let reloaded = progress.reloaded();
+    if reloaded > 0 {
+        info!(cluster = %object_key(cluster), reloaded, "members reloaded their TLS certificate");
+        let names: Vec<&str> = progress
+            .members
+            .iter()
+            .filter(|(_, m)| *m == MemberTls::Serving { reloaded: true })
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "CertificateReloaded".to_string(),
+            note: Some(
+                format!(
+                    "{} now serve the current certificate (its files re-read, no restart)",
+                    names.join(", ")
+                )
+                .chars()
+                .take(1000)
+                .collect(),
+            ),
+            action: "ReloadCertificate".to_string(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+            warn!("cannot publish event: {e}");
+        }
     }
     progress
 }
