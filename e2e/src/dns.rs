@@ -1,36 +1,38 @@
 //! Host-side name resolution through the cluster's DNS (CoreDNS behind the kube-dns Service,
 //! reached through kube-proxy like any ClusterIP), so a test on the host resolves
-//! `{pod}.{service}.{ns}.svc.cluster.local` exactly as a pod does.
+//! `{pod}.{service}.{ns}.svc.cluster.local` exactly as a pod does, and a cluster client on the
+//! host follows MOVED to member hostnames ([`ClusterDnsResolver`]).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use anyhow::Context as _;
-use hickory_resolver::Resolver;
-use hickory_resolver::config::{NameServerConfig, ResolverConfig};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::TokioAsyncResolver;
+use hickory_resolver::config::{NameServerConfigGroup, ResolverConfig, ResolverOpts};
 
 /// The kube-dns Service's ClusterIP (e2e/cluster.sh DNS_SERVICE_IP).
 pub const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 10);
 
 /// A resolver asking only the cluster DNS.
-pub fn cluster_resolver() -> anyhow::Result<Resolver<TokioRuntimeProvider>> {
-    let config = ResolverConfig::from_name_servers(vec![NameServerConfig::udp_and_tcp(
-        IpAddr::V4(CLUSTER_DNS),
-    )]);
-    Resolver::builder_with_config(config, TokioRuntimeProvider::default())
-        .build()
-        .context("building the cluster DNS resolver")
+pub fn cluster_resolver() -> TokioAsyncResolver {
+    let servers = NameServerConfigGroup::from_ips_clear(&[IpAddr::V4(CLUSTER_DNS)], 53, true);
+    TokioAsyncResolver::tokio(
+        ResolverConfig::from_parts(None, vec![], servers),
+        ResolverOpts::default(),
+    )
+}
+
+fn fully_qualified(name: &str) -> String {
+    if name.ends_with('.') {
+        name.to_string()
+    } else {
+        format!("{name}.")
+    }
 }
 
 /// The IPv4 addresses the cluster DNS gives for `name` (a fully qualified name).
 pub async fn resolve_ipv4(name: &str) -> anyhow::Result<Vec<Ipv4Addr>> {
-    let fqdn = if name.ends_with('.') {
-        name.to_string()
-    } else {
-        format!("{name}.")
-    };
-    let answer = cluster_resolver()?
-        .lookup_ip(fqdn.as_str())
+    let answer = cluster_resolver()
+        .lookup_ip(fully_qualified(name))
         .await
         .with_context(|| format!("resolving {name} through the cluster DNS {CLUSTER_DNS}"))?;
     Ok(answer
@@ -40,4 +42,28 @@ pub async fn resolve_ipv4(name: &str) -> anyhow::Result<Vec<Ipv4Addr>> {
             IpAddr::V6(_) => None,
         })
         .collect())
+}
+
+/// fred's resolver for clients on the host: IP addresses as they are, names through the
+/// cluster DNS (the host's own resolver knows nothing of `cluster.local`).
+pub struct ClusterDnsResolver;
+
+#[async_trait::async_trait]
+impl fred::types::Resolve for ClusterDnsResolver {
+    async fn resolve(
+        &self,
+        host: fred::bytes_utils::Str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, fred::error::Error> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(vec![SocketAddr::new(ip, port)]);
+        }
+        let ips = resolve_ipv4(&host)
+            .await
+            .map_err(|e| fred::error::Error::new(fred::error::ErrorKind::IO, format!("{e:#}")))?;
+        Ok(ips
+            .into_iter()
+            .map(|ip| SocketAddr::new(IpAddr::V4(ip), port))
+            .collect())
+    }
 }

@@ -16,7 +16,11 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::valkey::member_pods;
+use fred::types::config::{Server, TlsConfig, TlsConnector, TlsHostMapping};
 use valkey_operator::api::{ValkeyCluster, ValkeyConfig, ValkeyImage};
+use valkey_operator::controller::names;
+use valkey_operator::driver::TlsSettings;
+use valkey_operator::driver::tls::TlsClient;
 
 /// Keys [`preload`] writes.
 pub const PRELOADED: usize = 100_000;
@@ -109,15 +113,56 @@ pub struct WriterReport {
     pub longest_write_per_primary: Vec<(String, Duration)>,
 }
 
+/// A cluster client of ValkeyCluster `name` as the product team's app uses one (user `app`).
+/// Plaintext clusters: seeded with the serving members' IPs. TLS clusters: TLS only, seeded
+/// with the client Service's name, trusting the CA bundle of the cluster's Secret and verifying
+/// every member by the hostname it announces (MOVED points there), names resolved through the
+/// cluster DNS as in a pod.
 pub async fn cluster_client(
     client: &Client,
     ns: &str,
     name: &str,
 ) -> anyhow::Result<fred::clients::Client> {
-    let hosts: Vec<Server> = crate::valkey::serving_addrs(&member_pods(client, ns, name).await?)
-        .into_iter()
-        .map(|a| Server::new(a.host, a.port))
-        .collect();
+    let cluster = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?;
+    let ca = match &cluster.spec.tls {
+        Some(tls) => Some(crate::certs::secret_pem(client, ns, &tls.secret_ref, "ca.crt").await?),
+        None => None,
+    };
+    cluster_client_trusting(client, ns, name, ca.as_deref()).await
+}
+
+/// [`cluster_client`] with TLS trusting `ca` (PEM bundle), or plaintext with `None`.
+pub async fn cluster_client_trusting(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    ca: Option<&[u8]>,
+) -> anyhow::Result<fred::clients::Client> {
+    let (hosts, tls) = match ca {
+        None => (
+            crate::valkey::serving_addrs(&member_pods(client, ns, name).await?)
+                .into_iter()
+                .map(|a| Server::new(a.host, a.port))
+                .collect(),
+            None,
+        ),
+        Some(ca) => {
+            let tls = TlsClient::new(&TlsSettings {
+                ca_pem: String::from_utf8(ca.to_vec())?,
+                server_name: None,
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            (
+                vec![Server::new(names::cluster_hostname(name, ns), 6379)],
+                Some(TlsConfig {
+                    connector: TlsConnector::from((*tls.config).clone()),
+                    hostnames: TlsHostMapping::None,
+                }),
+            )
+        }
+    };
     let config = Config {
         server: ServerConfig::Clustered {
             hosts,
@@ -125,6 +170,7 @@ pub async fn cluster_client(
         },
         username: Some("app".into()),
         password: Some(PASSWORD.into()),
+        tls,
         ..Default::default()
     };
     let valkey = Builder::from_config(config)
@@ -135,12 +181,40 @@ pub async fn cluster_client(
         .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(2))
         .set_policy(ReconnectPolicy::new_constant(0, 200))
         .build()?;
+    valkey
+        .set_resolver(Arc::new(crate::dns::ClusterDnsResolver))
+        .await;
     valkey.init().await?;
     Ok(valkey)
 }
 
+/// `WAIT 1 <ms>` on the primary of `slot` (the connection the write went over): how many
+/// replicas hold this client's writes so far.
+async fn replicas_acknowledging(valkey: &fred::clients::Client, slot: u16) -> FredResult<i64> {
+    let wait =
+        fred::types::CustomCommand::new("WAIT", fred::types::ClusterHash::Custom(slot), false);
+    valkey.custom(wait, vec![1, 1000]).await
+}
+
 impl Writer {
+    /// A writer whose writes count as acknowledged once the primary answered.
     pub async fn start(client: &Client, ns: &str, name: &str) -> anyhow::Result<Writer> {
+        Self::start_with(client, ns, name, false).await
+    }
+
+    /// A writer whose writes count as acknowledged once a replica holds them too (`WAIT 1`
+    /// after each write, as an application needing durability across a primary's loss does);
+    /// a write no replica confirmed is retried.
+    pub async fn start_replicated(client: &Client, ns: &str, name: &str) -> anyhow::Result<Writer> {
+        Self::start_with(client, ns, name, true).await
+    }
+
+    async fn start_with(
+        client: &Client,
+        ns: &str,
+        name: &str,
+        replicated: bool,
+    ) -> anyhow::Result<Writer> {
         let mut valkey = cluster_client(client, ns, name).await?;
         let (client, ns, name) = (client.clone(), ns.to_string(), name.to_string());
         let stop = Arc::new(AtomicBool::new(false));
@@ -174,20 +248,31 @@ impl Writer {
                 let (key, value) = (format!("key:{n}"), format!("value-{n}"));
                 let mut failures = 0;
                 let begun = Instant::now();
+                let slot = fred::util::redis_keyslot(key.as_bytes());
                 loop {
-                    match valkey
+                    let written = match valkey
                         .set::<(), _, _>(&key, &value, None, None, false)
                         .await
                     {
+                        Ok(()) if replicated => match replicas_acknowledging(&valkey, slot).await {
+                            Ok(n) if n >= 1 => Ok(()),
+                            Ok(_) => Err(()),
+                            Err(_) => Err(()),
+                        },
+                        Ok(()) => Ok(()),
+                        Err(_) => Err(()),
+                    };
+                    match written {
                         Ok(()) => break,
-                        Err(_) => {
+                        Err(()) => {
                             report.failed_attempts += 1;
                             failures += 1;
                             if last_ack.elapsed() > Duration::from_secs(120) {
                                 bail!("writes stalled for 2 minutes");
                             }
-                            // What an application does through the client Service: find the
-                            // current members again (there is no cluster DNS here).
+                            // What an application does when its client gives up: connect again
+                            // (through the client Service's name with TLS; plaintext clients
+                            // are seeded with the members' current IPs).
                             if failures % 5 == 0
                                 && let Ok(fresh) = cluster_client(&client, &ns, &name).await
                             {
@@ -200,7 +285,6 @@ impl Writer {
                 }
                 report.longest_pause = report.longest_pause.max(last_ack.elapsed());
                 last_ack = Instant::now();
-                let slot = fred::util::redis_keyslot(key.as_bytes());
                 if let Some(i) = shards
                     .iter()
                     .position(|(a, b, _)| (*a..=*b).contains(&slot))

@@ -8,15 +8,14 @@
 //!   without editing it.
 //!
 //! Needs cluster DNS (CoreDNS) and cert-manager in the local cluster. The test process runs on
-//! the host and its cluster client resolves the member hostnames with the host's resolver,
-//! which must forward `cluster.local` to CoreDNS (checked first, see [`assert_host_resolves`]).
+//! the host; its cluster client resolves the member hostnames through CoreDNS
+//! (`valkey_e2e::dns::ClusterDnsResolver`), as an app in a pod would.
 #![cfg(feature = "e2e")]
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use fred::prelude::*;
-use fred::types::config::{Server, TlsConfig, TlsConnector, TlsHostMapping};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
 use rustls::pki_types::CertificateDer;
@@ -24,15 +23,14 @@ use rustls::pki_types::pem::PemObject;
 use serde_json::json;
 
 use valkey_e2e::certs;
+use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, apply_yaml, client, wait_for};
+use valkey_e2e::safety::{Shape, healed, members_with};
 use valkey_e2e::valkey::{member_pods, operator_driver, serving_addrs, wait_state};
-use valkey_e2e::workload::{self, Menu, PASSWORD};
-use valkey_operator::api::{ClusterState, ValkeyCluster};
+use valkey_e2e::workload::{self, Menu, PASSWORD, Writer};
+use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
 use valkey_operator::controller::names;
-use valkey_operator::driver::tls::TlsClient;
-use valkey_operator::driver::{
-    ClusterDriver, Credentials, DriverConfig, FredDriver, MemberAddr, TlsSettings,
-};
+use valkey_operator::driver::{ClusterDriver, Credentials, DriverConfig, FredDriver, MemberAddr};
 
 /// The TLS-capable build in `.localcluster/images.yaml`.
 const TLS_TAG: &str = "9.1.2";
@@ -87,61 +85,26 @@ fn leaf_der(secret: &Secret) -> anyhow::Result<Vec<u8>> {
     Ok(leaf.as_ref().to_vec())
 }
 
-/// The host must resolve the cluster's names as a pod would: fred resolves with the system
-/// resolver (its custom resolvers need its `dns` feature, hickory-resolver 0.24, which the
-/// workspace does not have). Fails early, saying so, when it cannot: make the host's resolver
-/// forward `cluster.local` to the cluster DNS (`valkey_e2e::dns::CLUSTER_DNS`), or enable
-/// fred's `dns` feature for the suites and resolve through `valkey_e2e::dns`.
-async fn assert_host_resolves(host: &str) -> anyhow::Result<()> {
-    let found = tokio::net::lookup_host((host, 6379))
-        .await
-        .map(|f| f.count())
-        .map_err(|e| e.to_string());
-    if found.as_ref().is_ok_and(|n| *n > 0) {
-        return Ok(());
-    }
-    bail!(
-        "the test process cannot resolve {host} ({found:?}): the host's resolver must forward the cluster domain to CoreDNS for a hostname-verifying client to follow MOVED to member hostnames"
-    )
-}
-
-/// A cluster client over TLS as an app would use one: seeded with the client Service's name,
-/// trusting the Secret's CA, verifying every member by the hostname it announces.
-async fn tls_cluster_client(
-    ns: &str,
-    cluster: &str,
-    secret: &Secret,
-) -> anyhow::Result<fred::clients::Client> {
-    assert_host_resolves(&names::cluster_hostname(cluster, ns)).await?;
-    let tls = TlsClient::new(&TlsSettings {
-        ca_pem: String::from_utf8(key_of(secret, "ca.crt")?)?,
-        server_name: None,
-    })
-    .map_err(anyhow::Error::msg)?;
-    let config = Config {
-        server: ServerConfig::Clustered {
-            hosts: vec![Server::new(names::cluster_hostname(cluster, ns), 6379)],
-            policy: Default::default(),
+/// Waits until every member serves `leaf` (DER) to a fresh handshake.
+async fn every_member_serves(
+    driver: &FredDriver,
+    members: &[MemberAddr],
+    leaf: &[u8],
+) -> anyhow::Result<()> {
+    wait_for(
+        "every member to serve the new certificate",
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || async move {
+            for m in members {
+                if driver.served_certificate(m).await?.as_deref() != Some(leaf) {
+                    bail!("{m} still serves another certificate");
+                }
+            }
+            Ok(Some(()))
         },
-        username: Some("app".into()),
-        password: Some(PASSWORD.into()),
-        tls: Some(TlsConfig {
-            connector: TlsConnector::from((*tls.config).clone()),
-            // Members are announced by hostname: nothing to map.
-            hostnames: TlsHostMapping::None,
-        }),
-        ..Default::default()
-    };
-    let valkey = Builder::from_config(config)
-        .with_connection_config(|c| {
-            c.connection_timeout = Duration::from_secs(3);
-            c.max_redirections = 10;
-        })
-        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(3))
-        .set_policy(ReconnectPolicy::new_constant(0, 200))
-        .build()?;
-    valkey.init().await?;
-    Ok(valkey)
+    )
+    .await
 }
 
 async fn member_addrs(client: &Client, ns: &str, cluster: &str) -> anyhow::Result<Vec<MemberAddr>> {
@@ -255,7 +218,7 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
     }
 
     // A hostname-verifying TLS cluster client writes and reads 10,000 keys (MOVED included).
-    let valkey = tls_cluster_client(ns, cluster, &secret).await?;
+    let valkey = workload::cluster_client(&client, ns, cluster).await?;
     let writing = Instant::now();
     for i in 0..KEYS {
         valkey
@@ -273,9 +236,44 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
         assert_eq!(got.as_deref(), Some(i.to_string().as_str()), "tls:{i}");
     }
 
+    // The same shape and writes in plaintext, in the same run, for comparison.
+    let plain_started = Instant::now();
+    workload::apply(
+        &client,
+        ns,
+        workload::cluster(ns, "plain", &menu.config, 3, 1),
+    )
+    .await?;
+    wait_state(
+        &client,
+        ns,
+        "plain",
+        ClusterState::Active,
+        Duration::from_secs(240),
+    )
+    .await?;
+    println!(
+        "time to Active (plaintext, 3 x 1): {:?}",
+        plain_started.elapsed()
+    );
+    let plain_client = workload::cluster_client(&client, ns, "plain").await?;
+    let writing = Instant::now();
+    for i in 0..KEYS {
+        plain_client
+            .set::<(), _, _>(format!("plain:{i}"), i.to_string(), None, None, false)
+            .await?;
+    }
+    println!(
+        "plaintext writer: {KEYS} sequential SETs in {:?} ({:.0}/s)",
+        writing.elapsed(),
+        KEYS as f64 / writing.elapsed().as_secs_f64()
+    );
+    let _ = plain_client.quit().await;
+
     // cert-manager renews (forced): every member serves the new certificate, no pod restarts.
     let before = pod_identities(&client, ns, cluster).await?;
     let old_leaf = leaf_der(&secret)?;
+    let forced = Instant::now();
     certs::force_renewal(&client, ns, secret_name).await?;
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let renewed = wait_for(
@@ -294,26 +292,11 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
     .await?;
     let updated = Instant::now();
     let new_leaf = leaf_der(&renewed)?;
-    wait_for(
-        "every member to serve the renewed certificate",
-        Duration::from_secs(180),
-        Duration::from_millis(500),
-        || {
-            let (driver, members, new_leaf) = (&driver, &members, &new_leaf);
-            async move {
-                for m in members {
-                    if driver.served_certificate(m).await?.as_ref() != Some(new_leaf) {
-                        bail!("{m} still serves the previous certificate");
-                    }
-                }
-                Ok(Some(()))
-            }
-        },
-    )
-    .await?;
+    every_member_serves(&driver, &members, &new_leaf).await?;
     println!(
-        "Secret update -> every member serving the new certificate: {:?}",
-        updated.elapsed()
+        "forced renewal -> every member serving the new certificate: {:?} (cert-manager wrote the Secret after {:?}; polled every 250 ms / 500 ms)",
+        forced.elapsed(),
+        updated - forced
     );
     assert_eq!(
         pod_identities(&client, ns, cluster).await?,
@@ -393,6 +376,233 @@ async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow
             .iter()
             .any(|c| c.type_ == "TlsCertificateValid" && c.status == "True"),
         "{conditions:?}"
+    );
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// Waits until cluster `name` is Active at its generation with `members` members, none of
+/// them named in `gone`.
+async fn settled(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    shards: usize,
+    gone: &[&str],
+) -> anyhow::Result<()> {
+    let shape = Shape {
+        primaries: shards,
+        members: shards * 2,
+    };
+    healed(client, ns, name, shape, gone, Instant::now())
+        .await
+        .map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_writes_survive_scaling_a_rolling_replacement_and_a_primary_kill() -> anyhow::Result<()>
+{
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-tls-ops").await?;
+    let ns = ns.name.as_str();
+    let (cluster, secret_name) = ("ops", "ops-cert");
+    issue(&client, ns, cluster, secret_name).await?;
+    let menu = Menu::publish(&client, "e2e-tls-ops", TLS_TAG).await?;
+    let mut spec = tls_cluster(ns, cluster, &menu.config, secret_name);
+    workload::apply(&client, ns, spec.clone()).await?;
+    settled(&client, ns, cluster, 3, &[]).await?;
+
+    // A writer over TLS whose writes count once a replica holds them (WAIT 1).
+    let writer = Writer::start_replicated(&client, ns, cluster).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Scale 3 -> 4 -> 3 shards: slots move between TLS members.
+    for shards in [4, 3] {
+        spec["spec"]["shards"] = json!(shards);
+        workload::apply(&client, ns, spec.clone()).await?;
+        settled(&client, ns, cluster, shards, &[]).await?;
+        println!("scaled to {shards} shards over TLS");
+    }
+
+    // A rolling replacement: a config change every member takes by being replaced.
+    let before: Vec<String> = members_with(&client, ns, cluster, NodeRole::Primary)
+        .await?
+        .into_iter()
+        .chain(members_with(&client, ns, cluster, NodeRole::Replica).await?)
+        .map(|m| m.name)
+        .collect();
+    let mut config = workload::config(&menu.config, &menu.image);
+    config["spec"]["resources"]["memory"] = json!("300Mi");
+    workload::apply(&client, "config", config).await?;
+    let gone: Vec<&str> = before.iter().map(String::as_str).collect();
+    settled(&client, ns, cluster, 3, &gone).await?;
+    println!("rolled every member over TLS");
+
+    // SIGKILL of a primary (default config, no persistence): its replica takes over and a
+    // new member replaces it.
+    let primaries = members_with(&client, ns, cluster, NodeRole::Primary).await?;
+    let victim = primaries.first().context("no primary")?;
+    PodRef::find(ns, &victim.pod)?.kill("valkey")?;
+    println!("SIGKILL sent to primary {}", victim.pod);
+    settled(&client, ns, cluster, 3, &[victim.name.as_str()]).await?;
+
+    let report = writer.finish(&client, ns, cluster).await?;
+    println!(
+        "TLS writer through scaling, rollout and a primary SIGKILL: {} replica-acknowledged writes, 0 lost, longest pause {:?}",
+        report.acknowledged.len(),
+        report.longest_pause
+    );
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// The operator's copy of the cluster's Secret holds `ca` as its CA bundle.
+async fn copy_trusts(client: &Client, ns: &str, cluster: &str, ca: &[u8]) -> anyhow::Result<()> {
+    wait_for(
+        "the members' copy of the Secret to hold the CA bundle",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let copy = certs::secret_pem(client, ns, &names::tls_secret(cluster), "ca.crt").await?;
+            Ok((copy == ca).then_some(()))
+        },
+    )
+    .await
+}
+
+/// A `kubernetes.io/tls` Secret `name` with `cert`'s certificate and key and `ca` as ca.crt.
+async fn tls_secret(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    cert: &Secret,
+    ca: &[u8],
+) -> anyhow::Result<()> {
+    let data = [
+        ("tls.crt", key_of(cert, "tls.crt")?),
+        ("tls.key", key_of(cert, "tls.key")?),
+        ("ca.crt", ca.to_vec()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v)))
+    .collect();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(data),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &kube::api::PatchParams::apply("e2e").force(),
+            &kube::api::Patch::Apply(&secret),
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_rotation_with_a_two_ca_bundle_keeps_every_connection_verifying() -> anyhow::Result<()>
+{
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-tls-ca").await?;
+    let ns = ns.name.as_str();
+    let cluster = "rot";
+    // Two CAs, each with a certificate for the cluster.
+    let yaml = [
+        certs::ca_issuer_yaml(ns, "old-ca"),
+        certs::ca_issuer_yaml(ns, "new-ca"),
+        certs::valkey_certificate_yaml(ns, cluster, "rot-old", "old-ca"),
+        certs::valkey_certificate_yaml(ns, cluster, "rot-new", "new-ca"),
+    ]
+    .join("---\n");
+    apply_yaml(&client, &yaml).await?;
+    certs::wait_ready(&client, ns, "rot-old").await?;
+    certs::wait_ready(&client, ns, "rot-new").await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let (old, new) = (secrets.get("rot-old").await?, secrets.get("rot-new").await?);
+    let bundle = [key_of(&old, "ca.crt")?, key_of(&new, "ca.crt")?].concat();
+    tls_secret(&client, ns, "rot-old-both-cas", &old, &bundle).await?;
+    tls_secret(&client, ns, "rot-new-both-cas", &new, &bundle).await?;
+
+    let menu = Menu::publish(&client, "e2e-tls-ca", TLS_TAG).await?;
+    let mut spec = tls_cluster(ns, cluster, &menu.config, "rot-old");
+    workload::apply(&client, ns, spec.clone()).await?;
+    settled(&client, ns, cluster, 3, &[]).await?;
+    let pods_before = pod_identities(&client, ns, cluster).await?;
+
+    // 1. Trust both CAs everywhere (members and clients) while the old certificate serves.
+    spec["spec"]["tls"]["secretRef"] = json!("rot-old-both-cas");
+    workload::apply(&client, ns, spec.clone()).await?;
+    copy_trusts(&client, ns, cluster, &bundle).await?;
+
+    // Clients trusting the bundle connect afresh (new handshakes) and write throughout.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let (client, ns, bundle, stop) =
+            (client.clone(), ns.to_string(), bundle.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut rounds, mut failures) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let result = async {
+                    let valkey =
+                        workload::cluster_client_trusting(&client, &ns, cluster, Some(&bundle))
+                            .await?;
+                    for i in 0..50 {
+                        let key = format!("rot:{rounds}:{i}");
+                        valkey.set::<(), _, _>(&key, "v", None, None, false).await?;
+                        let got: Option<String> = valkey.get(&key).await?;
+                        anyhow::ensure!(got.as_deref() == Some("v"), "{key} read back {got:?}");
+                    }
+                    let _ = valkey.quit().await;
+                    anyhow::Ok(())
+                }
+                .await;
+                if let Err(e) = result {
+                    failures.push(format!("{e:#}"));
+                }
+                rounds += 1;
+            }
+            (rounds, failures)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // 2. Serve the certificate of the new CA.
+    let driver = operator_driver(&client, ns, cluster).await?;
+    let new_leaf = leaf_der(&new)?;
+    let members = member_addrs(&client, ns, cluster).await?;
+    let started = Instant::now();
+    spec["spec"]["tls"]["secretRef"] = json!("rot-new-both-cas");
+    workload::apply(&client, ns, spec.clone()).await?;
+    every_member_serves(&driver, &members, &new_leaf).await?;
+    println!(
+        "every member serves the new CA's certificate {:?} after the switch",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (rounds, failures) = checker.await?;
+    println!(
+        "CA rotation: {rounds} fresh verifying clients, {} failed",
+        failures.len()
+    );
+    assert!(rounds > 3, "the checker made progress");
+    assert!(
+        failures.is_empty(),
+        "connections failed during the CA rotation: {failures:?}"
+    );
+    // The members kept talking to each other (bus and replication verify the peers too).
+    settled(&client, ns, cluster, 3, &[]).await?;
+    assert_eq!(
+        pod_identities(&client, ns, cluster).await?,
+        pods_before,
+        "no pod replaced or restarted"
     );
     menu.remove(&client).await?;
     Ok(())
