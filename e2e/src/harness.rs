@@ -2,8 +2,9 @@
 //! kubeconfig, throwaway namespaces, polling with deadlines, kubectl.
 
 use std::future::Future;
+use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -101,6 +102,44 @@ pub fn kubectl_run(args: &[&str]) -> anyhow::Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// What kubectl said.
+pub struct Outcome {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs kubectl with `args`, feeding `input` on stdin.
+pub fn kubectl_input(args: &[&str], input: &str) -> anyhow::Result<Outcome> {
+    let mut child = kubectl()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running kubectl")?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(input.as_bytes())?;
+    let out = child.wait_with_output()?;
+    Ok(Outcome {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+pub fn kubectl_outcome(args: &[&str]) -> anyhow::Result<Outcome> {
+    let out = kubectl().args(args).output().context("running kubectl")?;
+    Ok(Outcome {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
 }
 
 /// A namespace that is deleted when the test ends (pass or fail).

@@ -24,7 +24,9 @@ use serde_json::json;
 
 use valkey_e2e::certs;
 use valkey_e2e::faults::PodRef;
-use valkey_e2e::harness::{TestNamespace, apply_yaml, client, wait_for};
+use valkey_e2e::harness::{
+    TestNamespace, apply_yaml, client, kubectl_input, kubectl_outcome, wait_for,
+};
 use valkey_e2e::safety::{Shape, healed, members_with};
 use valkey_e2e::valkey::{member_pods, operator_driver, serving_addrs, wait_state};
 use valkey_e2e::workload::{self, Menu, PASSWORD, Writer};
@@ -269,6 +271,25 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
         KEYS as f64 / writing.elapsed().as_secs_f64()
     );
     let _ = plain_client.quit().await;
+    // ... and a plaintext cluster cannot become a TLS one.
+    let out = kubectl_outcome(&[
+        "-n",
+        ns,
+        "patch",
+        "valkeycluster",
+        "plain",
+        "--type",
+        "merge",
+        "-p",
+        &format!(r#"{{"spec":{{"tls":{{"secretRef":"{secret_name}"}}}}}}"#),
+    ])?;
+    assert!(!out.ok, "adding spec.tls must be refused");
+    assert!(
+        out.stderr
+            .contains("spec.tls cannot be added or removed after creation"),
+        "{}",
+        out.stderr
+    );
 
     // cert-manager renews (forced): every member serves the new certificate, no pod restarts.
     let before = pod_identities(&client, ns, cluster).await?;
@@ -319,12 +340,19 @@ async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow
     let ns = ns.name.as_str();
     let (cluster, secret_name) = ("later", "later-cert");
     let menu = Menu::publish(&client, "e2e-tls-missing", TLS_TAG).await?;
-    workload::apply(
-        &client,
-        ns,
-        tls_cluster(ns, cluster, &menu.config, secret_name),
-    )
-    .await?;
+    // kubectl apply accepts it and prints the webhook's warning naming the Secret.
+    let out = kubectl_input(
+        &["apply", "-f", "-"],
+        &serde_json::to_string(&tls_cluster(ns, cluster, &menu.config, secret_name))?,
+    )?;
+    assert!(out.ok, "accepted: {}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "Warning: TLS Secret {ns}/{secret_name} (spec.tls.secretRef) does not exist yet"
+        )),
+        "kubectl prints the webhook's warning: {}",
+        out.stderr
+    );
     let blocked = wait_state(
         &client,
         ns,
@@ -376,6 +404,25 @@ async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow
             .iter()
             .any(|c| c.type_ == "TlsCertificateValid" && c.status == "True"),
         "{conditions:?}"
+    );
+    // TLS stays for the cluster's life: removing it is refused, saying why.
+    let out = kubectl_outcome(&[
+        "-n",
+        ns,
+        "patch",
+        "valkeycluster",
+        cluster,
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"tls":null}}"#,
+    ])?;
+    assert!(!out.ok, "removing spec.tls must be refused");
+    assert!(
+        out.stderr
+            .contains("spec.tls cannot be added or removed after creation"),
+        "{}",
+        out.stderr
     );
     menu.remove(&client).await?;
     Ok(())

@@ -8,8 +8,6 @@
 //! bindings would bind a username twice once merged is denied.
 #![cfg(feature = "e2e")]
 
-use std::io::Write as _;
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -18,7 +16,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use valkey_e2e::harness::{
-    TestNamespace, client, delete_cluster_scoped, kubectl, kubectl_run, random_suffix, wait_for,
+    TestNamespace, client, delete_cluster_scoped, kubectl_input, kubectl_outcome, kubectl_run,
+    random_suffix, wait_for,
 };
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyNode};
 
@@ -29,44 +28,6 @@ const CONFIG_WEBHOOK: &str =
     "admission webhook \"valkeyconfigs.valkey.gomomento.com\" denied the request";
 const CLUSTER_WEBHOOK: &str =
     "admission webhook \"valkeyclusters.valkey.gomomento.com\" denied the request";
-
-/// What kubectl said.
-struct Outcome {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs kubectl with `args`, feeding `input` on stdin.
-fn kubectl_input(args: &[&str], input: &str) -> anyhow::Result<Outcome> {
-    let mut child = kubectl()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running kubectl")?;
-    child
-        .stdin
-        .take()
-        .context("stdin")?
-        .write_all(input.as_bytes())?;
-    let out = child.wait_with_output()?;
-    Ok(Outcome {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    })
-}
-
-fn kubectl_outcome(args: &[&str]) -> anyhow::Result<Outcome> {
-    let out = kubectl().args(args).output().context("running kubectl")?;
-    Ok(Outcome {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    })
-}
 
 /// Waits until the webhook answers (another suite may be restarting the operator pod; while
 /// it is not Ready the Service has no endpoints and the Ignore-policy webhooks are skipped).
