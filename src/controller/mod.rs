@@ -6,6 +6,7 @@ pub mod leader;
 pub mod names;
 pub mod node;
 pub mod owner;
+pub mod patch;
 pub mod permissions;
 pub mod run;
 
