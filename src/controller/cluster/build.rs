@@ -630,13 +630,7 @@ mod tests {
         let meta = |name: &str, component: &str| {
             json!({
                 "name": name, "namespace": "my-app",
-                "labels": {
-                    "app.kubernetes.io/component": component,
-                    "app.kubernetes.io/instance": "my-cluster",
-                    "app.kubernetes.io/managed-by": "valkey-operator",
-                    "app.kubernetes.io/name": "valkey",
-                    "valkey.gomomento.com/cluster": "my-cluster",
-                },
+                "labels": names::cluster_labels("my-cluster", component),
                 "ownerReferences": [{
                     "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
                     "name": "my-cluster", "uid": "uid-1", "controller": true,

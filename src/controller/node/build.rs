@@ -699,6 +699,46 @@ mod tests {
         assert_eq!(cm.metadata.name.as_deref(), Some("my-cluster-1-0-config"));
     }
 
+    /// The valkey container of [`the_pod_is_sent_exactly_as_built`]'s TLS member, as sent.
+    fn expected_tls_container() -> serde_json::Value {
+        json!({
+            "name": "valkey",
+            "image": "valkey/valkey:9.0.0",
+            "command": [
+                "valkey-server", "/etc/valkey/valkey.conf",
+                "--cluster-announce-ip", "$(POD_IP)",
+                "--cluster-announce-hostname",
+                "my-cluster-1-0.my-cluster.my-app.svc.cluster.local",
+            ],
+            "env": [{"name": "POD_IP",
+                "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "ports": [
+                {"name": "valkey", "containerPort": 6379},
+                {"name": "cluster-bus", "containerPort": 16379},
+            ],
+            "resources": {
+                "requests": {"cpu": "1", "memory": "2Gi"},
+                "limits": {"cpu": "1", "memory": "2Gi"},
+            },
+            "readinessProbe": {"tcpSocket": {"port": 6379},
+                "periodSeconds": 2, "failureThreshold": 3},
+            "livenessProbe": {"tcpSocket": {"port": 6379},
+                "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 6},
+            "volumeMounts": [
+                {"name": "config", "mountPath": "/etc/valkey", "readOnly": true},
+                {"name": "acl", "mountPath": "/etc/valkey-acl", "readOnly": true},
+                {"name": "data", "mountPath": "/data"},
+                {"name": "tls", "mountPath": "/etc/valkey-tls", "readOnly": true},
+            ],
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": true,
+                "runAsNonRoot": true,
+            },
+        })
+    }
+
     /// Everything sent to the API server for a pod, field by field: a field added, dropped or
     /// renamed by a change to the builder shows here.
     #[test]
@@ -708,8 +748,11 @@ mod tests {
         let p = pod(&n, &BTreeMap::from([("team".to_string(), "a".to_string())])).unwrap();
         let shard = json!({"matchLabels": {
             "valkey.gomomento.com/cluster": "my-cluster", "valkey.gomomento.com/shard": "1"}});
-        let members = json!({"matchLabels": {
-            "app.kubernetes.io/component": "member", "valkey.gomomento.com/cluster": "my-cluster"}});
+        let spread = |key: &str, when: &str, selector: &serde_json::Value| {
+            json!({"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when,
+                "labelSelector": selector})
+        };
+        let zone = "topology.kubernetes.io/zone";
         let expected = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {
@@ -719,15 +762,7 @@ mod tests {
                     "valkey.gomomento.com/config-hash": sha256_hex(valkey_conf(&n))[..12],
                     "valkey.gomomento.com/pod-annotations": "team",
                 },
-                "labels": {
-                    "app.kubernetes.io/component": "member",
-                    "app.kubernetes.io/instance": "my-cluster",
-                    "app.kubernetes.io/managed-by": "valkey-operator",
-                    "app.kubernetes.io/name": "valkey",
-                    "valkey.gomomento.com/cluster": "my-cluster",
-                    "valkey.gomomento.com/node": "my-cluster-1-0",
-                    "valkey.gomomento.com/shard": "1",
-                },
+                "labels": names::member_labels("my-cluster", 1, "my-cluster-1-0"),
                 "ownerReferences": [{
                     "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyNode",
                     "name": "my-cluster-1-0", "uid": "uid-n", "controller": true,
@@ -748,53 +783,16 @@ mod tests {
                 "nodeSelector": {"disk": "ssd"},
                 "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [{"matchExpressions": [{
-                        "key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"],
+                        "key": zone, "operator": "In", "values": ["zone-a"],
                     }]}],
                 }}},
                 "topologySpreadConstraints": [
-                    {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-                        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": shard},
-                    {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": shard},
-                    {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": members},
+                    spread("kubernetes.io/hostname", "ScheduleAnyway", &shard),
+                    spread(zone, "DoNotSchedule", &shard),
+                    spread(zone, "ScheduleAnyway",
+                        &json!({"matchLabels": names::member_selector("my-cluster")})),
                 ],
-                "containers": [{
-                    "name": "valkey",
-                    "image": "valkey/valkey:9.0.0",
-                    "command": [
-                        "valkey-server", "/etc/valkey/valkey.conf",
-                        "--cluster-announce-ip", "$(POD_IP)",
-                        "--cluster-announce-hostname",
-                        "my-cluster-1-0.my-cluster.my-app.svc.cluster.local",
-                    ],
-                    "env": [{"name": "POD_IP",
-                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                    "ports": [
-                        {"name": "valkey", "containerPort": 6379},
-                        {"name": "cluster-bus", "containerPort": 16379},
-                    ],
-                    "resources": {
-                        "requests": {"cpu": "1", "memory": "2Gi"},
-                        "limits": {"cpu": "1", "memory": "2Gi"},
-                    },
-                    "readinessProbe": {"tcpSocket": {"port": 6379},
-                        "periodSeconds": 2, "failureThreshold": 3},
-                    "livenessProbe": {"tcpSocket": {"port": 6379},
-                        "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 6},
-                    "volumeMounts": [
-                        {"name": "config", "mountPath": "/etc/valkey", "readOnly": true},
-                        {"name": "acl", "mountPath": "/etc/valkey-acl", "readOnly": true},
-                        {"name": "data", "mountPath": "/data"},
-                        {"name": "tls", "mountPath": "/etc/valkey-tls", "readOnly": true},
-                    ],
-                    "securityContext": {
-                        "allowPrivilegeEscalation": false,
-                        "capabilities": {"drop": ["ALL"]},
-                        "readOnlyRootFilesystem": true,
-                        "runAsNonRoot": true,
-                    },
-                }],
+                "containers": [expected_tls_container()],
                 "volumes": [
                     {"name": "config", "configMap": {"name": "my-cluster-1-0-config"}},
                     {"name": "acl", "secret": {"secretName": "my-cluster-acl"}},
@@ -804,7 +802,12 @@ mod tests {
             },
         });
         assert_eq!(serde_json::to_value(&p).unwrap(), expected);
-        // No zones, no node selector, no resources: empty maps are still sent, no affinity.
+    }
+
+    /// No zones, no node selector, no resources: the empty maps are still sent (as they always
+    /// were), and no affinity.
+    #[test]
+    fn a_bare_pod_still_sends_its_empty_maps() {
         let mut bare = node(ZoneSpread::BestEffort, &[]);
         bare.spec.placement.node_selector.clear();
         bare.spec.resources = Resources::default();
