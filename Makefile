@@ -14,7 +14,7 @@ export PATH := $(CACHE)/k8s-v$(K8S_VERSION)/bin:$(HOME)/.cargo/bin:/usr/local/go
 # e2e tests share one cluster on a 2-core machine: a few at a time.
 E2E_THREADS ?= 3
 
-.PHONY: up down status tools test unit e2e crds manifests chart-test lint bench chaos image
+.PHONY: up down status tools test unit e2e crds manifests chart-test lint deny bench chaos image
 
 ## up: build what is missing, start the local Kubernetes, install CRDs, RBAC, operator, samples
 up:
@@ -68,10 +68,21 @@ crds:
 	cargo run --quiet --bin valkey-operator -- crd --out-dir crds
 	cp crds/*.yaml charts/valkey-operator/files/crds/
 
-## lint: rustfmt and clippy (warnings are errors), the e2e suites included
+## lint: rustfmt and clippy (warnings are errors), the e2e suites included; then deny
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --features valkey-operator/e2e,valkey-e2e/e2e -- -D warnings
+	@$(MAKE) --no-print-directory deny
+
+# cargo-deny from crates.io, built on first use (about 3 minutes, once per machine), in a
+# throwaway target dir rather than the shared one.
+CARGO_DENY_VERSION := 0.20.2
+
+## deny: licenses, bans (duplicate crates warn) and sources of the dependency tree (deny.toml).
+## Advisories are not checked: their database is a GitHub repository, not reachable here.
+deny:
+	@command -v cargo-deny >/dev/null || env -u CARGO_TARGET_DIR cargo install --locked --quiet --version $(CARGO_DENY_VERSION) cargo-deny
+	cargo deny --locked --workspace check --hide-inclusion-graph licenses bans sources
 
 ## bench: figures, not tests (the local cluster must be up: make up)
 bench:

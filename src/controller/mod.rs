@@ -5,6 +5,8 @@ pub mod cluster;
 pub mod leader;
 pub mod names;
 pub mod node;
+pub mod owner;
+pub mod patch;
 pub mod permissions;
 pub mod run;
 

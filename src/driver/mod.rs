@@ -8,6 +8,7 @@
 pub mod fred;
 pub mod migrate;
 pub mod parse;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;
 

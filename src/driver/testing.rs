@@ -1,6 +1,7 @@
 //! Test and benchmark support: real `valkey-server` processes on 127.0.0.1 and a
-//! driver-only cluster formation. Used by `tests/driver_*.rs` and the
-//! `driver-formation-floor` binary; not used by the operator itself.
+//! driver-only cluster formation. Used by `tests/driver_*.rs`, `tests/acl_*.rs`, vk-bench and
+//! the `driver-formation-floor` binary; behind the `testing` feature, so not compiled into the
+//! operator.
 //!
 //! Binaries come from `VALKEY_SERVER_9_0` / `VALKEY_SERVER_9_1` / `VALKEY_SERVER_9_1_TLS`,
 //! falling back to the cache that `e2e/tools/install.sh` fills

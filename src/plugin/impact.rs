@@ -308,7 +308,7 @@ mod tests {
             .flat_map(|shard| (0..2).map(move |i| (shard, i)))
             .map(|(shard, i)| {
                 let name = format!("{}-{shard}-{i}", cluster.metadata.name.as_ref().unwrap());
-                build::node(cluster, &name, shard, &spec)
+                build::node(cluster, &name, shard, &spec).unwrap()
             })
             .collect()
     }

@@ -390,7 +390,7 @@ mod tests {
         // What the operator writes: the node's ConfigMap and the ACL Secret's file.
         let resolved = crate::controller::cluster::resolve(&cluster, &catalog, []).unwrap();
         let spec = build::desired_node_spec(&cluster, &resolved.config, ZoneSpread::Required);
-        let mut node = build::node(&cluster, "my-cluster-0-0", 0, &spec);
+        let mut node = build::node(&cluster, "my-cluster-0-0", 0, &spec).unwrap();
         node.metadata.uid = Some("node-uid".into());
         let (bindings, roles) = &resolved.acl_file_inputs;
         let credentials = OperatorCredentials {

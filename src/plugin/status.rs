@@ -375,8 +375,8 @@ mod tests {
         let mut stale = spec.clone();
         stale.version = "8.1.4".into();
         let members = [
-            build::node(&cluster, "c-0-0", 0, &spec),
-            build::node(&cluster, "c-1-0", 1, &stale),
+            build::node(&cluster, "c-0-0", 0, &spec).unwrap(),
+            build::node(&cluster, "c-1-0", 1, &stale).unwrap(),
         ];
         let events: Vec<Event> = (0..12)
             .map(|i| Event {

@@ -97,7 +97,7 @@ async fn dispatch(a: &Actor<'_>, action: &Action) -> Result<(), Error> {
 /// Creates the member's ValkeyNode (the node controller makes its pod) and marks it Joining.
 async fn create_node(a: &Actor<'_>, name: &str, shard: usize) -> Result<(), Error> {
     a.ctx.metrics.action("create_node");
-    let node = build::node(a.cluster, name, shard, a.desired_spec);
+    let node = build::node(a.cluster, name, shard, a.desired_spec)?;
     match a.node_api.create(&PostParams::default(), &node).await {
         Ok(_) => {
             info!(cluster = %a.key, node = %name, shard, "created member");

@@ -1,16 +1,22 @@
 //! Build step of the ValkeyCluster pipeline (pure): desired ValkeyNode specs, Services,
 //! PodDisruptionBudget and Secrets from the cluster and its resolved config. No client here.
 
-use k8s_openapi::api::core::v1::{Secret, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::Resource;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
-use serde_json::json;
 
 use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_SPEC_HASH};
 use crate::api::{NodePlacement, ValkeyCluster, ValkeyNode, ValkeyNodeSpec, ZoneSpread};
 use crate::controller::names;
+use crate::controller::owner::{BuildError, controller_owner};
 use crate::resolve::ResolvedConfig;
 use crate::resolve::acl::OperatorCredentials;
 use crate::resolve::conf::{
@@ -25,21 +31,15 @@ pub const CREDENTIALS_UID_LABEL: &str = "valkey.gomomento.com/cluster-uid";
 pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
 
-pub fn owner_reference(cluster: &ValkeyCluster) -> OwnerReference {
-    cluster
-        .controller_owner_ref(&())
-        .expect("a ValkeyCluster read from the API has a uid")
-}
-
-fn meta(cluster: &ValkeyCluster, name: String, component: &str) -> ObjectMeta {
+fn meta(cluster: &ValkeyCluster, name: String, component: &str) -> Result<ObjectMeta, BuildError> {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
-    ObjectMeta {
+    Ok(ObjectMeta {
         name: Some(name),
         namespace: cluster.metadata.namespace.clone(),
         labels: Some(names::cluster_labels(&cluster_name, component)),
-        owner_references: Some(vec![owner_reference(cluster)]),
+        owner_references: Some(vec![controller_owner(cluster)?]),
         ..Default::default()
-    }
+    })
 }
 
 /// The fully resolved, immutable spec every member of this cluster should run with.
@@ -84,10 +84,7 @@ pub fn desired_node_spec(
 /// no replica: then nobody can copy an empty dataset from it, and restarting is the only way
 /// the shard serves again. Otherwise a restarted primary would come back empty under its old
 /// node id and its replicas would resynchronise from it, emptying the shard.
-pub fn restarts_in_place(
-    settings: &std::collections::BTreeMap<String, String>,
-    replicas_per_shard: i32,
-) -> bool {
+pub fn restarts_in_place(settings: &BTreeMap<String, String>, replicas_per_shard: i32) -> bool {
     let appendonly = settings
         .get("appendonly")
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("yes"));
@@ -112,7 +109,7 @@ pub fn node(
     name: &str,
     shard: usize,
     spec: &ValkeyNodeSpec,
-) -> ValkeyNode {
+) -> Result<ValkeyNode, BuildError> {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
     let mut spec = spec.clone();
     spec.shard = shard as i32;
@@ -121,50 +118,53 @@ pub fn node(
     let mut node = ValkeyNode::new(name, spec);
     node.metadata.namespace = cluster.metadata.namespace.clone();
     node.metadata.labels = Some(labels);
-    node.metadata.owner_references = Some(vec![owner_reference(cluster)]);
-    node
+    node.metadata.owner_references = Some(vec![controller_owner(cluster)?]);
+    Ok(node)
 }
 
-fn ports() -> serde_json::Value {
-    json!([
-        {"name": "valkey", "port": CLIENT_PORT, "targetPort": CLIENT_PORT, "protocol": "TCP"},
-        {"name": "cluster-bus", "port": CLUSTER_BUS_PORT, "targetPort": CLUSTER_BUS_PORT, "protocol": "TCP"},
-    ])
+/// A TCP Service port forwarding to the same port on the members.
+fn service_port(name: &str, port: u16) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port: port.into(),
+        target_port: Some(IntOrString::Int(port.into())),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
 }
 
 /// Service clients connect to (any member answers with cluster redirections).
-pub fn client_service(cluster: &ValkeyCluster) -> Service {
+pub fn client_service(cluster: &ValkeyCluster) -> Result<Service, BuildError> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    Service {
-        metadata: meta(cluster, names::client_service(&name), "client"),
-        spec: Some(
-            serde_json::from_value(json!({
-                "selector": names::member_selector(&name),
-                "ports": [{"name": "valkey", "port": CLIENT_PORT, "targetPort": CLIENT_PORT, "protocol": "TCP"}],
-            }))
-            .expect("valid service spec"),
-        ),
+    Ok(Service {
+        metadata: meta(cluster, names::client_service(&name), "client")?,
+        spec: Some(ServiceSpec {
+            selector: Some(names::member_selector(&name)),
+            ports: Some(vec![service_port("valkey", CLIENT_PORT)]),
+            ..Default::default()
+        }),
         status: None,
-    }
+    })
 }
 
 /// Headless Service: a DNS name per member, published before members are ready (they must
 /// find each other to become ready).
-pub fn headless_service(cluster: &ValkeyCluster) -> Service {
+pub fn headless_service(cluster: &ValkeyCluster) -> Result<Service, BuildError> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    Service {
-        metadata: meta(cluster, names::headless_service(&name), "members"),
-        spec: Some(
-            serde_json::from_value(json!({
-                "clusterIP": "None",
-                "publishNotReadyAddresses": true,
-                "selector": names::member_selector(&name),
-                "ports": ports(),
-            }))
-            .expect("valid service spec"),
-        ),
+    Ok(Service {
+        metadata: meta(cluster, names::headless_service(&name), "members")?,
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(names::member_selector(&name)),
+            ports: Some(vec![
+                service_port("valkey", CLIENT_PORT),
+                service_port("cluster-bus", CLUSTER_BUS_PORT),
+            ]),
+            ..Default::default()
+        }),
         status: None,
-    }
+    })
 }
 
 /// The members' PodDisruptionBudget: at most one member of the cluster voluntarily disrupted
@@ -180,25 +180,27 @@ pub fn headless_service(cluster: &ValkeyCluster) -> Service {
 /// A cluster without replicas has no second copy of any shard: evicting a member would lose its
 /// shard's data, so nothing is evicted (`minAvailable` = every member); drains wait until the
 /// cluster has replicas (`replicasPerShard: 1`).
-pub fn pdb(cluster: &ValkeyCluster) -> PodDisruptionBudget {
-    use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+pub fn pdb(cluster: &ValkeyCluster) -> Result<PodDisruptionBudget, BuildError> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    PodDisruptionBudget {
-        metadata: meta(cluster, names::pdb(&name), "members"),
+    Ok(PodDisruptionBudget {
+        metadata: meta(cluster, names::pdb(&name), "members")?,
         spec: Some(PodDisruptionBudgetSpec {
             min_available: Some(IntOrString::Int(pdb_min_available(
                 cluster.spec.shards,
                 cluster.spec.replicas_per_shard,
             ))),
-            selector: Some(LabelSelector {
-                match_labels: Some(names::member_selector(&name)),
-                ..Default::default()
-            }),
+            selector: Some(match_labels(names::member_selector(&name))),
             ..Default::default()
         }),
         status: None,
+    })
+}
+
+/// A label selector on exactly these labels.
+fn match_labels(labels: BTreeMap<String, String>) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(labels),
+        ..Default::default()
     }
 }
 
@@ -220,32 +222,54 @@ pub fn network_policy(
     cluster: &ValkeyCluster,
     operator_namespace: &str,
     clients_from: crate::settings::ClientsFrom,
-) -> Option<k8s_openapi::api::networking::v1::NetworkPolicy> {
+) -> Result<Option<NetworkPolicy>, BuildError> {
     use crate::settings::ClientsFrom;
     let clients = match clients_from {
-        ClientsFrom::SameNamespace => json!({"podSelector": {}}),
-        ClientsFrom::AnyNamespace => json!({"namespaceSelector": {}}),
-        ClientsFrom::Unrestricted => return None,
+        ClientsFrom::SameNamespace => NetworkPolicyPeer {
+            pod_selector: Some(LabelSelector::default()),
+            ..Default::default()
+        },
+        ClientsFrom::AnyNamespace => NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector::default()),
+            ..Default::default()
+        },
+        ClientsFrom::Unrestricted => return Ok(None),
     };
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    let members = json!({"podSelector": {"matchLabels": names::member_selector(&name)}});
-    let operator = json!({
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
-        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "valkey-operator"}},
-    });
-    let port = |p: u16| json!({"protocol": "TCP", "port": p});
-    let spec = json!({
-        "podSelector": {"matchLabels": names::member_selector(&name)},
-        "policyTypes": ["Ingress"],
-        "ingress": [
-            {"from": [members], "ports": [port(CLIENT_PORT), port(CLUSTER_BUS_PORT)]},
-            {"from": [operator, clients], "ports": [port(CLIENT_PORT)]},
-        ],
-    });
-    Some(k8s_openapi::api::networking::v1::NetworkPolicy {
-        metadata: meta(cluster, names::pdb(&name), "members"),
-        spec: Some(serde_json::from_value(spec).expect("a valid NetworkPolicy spec")),
-    })
+    let members = NetworkPolicyPeer {
+        pod_selector: Some(match_labels(names::member_selector(&name))),
+        ..Default::default()
+    };
+    let label = |key: &str, value: &str| match_labels(BTreeMap::from([(key.into(), value.into())]));
+    let operator = NetworkPolicyPeer {
+        namespace_selector: Some(label("kubernetes.io/metadata.name", operator_namespace)),
+        pod_selector: Some(label("app.kubernetes.io/name", "valkey-operator")),
+        ..Default::default()
+    };
+    let port = |p: u16| NetworkPolicyPort {
+        protocol: Some("TCP".into()),
+        port: Some(IntOrString::Int(p.into())),
+        ..Default::default()
+    };
+    let rule = |from, ports| NetworkPolicyIngressRule {
+        from: Some(from),
+        ports: Some(ports),
+    };
+    Ok(Some(NetworkPolicy {
+        metadata: meta(cluster, names::pdb(&name), "members")?,
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(match_labels(names::member_selector(&name))),
+            policy_types: Some(vec!["Ingress".into()]),
+            ingress: Some(vec![
+                rule(
+                    vec![members],
+                    vec![port(CLIENT_PORT), port(CLUSTER_BUS_PORT)],
+                ),
+                rule(vec![operator, clients], vec![port(CLIENT_PORT)]),
+            ]),
+            ..Default::default()
+        }),
+    }))
 }
 
 /// The Secret holding the operator's generated passwords.
@@ -298,10 +322,10 @@ pub fn acl_secret(
     cluster: &ValkeyCluster,
     acl_file: &str,
     credentials: &OperatorCredentials,
-) -> Secret {
+) -> Result<Secret, BuildError> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    Secret {
-        metadata: meta(cluster, names::acl_secret(&name), "acl"),
+    Ok(Secret {
+        metadata: meta(cluster, names::acl_secret(&name), "acl")?,
         type_: Some("Opaque".into()),
         string_data: Some(
             [
@@ -317,7 +341,7 @@ pub fn acl_secret(
             .into(),
         ),
         ..Default::default()
-    }
+    })
 }
 
 /// The operator's copy of a TLS cluster's validated certificate, `<cluster>-member-tls`, the
@@ -325,14 +349,14 @@ pub fn acl_secret(
 pub fn tls_secret(
     cluster: &ValkeyCluster,
     certificate: &crate::resolve::tls::ServedCertificate,
-) -> Secret {
+) -> Result<Secret, BuildError> {
     use crate::resolve::conf::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
     use k8s_openapi::ByteString;
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    Secret {
-        metadata: meta(cluster, names::tls_secret(&name), "tls"),
+    Ok(Secret {
+        metadata: meta(cluster, names::tls_secret(&name), "tls")?,
         type_: Some("kubernetes.io/tls".into()),
-        data: Some(std::collections::BTreeMap::from([
+        data: Some(BTreeMap::from([
             (
                 TLS_CERT_KEY.to_string(),
                 ByteString(certificate.cert_pem.clone()),
@@ -347,14 +371,14 @@ pub fn tls_secret(
             ),
         ])),
         ..Default::default()
-    }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::{Resources, ValkeyClusterSpec, ValkeyImageSpec};
-    use std::collections::BTreeMap;
+    use serde_json::json;
 
     fn cluster() -> ValkeyCluster {
         let mut c = ValkeyCluster::new(
@@ -452,7 +476,7 @@ mod tests {
     #[test]
     fn nodes_are_owned_by_the_cluster_and_labelled() {
         let spec = desired_node_spec(&cluster(), &resolved("9.0.0"), ZoneSpread::BestEffort);
-        let n = node(&cluster(), "my-cluster-2-0", 2, &spec);
+        let n = node(&cluster(), "my-cluster-2-0", 2, &spec).unwrap();
         assert_eq!(n.spec.shard, 2);
         let labels = n.metadata.labels.unwrap();
         assert_eq!(labels["valkey.gomomento.com/cluster"], "my-cluster");
@@ -466,7 +490,7 @@ mod tests {
     #[test]
     fn the_pdb_keeps_all_members_but_one_with_an_integer_min_available() {
         use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-        let spec = pdb(&cluster()).spec.unwrap();
+        let spec = pdb(&cluster()).unwrap().spec.unwrap();
         // maxUnavailable needs a scale subresource ValkeyNode does not have: never set it.
         assert_eq!(spec.max_unavailable, None);
         assert_eq!(
@@ -487,7 +511,9 @@ mod tests {
     #[test]
     fn the_network_policy_keeps_the_bus_among_members_and_lets_clients_and_the_operator_in() {
         use crate::settings::ClientsFrom;
-        let np = network_policy(&cluster(), "ops", ClientsFrom::SameNamespace).unwrap();
+        let np = network_policy(&cluster(), "ops", ClientsFrom::SameNamespace)
+            .unwrap()
+            .unwrap();
         let spec = serde_json::to_value(np.spec.unwrap()).unwrap();
         let member = names::member_selector("my-cluster");
         assert_eq!(spec["podSelector"]["matchLabels"], json!(member));
@@ -518,18 +544,24 @@ mod tests {
             json!({"podSelector": {}}),
             "same namespace"
         );
-        let any = network_policy(&cluster(), "ops", ClientsFrom::AnyNamespace).unwrap();
+        let any = network_policy(&cluster(), "ops", ClientsFrom::AnyNamespace)
+            .unwrap()
+            .unwrap();
         let any = serde_json::to_value(any.spec.unwrap()).unwrap();
         assert_eq!(
             any["ingress"][1]["from"][1],
             json!({"namespaceSelector": {}})
         );
-        assert!(network_policy(&cluster(), "ops", ClientsFrom::Unrestricted).is_none());
+        assert!(
+            network_policy(&cluster(), "ops", ClientsFrom::Unrestricted)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
     fn services_select_member_pods() {
-        let headless = headless_service(&cluster());
+        let headless = headless_service(&cluster()).unwrap();
         assert_eq!(headless.metadata.name.as_deref(), Some("my-cluster-nodes"));
         let spec = headless.spec.unwrap();
         assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
@@ -539,7 +571,13 @@ mod tests {
             "my-cluster"
         );
         assert_eq!(
-            client_service(&cluster()).spec.unwrap().ports.unwrap()[0].port,
+            client_service(&cluster())
+                .unwrap()
+                .spec
+                .unwrap()
+                .ports
+                .unwrap()[0]
+                .port,
             6379
         );
     }
@@ -550,9 +588,104 @@ mod tests {
             operator_password: "o".into(),
             replication_password: "r".into(),
         };
-        let s = acl_secret(&cluster(), "user x on\n", &creds);
+        let s = acl_secret(&cluster(), "user x on\n", &creds).unwrap();
         let data = s.string_data.unwrap();
         assert_eq!(data[ACL_FILE_KEY], "user x on\n");
         assert!(data[REPLICATION_AUTH_KEY].contains("masterauth r"));
+    }
+
+    #[test]
+    fn a_cluster_without_uid_is_refused_rather_than_built_without_its_owner() {
+        use crate::settings::ClientsFrom;
+        let mut c = cluster();
+        c.metadata.uid = None;
+        let err = pdb(&c).unwrap_err().to_string();
+        assert!(
+            err.contains("ValkeyCluster my-app/my-cluster has no metadata.uid"),
+            "{err}"
+        );
+        let creds = OperatorCredentials {
+            operator_password: "o".into(),
+            replication_password: "r".into(),
+        };
+        let spec = desired_node_spec(&c, &resolved("9.0.0"), ZoneSpread::BestEffort);
+        assert!(node(&c, "my-cluster-0-0", 0, &spec).is_err());
+        assert!(client_service(&c).is_err());
+        assert!(headless_service(&c).is_err());
+        assert!(network_policy(&c, "ops", ClientsFrom::SameNamespace).is_err());
+        assert!(acl_secret(&c, "", &creds).is_err());
+        // The credentials Secret lives in the operator's namespace and names no owner.
+        credentials_secret(&c, "ops", &creds);
+    }
+
+    /// Everything sent to the API server for the Services, the PDB and the NetworkPolicy,
+    /// field by field: a field added, dropped or renamed by a change to a builder shows here.
+    #[test]
+    fn the_cluster_objects_are_sent_exactly_as_built() {
+        use crate::settings::ClientsFrom;
+        fn sent(object: impl serde::Serialize) -> serde_json::Value {
+            serde_json::to_value(object).unwrap()
+        }
+        let c = cluster();
+        let meta = |name: &str, component: &str| {
+            json!({
+                "name": name, "namespace": "my-app",
+                "labels": names::cluster_labels("my-cluster", component),
+                "ownerReferences": [{
+                    "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+                    "name": "my-cluster", "uid": "uid-1", "controller": true,
+                }],
+            })
+        };
+        let members = json!({
+            "app.kubernetes.io/component": "member", "valkey.gomomento.com/cluster": "my-cluster"});
+        let port = |name: &str, port: u16| json!({"name": name, "port": port, "targetPort": port, "protocol": "TCP"});
+        assert_eq!(
+            sent(client_service(&c).unwrap()),
+            json!({
+                "apiVersion": "v1", "kind": "Service", "metadata": meta("my-cluster", "client"),
+                "spec": {"selector": members, "ports": [port("valkey", 6379)]},
+            })
+        );
+        assert_eq!(
+            sent(headless_service(&c).unwrap()),
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": meta("my-cluster-nodes", "members"),
+                "spec": {
+                    "clusterIP": "None", "publishNotReadyAddresses": true, "selector": members,
+                    "ports": [port("valkey", 6379), port("cluster-bus", 16379)],
+                },
+            })
+        );
+        assert_eq!(
+            sent(pdb(&c).unwrap()),
+            json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": meta("my-cluster", "members"),
+                "spec": {"minAvailable": 5, "selector": {"matchLabels": members}},
+            })
+        );
+        let tcp = |port: u16| json!({"protocol": "TCP", "port": port});
+        assert_eq!(
+            sent(network_policy(&c, "ops", ClientsFrom::SameNamespace).unwrap()),
+            json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": meta("my-cluster", "members"),
+                "spec": {
+                    "podSelector": {"matchLabels": members},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {"from": [{"podSelector": {"matchLabels": members}}],
+                            "ports": [tcp(6379), tcp(16379)]},
+                        {"from": [
+                            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "valkey-operator"}}},
+                            {"podSelector": {}},
+                        ], "ports": [tcp(6379)]},
+                    ],
+                },
+            })
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! The pod's spec is the ValkeyNode controller's and is never changed here. A failed write is
 //! logged and retried next reconcile.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
@@ -13,6 +13,7 @@ use super::observe;
 use crate::api::ValkeyCluster;
 use crate::api::constants::CONDITION_HOLDS_DATA;
 use crate::controller::Context;
+use crate::controller::patch::StatusPatch;
 
 /// Brings every observed member's pod in line: holds-data gate first, then annotations.
 pub async fn sync(
@@ -49,28 +50,43 @@ async fn publish_holds_data(
         if observe::holds_data_condition(&pod) == Some(holds) {
             continue;
         }
-        let (status, reason, message) = if holds {
-            (
-                "True",
-                "HoldsData",
-                "owns slots, or is a replica in sync with its primary",
-            )
-        } else {
-            (
-                "False",
-                "NoData",
-                "owns no slots and is not an in-sync replica",
-            )
-        };
-        let patch = serde_json::json!({"status": {"conditions": [{
-            "type": CONDITION_HOLDS_DATA, "status": status, "reason": reason, "message": message,
-        }]}});
+        let patch = holds_data_patch(holds);
         if let Err(e) = api
-            .patch_status(pod_name, &PatchParams::default(), &Patch::Strategic(patch))
+            .patch_status(pod_name, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
         {
             warn!(pod = %pod_name, error = %e, "could not set the holds-data readiness gate");
         }
+    }
+}
+
+/// The pod's holds-data condition, the only one written (a strategic merge keys conditions by
+/// type, so the pod's other conditions stay).
+fn holds_data_patch(holds: bool) -> StatusPatch<PodStatus> {
+    let (status, reason, message) = if holds {
+        (
+            "True",
+            "HoldsData",
+            "owns slots, or is a replica in sync with its primary",
+        )
+    } else {
+        (
+            "False",
+            "NoData",
+            "owns no slots and is not an in-sync replica",
+        )
+    };
+    StatusPatch {
+        status: PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: CONDITION_HOLDS_DATA.into(),
+                status: status.into(),
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
     }
 }
 
@@ -103,5 +119,31 @@ async fn sync_pod_annotations(
         {
             warn!(pod = %pod_name, error = %e, "could not update the pod's annotations");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The JSON the holds-data write sends, as it was written before the patch was typed.
+    #[test]
+    fn the_holds_data_gate_is_the_one_condition_written() {
+        let sent = |holds| serde_json::to_value(holds_data_patch(holds)).unwrap();
+        assert_eq!(
+            sent(true),
+            json!({"status": {"conditions": [{
+                "type": CONDITION_HOLDS_DATA, "status": "True", "reason": "HoldsData",
+                "message": "owns slots, or is a replica in sync with its primary",
+            }]}})
+        );
+        assert_eq!(
+            sent(false),
+            json!({"status": {"conditions": [{
+                "type": CONDITION_HOLDS_DATA, "status": "False", "reason": "NoData",
+                "message": "owns no slots and is not an in-sync replica",
+            }]}})
+        );
     }
 }

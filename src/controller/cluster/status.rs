@@ -6,14 +6,14 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
 
 use super::acl::AclProgress;
 use super::observe::Observed;
 use crate::api::{
-    ClusterNodeStatus, ClusterProgress, ClusterState, Lifecycle, ValkeyCluster,
-    ValkeyClusterStatus, ValkeyNode,
+    ClusterNodeStatus, ClusterProgress, ClusterState, Lifecycle, NodeRole, ValkeyCluster,
+    ValkeyClusterStatus, ValkeyNode, ValkeyNodeStatus,
 };
+use crate::controller::patch::{StatusApply, StatusPatch};
 use crate::controller::{CLUSTER_MANAGER, Context, Error};
 use crate::plan::{Figures, Phase, Plan, Topology};
 
@@ -382,11 +382,7 @@ pub async fn publish(
     }
     let api: Api<ValkeyCluster> =
         Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": crate::api::constants::API_VERSION,
-        "kind": "ValkeyCluster",
-        "status": status,
-    });
+    let patch = StatusApply::new::<ValkeyCluster>(&status);
     api.patch_status(
         &cluster.name_any(),
         &PatchParams::apply(CLUSTER_MANAGER).force(),
@@ -446,10 +442,23 @@ pub async fn set_node_lifecycle(
     name: &str,
     lifecycle: Lifecycle,
 ) -> Result<(), Error> {
-    let patch = json!({"status": {"lifecycle": lifecycle}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&lifecycle_patch(lifecycle)),
+    )
+    .await?;
     Ok(())
+}
+
+/// A member's lifecycle, the only field written.
+fn lifecycle_patch(lifecycle: Lifecycle) -> StatusPatch<ValkeyNodeStatus> {
+    StatusPatch {
+        status: ValkeyNodeStatus {
+            lifecycle: Some(lifecycle),
+            ..Default::default()
+        },
+    }
 }
 
 /// Records each member's observed role, Valkey node id and pod in its ValkeyNode status.
@@ -467,29 +476,83 @@ pub async fn update_node_statuses(
         if !changed {
             continue;
         }
-        let mut status = serde_json::Map::new();
-        if let Some(role) = o.role {
-            status.insert("role".into(), json!(role));
-        }
-        if let Some(id) = &node_id {
-            status.insert("nodeId".into(), json!(id));
-        }
-        if let Some(pod) = &o.pod {
-            status.insert("pod".into(), json!(pod));
-        }
+        let patch = observed_patch(o.role, node_id, o.pod.clone());
         api.patch_status(
             &o.member.name,
             &PatchParams::default(),
-            &Patch::Merge(&json!({"status": status})),
+            &Patch::Merge(&patch),
         )
         .await?;
     }
     Ok(())
 }
 
+/// What was observed of a member; what was not (`None`) is left as it is.
+fn observed_patch(
+    role: Option<NodeRole>,
+    node_id: Option<String>,
+    pod: Option<String>,
+) -> StatusPatch<ValkeyNodeStatus> {
+    StatusPatch {
+        status: ValkeyNodeStatus {
+            role,
+            node_id,
+            pod,
+            ..Default::default()
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// The JSON each status write sends, as it was written before the patches were typed.
+    #[test]
+    fn status_writes_send_exactly_the_fields_they_set() {
+        fn sent(patch: impl serde::Serialize) -> serde_json::Value {
+            serde_json::to_value(patch).unwrap()
+        }
+        assert_eq!(
+            sent(lifecycle_patch(Lifecycle::Leaving)),
+            json!({"status": {"lifecycle": "Leaving"}})
+        );
+        assert_eq!(
+            sent(observed_patch(
+                Some(NodeRole::Replica),
+                Some("ab".repeat(20)),
+                Some("c-0-1".into())
+            )),
+            json!({"status": {"role": "replica", "nodeId": "ab".repeat(20), "pod": "c-0-1"}})
+        );
+        // Nothing observed, nothing written (a merge patch with `null` would erase it).
+        assert_eq!(
+            sent(observed_patch(None, None, None)),
+            json!({"status": {}})
+        );
+        assert_eq!(
+            sent(observed_patch(Some(NodeRole::Primary), None, None)),
+            json!({"status": {"role": "primary"}})
+        );
+        let status = ValkeyClusterStatus {
+            state: Some(ClusterState::Active),
+            message: Some("3 shards".into()),
+            observed_generation: Some(4),
+            endpoint: Some("c.ns.svc:6379".into()),
+            tls: Some(false),
+            ready: Some("6/6".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            sent(StatusApply::new::<ValkeyCluster>(&status)),
+            json!({
+                "apiVersion": crate::api::constants::API_VERSION,
+                "kind": "ValkeyCluster",
+                "status": status,
+            })
+        );
+    }
 
     #[test]
     fn a_paused_cluster_keeps_its_state_and_says_how_to_resume() {

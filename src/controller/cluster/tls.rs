@@ -76,7 +76,7 @@ pub async fn certificate(
         UnixTime::now(),
     ) {
         Ok(certificate) => {
-            match apply(ctx, &namespace, build::tls_secret(cluster, &certificate)).await {
+            match apply(ctx, &namespace, build::tls_secret(cluster, &certificate)?).await {
                 Ok(_) => {
                     let driver = TlsSettings {
                         ca_pem: String::from_utf8_lossy(&certificate.ca_pem).into_owned(),

@@ -3,14 +3,23 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::Resource;
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodReadinessGate,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use serde_json::json;
 
 use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_SPEC_HASH};
 use crate::api::{ValkeyNode, ValkeyNodeSpec, ZoneSpread};
 use crate::controller::names;
+use crate::controller::owner::{BuildError, controller_owner};
 use crate::resolve::conf::{MemberConf, paths, render_valkey_conf, sha256_hex};
 
 /// Annotation on the pod: hash of the valkey.conf it was started with.
@@ -29,43 +38,9 @@ fn identity(node: &ValkeyNode) -> (String, String, String) {
     )
 }
 
-/// Why a member's objects cannot be built.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// Every object read from the API server has a uid; one built by hand may not.
-    #[error(
-        "ValkeyNode {namespace}/{name} has no metadata.uid, so its ConfigMap and Pod cannot name it as their owner; only a ValkeyNode read from the API server can be built (this is a bug in the caller)"
-    )]
-    NoUid { namespace: String, name: String },
-    /// The pod spec is written as JSON from the node's typed spec; Kubernetes' PodSpec must
-    /// read it back. Failing means the JSON above and the PodSpec schema disagree.
-    #[error(
-        "the pod built for ValkeyNode {namespace}/{name} is not a valid PodSpec ({error}); this is a bug in valkey-operator, please report it"
-    )]
-    PodSpec {
-        namespace: String,
-        name: String,
-        error: serde_json::Error,
-    },
-}
-
-/// A reconcile that cannot build the member's objects fails as `invalid` (and is retried).
-impl From<BuildError> for crate::controller::Error {
-    fn from(e: BuildError) -> Self {
-        crate::controller::Error::Invalid(e.to_string())
-    }
-}
-
 fn owned_meta(node: &ValkeyNode, name: String) -> Result<ObjectMeta, BuildError> {
     let (node_name, namespace, cluster) = identity(node);
-    // The owner reference is what deletes the member's objects with it: never build one
-    // without it.
-    let owner = node
-        .controller_owner_ref(&())
-        .ok_or_else(|| BuildError::NoUid {
-            namespace: namespace.clone(),
-            name: node_name.clone(),
-        })?;
+    let owner = controller_owner(node)?;
     let mut labels = names::member_labels(&cluster, node.spec.shard as usize, &node_name);
     if let Some(hash) = node
         .metadata
@@ -171,40 +146,49 @@ pub fn pod(
     } else {
         names::headless_service(&cluster)
     };
-    let spec = json!({
-        "hostname": node_name,
-        "subdomain": subdomain,
-        "enableServiceLinks": false,
-        "automountServiceAccountToken": false,
+    let spec = PodSpec {
+        hostname: Some(node_name),
+        subdomain: Some(subdomain),
+        enable_service_links: Some(false),
+        automount_service_account_token: Some(false),
         // The `restricted` Pod Security Standard: non-root (the valkey user of the official
         // images), no privilege escalation, no capabilities, the runtime's seccomp profile, a
         // read-only root filesystem (Valkey writes only to the data volume, group-owned by
         // fsGroup).
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": VALKEY_UID,
-            "runAsGroup": VALKEY_UID,
-            "fsGroup": VALKEY_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "terminationGracePeriodSeconds": 30,
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(VALKEY_UID),
+            run_as_group: Some(VALKEY_UID),
+            fs_group: Some(VALKEY_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        termination_grace_period_seconds: Some(30),
         // A member without its data must not come back under its old identity (its replicas
         // would copy the empty dataset): see ValkeyNodeSpec::restart_in_place.
-        "restartPolicy": if node.spec.restarts_in_place() { "Always" } else { "Never" },
+        restart_policy: Some(
+            if node.spec.restarts_in_place() {
+                "Always"
+            } else {
+                "Never"
+            }
+            .into(),
+        ),
         // Ready = the container answers AND the member holds its shard's data (set by the
         // cluster controller): an empty or syncing member never counts for the PDB.
-        "readinessGates": [{"conditionType": crate::api::constants::CONDITION_HOLDS_DATA}],
-        "nodeSelector": node.spec.placement.node_selector,
-        "affinity": zone_affinity(node),
-        "topologySpreadConstraints": spread_constraints(node, &cluster),
-        "containers": [valkey_container(node, &namespace, mounts)],
-        "volumes": volumes,
-    });
-    let spec = serde_json::from_value(spec).map_err(|error| BuildError::PodSpec {
-        namespace,
-        name: node_name,
-        error,
-    })?;
+        readiness_gates: Some(vec![PodReadinessGate {
+            condition_type: crate::api::constants::CONDITION_HOLDS_DATA.into(),
+        }]),
+        node_selector: Some(node.spec.placement.node_selector.clone()),
+        affinity: zone_affinity(node),
+        topology_spread_constraints: Some(spread_constraints(node, &cluster)),
+        containers: vec![valkey_container(node, &namespace, mounts)],
+        volumes: Some(volumes),
+        ..Default::default()
+    };
     Ok(Pod {
         metadata: meta,
         spec: Some(spec),
@@ -231,57 +215,114 @@ fn annotations(
 
 /// Members of a shard apart: on different hosts where possible, across zones as
 /// `placement.zoneSpread` says; with `required`, the whole cluster spread over zones too.
-fn spread_constraints(node: &ValkeyNode, cluster: &str) -> Vec<serde_json::Value> {
-    let shard_selector = json!({"matchLabels": {
-        crate::api::constants::LABEL_CLUSTER: cluster,
-        crate::api::constants::LABEL_SHARD: node.spec.shard.to_string(),
-    }});
+fn spread_constraints(node: &ValkeyNode, cluster: &str) -> Vec<TopologySpreadConstraint> {
+    let shard_selector = BTreeMap::from([
+        (
+            crate::api::constants::LABEL_CLUSTER.to_string(),
+            cluster.to_string(),
+        ),
+        (
+            crate::api::constants::LABEL_SHARD.to_string(),
+            node.spec.shard.to_string(),
+        ),
+    ]);
     let zone_spread = node
         .spec
         .placement
         .zone_spread
         .unwrap_or(ZoneSpread::BestEffort);
+    let constraint = |topology_key: &str, when: &str, match_labels: BTreeMap<String, String>| {
+        TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: topology_key.into(),
+            when_unsatisfiable: when.into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(match_labels),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    };
     let mut spread = vec![
         // Members of a shard on different hosts where possible (primary and replica apart).
-        json!({"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": shard_selector}),
-        json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": zone_spread.when_unsatisfiable(), "labelSelector": shard_selector}),
+        constraint(HOSTNAME_KEY, "ScheduleAnyway", shard_selector.clone()),
+        constraint(ZONE_KEY, zone_spread.when_unsatisfiable(), shard_selector),
     ];
     if zone_spread == ZoneSpread::Required {
-        spread.push(json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-            "labelSelector": {"matchLabels": names::member_selector(cluster)}}));
+        spread.push(constraint(
+            ZONE_KEY,
+            "ScheduleAnyway",
+            names::member_selector(cluster),
+        ));
     }
     spread
 }
 
+/// Node label of a host's name and of its zone, the topology keys members spread over.
+const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
+const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+
 /// `placement.zones`: the pod only in those zones (none: anywhere).
-fn zone_affinity(node: &ValkeyNode) -> Option<serde_json::Value> {
-    (!node.spec.placement.zones.is_empty()).then(|| {
-        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": node.spec.placement.zones}]}
-        ]}}})
+fn zone_affinity(node: &ValkeyNode) -> Option<Affinity> {
+    (!node.spec.placement.zones.is_empty()).then(|| Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: ZONE_KEY.into(),
+                        operator: "In".into(),
+                        values: Some(node.spec.placement.zones.clone()),
+                    }]),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
     })
 }
 
 /// The pod's volumes and the container's mounts of them: valkey.conf, the ACL file, the data
 /// directory and, with TLS, the certificate.
-fn volumes(
-    node: &ValkeyNode,
-    node_name: &str,
-    cluster: &str,
-) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+fn volumes(node: &ValkeyNode, node_name: &str, cluster: &str) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let secret = |name: &str, secret_name: String| Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret_name),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mount = |name: &str, mount_path: &str, read_only: bool| VolumeMount {
+        name: name.into(),
+        mount_path: mount_path.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    };
     let mut volumes = vec![
-        json!({"name": "config", "configMap": {"name": names::member_config(node_name)}}),
-        json!({"name": "acl", "secret": {"secretName": names::acl_secret(cluster)}}),
-        json!({"name": "data", "emptyDir": {}}),
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: names::member_config(node_name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        secret("acl", names::acl_secret(cluster)),
+        Volume {
+            name: "data".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
     ];
     let mut mounts = vec![
-        json!({"name": "config", "mountPath": paths::CONFIG_DIR, "readOnly": true}),
-        json!({"name": "acl", "mountPath": paths::ACL_DIR, "readOnly": true}),
-        json!({"name": "data", "mountPath": paths::DATA_DIR}),
+        mount("config", paths::CONFIG_DIR, true),
+        mount("acl", paths::ACL_DIR, true),
+        mount("data", paths::DATA_DIR, false),
     ];
-    if let Some(secret) = &node.spec.tls_secret_ref {
-        volumes.push(json!({"name": "tls", "secret": {"secretName": secret}}));
-        mounts.push(json!({"name": "tls", "mountPath": paths::TLS_DIR, "readOnly": true}));
+    if let Some(tls) = &node.spec.tls_secret_ref {
+        volumes.push(secret("tls", tls.clone()));
+        mounts.push(mount("tls", paths::TLS_DIR, true));
     }
     (volumes, mounts)
 }
@@ -307,39 +348,76 @@ pub fn command(node: &ValkeyNode, namespace: &str) -> Vec<String> {
 }
 
 /// The one container: valkey-server on its config file, with equal requests and limits.
-fn valkey_container(
-    node: &ValkeyNode,
-    namespace: &str,
-    mounts: Vec<serde_json::Value>,
-) -> serde_json::Value {
-    let resources: BTreeMap<&str, &String> = [
+fn valkey_container(node: &ValkeyNode, namespace: &str, mounts: Vec<VolumeMount>) -> Container {
+    let resources: BTreeMap<String, Quantity> = [
         ("cpu", node.spec.resources.cpu.as_ref()),
         ("memory", node.spec.resources.memory.as_ref()),
     ]
     .into_iter()
-    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .filter_map(|(k, v)| v.map(|v| (k.to_string(), Quantity(v.clone()))))
     .collect();
-    json!({
-        "name": "valkey",
-        "image": node.spec.image,
+    let port = |name: &str, port: u16| ContainerPort {
+        name: Some(name.into()),
+        container_port: port.into(),
+        ..Default::default()
+    };
+    let client_port = || {
+        Some(TCPSocketAction {
+            port: IntOrString::Int(CLIENT_PORT.into()),
+            ..Default::default()
+        })
+    };
+    Container {
+        name: "valkey".into(),
+        image: Some(node.spec.image.clone()),
         // The pod IP is only known at run time: announce it on the command line.
-        "command": command(node, namespace),
-        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-        "ports": [
-            {"name": "valkey", "containerPort": CLIENT_PORT},
-            {"name": "cluster-bus", "containerPort": CLUSTER_BUS_PORT},
-        ],
-        "resources": {"requests": resources, "limits": resources},
-        "readinessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "periodSeconds": 2, "failureThreshold": 3},
-        "livenessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 6},
-        "volumeMounts": mounts,
-        "securityContext": {
-            "allowPrivilegeEscalation": false,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": true,
-            "runAsNonRoot": true,
-        },
-    })
+        command: Some(command(node, namespace)),
+        env: Some(vec![EnvVar {
+            name: "POD_IP".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "status.podIP".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ports: Some(vec![
+            port("valkey", CLIENT_PORT),
+            port("cluster-bus", CLUSTER_BUS_PORT),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(resources.clone()),
+            limits: Some(resources),
+            ..Default::default()
+        }),
+        readiness_probe: Some(Probe {
+            tcp_socket: client_port(),
+            period_seconds: Some(2),
+            failure_threshold: Some(3),
+            ..Default::default()
+        }),
+        liveness_probe: Some(Probe {
+            tcp_socket: client_port(),
+            initial_delay_seconds: Some(10),
+            period_seconds: Some(10),
+            failure_threshold: Some(6),
+            ..Default::default()
+        }),
+        volume_mounts: Some(mounts),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
@@ -619,5 +697,126 @@ mod tests {
         let conf = &cm.data.unwrap()[CONFIG_KEY];
         assert!(conf.contains("maxmemory 1500mb"));
         assert_eq!(cm.metadata.name.as_deref(), Some("my-cluster-1-0-config"));
+    }
+
+    /// The valkey container of [`the_pod_is_sent_exactly_as_built`]'s TLS member, as sent.
+    fn expected_tls_container() -> serde_json::Value {
+        json!({
+            "name": "valkey",
+            "image": "valkey/valkey:9.0.0",
+            "command": [
+                "valkey-server", "/etc/valkey/valkey.conf",
+                "--cluster-announce-ip", "$(POD_IP)",
+                "--cluster-announce-hostname",
+                "my-cluster-1-0.my-cluster.my-app.svc.cluster.local",
+            ],
+            "env": [{"name": "POD_IP",
+                "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "ports": [
+                {"name": "valkey", "containerPort": 6379},
+                {"name": "cluster-bus", "containerPort": 16379},
+            ],
+            "resources": {
+                "requests": {"cpu": "1", "memory": "2Gi"},
+                "limits": {"cpu": "1", "memory": "2Gi"},
+            },
+            "readinessProbe": {"tcpSocket": {"port": 6379},
+                "periodSeconds": 2, "failureThreshold": 3},
+            "livenessProbe": {"tcpSocket": {"port": 6379},
+                "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 6},
+            "volumeMounts": [
+                {"name": "config", "mountPath": "/etc/valkey", "readOnly": true},
+                {"name": "acl", "mountPath": "/etc/valkey-acl", "readOnly": true},
+                {"name": "data", "mountPath": "/data"},
+                {"name": "tls", "mountPath": "/etc/valkey-tls", "readOnly": true},
+            ],
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": true,
+                "runAsNonRoot": true,
+            },
+        })
+    }
+
+    /// Everything sent to the API server for a pod, field by field: a field added, dropped or
+    /// renamed by a change to the builder shows here.
+    #[test]
+    fn the_pod_is_sent_exactly_as_built() {
+        let mut n = node(ZoneSpread::Required, &["zone-a"]);
+        n.spec.tls_secret_ref = Some(names::tls_secret("my-cluster"));
+        let p = pod(&n, &BTreeMap::from([("team".to_string(), "a".to_string())])).unwrap();
+        let shard = json!({"matchLabels": {
+            "valkey.gomomento.com/cluster": "my-cluster", "valkey.gomomento.com/shard": "1"}});
+        let spread = |key: &str, when: &str, selector: &serde_json::Value| {
+            json!({"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when,
+                "labelSelector": selector})
+        };
+        let zone = "topology.kubernetes.io/zone";
+        let expected = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "my-cluster-1-0", "namespace": "my-app",
+                "annotations": {
+                    "team": "a",
+                    "valkey.gomomento.com/config-hash": sha256_hex(valkey_conf(&n))[..12],
+                    "valkey.gomomento.com/pod-annotations": "team",
+                },
+                "labels": names::member_labels("my-cluster", 1, "my-cluster-1-0"),
+                "ownerReferences": [{
+                    "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyNode",
+                    "name": "my-cluster-1-0", "uid": "uid-n", "controller": true,
+                }],
+            },
+            "spec": {
+                "hostname": "my-cluster-1-0",
+                "subdomain": "my-cluster",
+                "enableServiceLinks": false,
+                "automountServiceAccountToken": false,
+                "securityContext": {
+                    "runAsNonRoot": true, "runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "terminationGracePeriodSeconds": 30,
+                "restartPolicy": "Never",
+                "readinessGates": [{"conditionType": "valkey.gomomento.com/holds-data"}],
+                "nodeSelector": {"disk": "ssd"},
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{
+                        "key": zone, "operator": "In", "values": ["zone-a"],
+                    }]}],
+                }}},
+                "topologySpreadConstraints": [
+                    spread("kubernetes.io/hostname", "ScheduleAnyway", &shard),
+                    spread(zone, "DoNotSchedule", &shard),
+                    spread(zone, "ScheduleAnyway",
+                        &json!({"matchLabels": names::member_selector("my-cluster")})),
+                ],
+                "containers": [expected_tls_container()],
+                "volumes": [
+                    {"name": "config", "configMap": {"name": "my-cluster-1-0-config"}},
+                    {"name": "acl", "secret": {"secretName": "my-cluster-acl"}},
+                    {"name": "data", "emptyDir": {}},
+                    {"name": "tls", "secret": {"secretName": "my-cluster-member-tls"}},
+                ],
+            },
+        });
+        assert_eq!(serde_json::to_value(&p).unwrap(), expected);
+    }
+
+    /// No zones, no node selector, no resources: the empty maps are still sent (as they always
+    /// were), and no affinity.
+    #[test]
+    fn a_bare_pod_still_sends_its_empty_maps() {
+        let mut bare = node(ZoneSpread::BestEffort, &[]);
+        bare.spec.placement.node_selector.clear();
+        bare.spec.resources = Resources::default();
+        let spec = serde_json::to_value(pod(&bare, &BTreeMap::new()).unwrap().spec).unwrap();
+        assert_eq!(spec["nodeSelector"], json!({}));
+        assert_eq!(
+            spec["containers"][0]["resources"],
+            json!({"requests": {}, "limits": {}})
+        );
+        assert_eq!(spec.get("affinity"), None);
     }
 }

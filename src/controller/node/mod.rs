@@ -11,11 +11,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use tracing::{info, warn};
 
 use crate::api::{ValkeyCluster, ValkeyNode};
 use crate::controller::cluster::{apply_as, ensure_ours};
+use crate::controller::patch::StatusPatch;
 use crate::controller::{Context, Error, NODE_MANAGER, object_key};
 
 #[tracing::instrument(
@@ -161,10 +161,23 @@ async fn set_refusal(
     api.patch_status(
         &node.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"message": message}})),
+        &Patch::Merge(&refusal_patch(message)),
     )
     .await?;
     Ok(true)
+}
+
+/// A ValkeyNode's `status.message` alone. Not [`crate::api::ValkeyNodeStatus`], which skips an
+/// unset message: here `None` is written as `null`, which removes it.
+#[derive(Debug, serde::Serialize)]
+struct MessageOnly<'a> {
+    message: Option<&'a str>,
+}
+
+fn refusal_patch(message: Option<&str>) -> StatusPatch<MessageOnly<'_>> {
+    StatusPatch {
+        status: MessageOnly { message },
+    }
 }
 
 pub fn error_policy(node: Arc<ValkeyNode>, error: &Error, ctx: Arc<Context>) -> Requeue {
@@ -173,4 +186,25 @@ pub fn error_policy(node: Arc<ValkeyNode>, error: &Error, ctx: Arc<Context>) -> 
     warn!(node = %key, error = %error, retry_in = ?retry, "reconcile failed");
     ctx.metrics.reconcile_failed("node", error.metric_label());
     Requeue::requeue(retry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The JSON a refusal write sends, as it was written before the patch was typed: clearing
+    /// the message sends `null`, which removes it.
+    #[test]
+    fn a_refusal_is_written_and_cleared_as_the_message_alone() {
+        let message = format!("{POD_REFUSED}quota exceeded");
+        assert_eq!(
+            serde_json::to_value(refusal_patch(Some(&message))).unwrap(),
+            json!({"status": {"message": message}})
+        );
+        assert_eq!(
+            serde_json::to_value(refusal_patch(None)).unwrap(),
+            json!({"status": {"message": null}})
+        );
+    }
 }
