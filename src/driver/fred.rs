@@ -183,24 +183,6 @@ impl FredDriver {
         }
     }
 
-    /// Closes every connection this driver holds (they are opened again on the next
-    /// command); returns how many it closed.
-    pub async fn close_all(&self) -> usize {
-        let clients: Vec<fred::clients::Client> = {
-            let mut cache = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-            cache.drain().map(|(_, c)| c).collect()
-        };
-        let closed = clients.len();
-        // QUIT on a dead link can hang: bound it.
-        futures::future::join_all(
-            clients
-                .iter()
-                .map(|c| tokio::time::timeout(Duration::from_secs(1), c.quit())),
-        )
-        .await;
-        closed
-    }
-
     fn cached(&self, member: &MemberAddr) -> Option<fred::clients::Client> {
         self.clients
             .lock()

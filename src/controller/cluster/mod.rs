@@ -140,11 +140,6 @@ pub async fn reconcile(
     let tls_wait = tls_progress
         .as_ref()
         .and_then(tls::TlsProgress::look_again_in);
-    // A settled cluster is looked at again in 30 s: its connections are not kept open in
-    // between (at fleet scale they were most of the operator's memory).
-    if plan.phase == Phase::Ready && plan.actions.is_empty() && tls_wait.is_none() {
-        driver.close_all().await;
-    }
     Ok(next_look(&plan, &topology, &acl_progress, tls_wait))
 }
 
