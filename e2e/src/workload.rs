@@ -330,7 +330,7 @@ impl Writer {
         let mut report = self.task.await??;
         let valkey = cluster_client(client, ns, name).await?;
         for (key, value) in &report.acknowledged {
-            let got: Option<String> = valkey.get(key).await?;
+            let got = read_back(&valkey, key.clone()).await?;
             if got.as_deref() != Some(value.as_str()) {
                 report.lost.push(key.clone());
             }
@@ -496,6 +496,24 @@ pub async fn write_confirmed(
 }
 
 /// How many of the keys [`write_confirmed`] wrote do not read back.
+/// GET `key`, retrying a failed read a few times: on a busy 2-core machine a read right after
+/// a heal can time out (the client's 2 s), which says nothing about the key. A key that reads
+/// back as absent is returned as such at once.
+async fn read_back(valkey: &fred::clients::Client, key: String) -> anyhow::Result<Option<String>> {
+    let mut attempt = 0;
+    loop {
+        match valkey.get::<Option<String>, _>(&key).await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt < 5 => {
+                attempt += 1;
+                tracing::debug!(key, error = %e, "read back failed; retrying");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("reading back {key}"))),
+        }
+    }
+}
+
 pub async fn missing_confirmed(
     client: &Client,
     ns: &str,
@@ -509,7 +527,7 @@ pub async fn missing_confirmed(
         let got: Vec<Option<String>> = try_join_all(
             chunk
                 .iter()
-                .map(|i| valkey.get::<Option<String>, _>(format!("{prefix}:{i}"))),
+                .map(|i| read_back(&valkey, format!("{prefix}:{i}"))),
         )
         .await?;
         missing += chunk
