@@ -5,12 +5,14 @@
 //! Set `VALKEY_DRIVER_CAPTURE_FIXTURES=<dir>` to write the raw replies the parser fixtures
 //! in `src/driver/fixtures/` were captured from.
 
+mod driver_common;
+use driver_common::{assert_keys_readable, write_keys};
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, Config, KeysInterface, ServerConfig};
+use fred::prelude::{ClientLike, Config, ServerConfig};
 use fred::types::Value;
-use futures::{StreamExt, TryStreamExt};
 use valkey_operator::driver::migrate::{KeyMove, move_slot_by_keys};
 use valkey_operator::driver::testing::{
     DEFAULT_USER_LINE, LocalServers, STRICT_DEFAULT_USER_LINE, ValkeyBuild, form_cluster, wait_for,
@@ -52,45 +54,6 @@ async fn data_client(servers: &LocalServers) -> fred::clients::Client {
     let client = fred::clients::Client::new(config, None, None, None);
     client.init().await.expect("clustered data client connects");
     client
-}
-
-fn key(i: usize) -> String {
-    format!("key:{i}")
-}
-
-async fn write_keys(client: &fred::clients::Client, count: usize) {
-    futures::stream::iter(0..count)
-        .map(|i| async move {
-            client
-                .set::<(), _, _>(key(i), format!("value-{i}"), None, None, false)
-                .await
-                .map_err(|e| format!("SET {}: {e}", key(i)))
-        })
-        .buffer_unordered(64)
-        .try_collect::<Vec<()>>()
-        .await
-        .unwrap_or_else(|e| panic!("writing {count} keys: {e}"));
-}
-
-async fn assert_keys_readable(client: &fred::clients::Client, count: usize) {
-    let missing: Vec<String> = futures::stream::iter(0..count)
-        .map(|i| async move {
-            let got: Option<String> = client
-                .get(key(i))
-                .await
-                .unwrap_or_else(|e| panic!("GET {}: {e}", key(i)));
-            (got.as_deref() != Some(format!("value-{i}").as_str())).then(|| key(i))
-        })
-        .buffer_unordered(64)
-        .filter_map(|m| async move { m })
-        .collect()
-        .await;
-    assert!(
-        missing.is_empty(),
-        "{} of {count} keys missing or wrong, e.g. {:?}",
-        missing.len(),
-        &missing[..missing.len().min(5)]
-    );
 }
 
 fn capture(name: &str, contents: &str) {

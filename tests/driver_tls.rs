@@ -4,13 +4,15 @@
 //! cert-manager's from a CA Issuer: ECDSA P-256, SANs `<cluster>.<ns>.svc.cluster.local` and
 //! `*.<cluster>.<ns>.svc.cluster.local`.
 
+mod driver_common;
+use driver_common::{assert_keys_readable, write_keys};
+
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, Config, KeysInterface, ServerConfig};
+use fred::prelude::{ClientLike, Config, ServerConfig};
 use fred::types::config::{HostMapping, Server, TlsConfig, TlsConnector, TlsHostMapping};
-use futures::{StreamExt, TryStreamExt};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SerialNumber,
 };
@@ -129,45 +131,6 @@ async fn tls_data_client(servers: &LocalServers, ca_pem: &str) -> fred::clients:
     let client = fred::clients::Client::new(config, None, None, None);
     client.init().await.expect("TLS cluster client connects");
     client
-}
-
-fn key(i: usize) -> String {
-    format!("key:{i}")
-}
-
-async fn write_keys(client: &fred::clients::Client, count: usize) {
-    futures::stream::iter(0..count)
-        .map(|i| async move {
-            client
-                .set::<(), _, _>(key(i), format!("value-{i}"), None, None, false)
-                .await
-                .map_err(|e| format!("SET {}: {e}", key(i)))
-        })
-        .buffer_unordered(64)
-        .try_collect::<Vec<()>>()
-        .await
-        .unwrap_or_else(|e| panic!("writing {count} keys: {e}"));
-}
-
-async fn assert_keys_readable(client: &fred::clients::Client, count: usize) {
-    let missing: Vec<String> = futures::stream::iter(0..count)
-        .map(|i| async move {
-            let got: Option<String> = client
-                .get(key(i))
-                .await
-                .unwrap_or_else(|e| panic!("GET {}: {e}", key(i)));
-            (got.as_deref() != Some(format!("value-{i}").as_str())).then(|| key(i))
-        })
-        .buffer_unordered(64)
-        .filter_map(|m| async move { m })
-        .collect()
-        .await;
-    assert!(
-        missing.is_empty(),
-        "{} of {count} keys missing or wrong, e.g. {:?}",
-        missing.len(),
-        &missing[..missing.len().min(5)]
-    );
 }
 
 async fn keys_in(driver: &FredDriver, member: &MemberAddr, range: &SlotRange) -> u64 {

@@ -104,23 +104,19 @@ if ! [ -x "$helmbin/helm" ]; then
       -o "$helmbin.tmp/helm" helm.sh/helm/v3/cmd/helm)
   rm -rf "$helmbin" && mv "$helmbin.tmp" "$helmbin"
 fi
-# --- promtool (make chart-test checks the chart's alerting rules, the e2e suite the /metrics
-#     page): `go install` of the Prometheus module's command at a pinned version.
-promtoolbin="$CACHE/promtool-v$PROMTOOL_VERSION/bin"
-if ! [ -x "$promtoolbin/promtool" ]; then
-  log "building promtool v$PROMTOOL_VERSION (Prometheus Go module; large, first time only)"
-  GOBIN="$promtoolbin.tmp" GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
-    go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@v$PROMTOOL_VERSION"
-  rm -rf "$promtoolbin" && mv "$promtoolbin.tmp" "$promtoolbin"
-fi
-# --- CoreDNS (cluster DNS, runs as a pod): `go install` of its module at a pinned version.
-corednsbin="$CACHE/coredns-v$COREDNS_VERSION/bin"
-if ! [ -x "$corednsbin/coredns" ]; then
-  log "building CoreDNS v$COREDNS_VERSION (first time only)"
-  GOBIN="$corednsbin.tmp" GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
-    go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@v$COREDNS_VERSION"
-  rm -rf "$corednsbin" && mv "$corednsbin.tmp" "$corednsbin"
-fi
+# --- Go commands installed from their module at a pinned version (`go install`), each into
+#     $CACHE/<name>-v<version>/bin: promtool (make chart-test checks the chart's alerting rules,
+#     the e2e suite the /metrics page) and CoreDNS (the cluster DNS, run as a pod).
+go_install() { # name version package binary
+  local bin="$CACHE/$1-v$2/bin"
+  [ -x "$bin/$4" ] && return 0
+  log "building $1 v$2 (first time only)"
+  GOBIN="$bin.tmp" GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
+    go install -trimpath -ldflags "-s -w" "$3@v$2"
+  rm -rf "$bin" && mv "$bin.tmp" "$bin"
+}
+go_install promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool promtool
+go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns coredns
 # --- cert-manager: its controller, webhook and cainjector packages wired by e2e/tools/cert-manager
 #     (the upstream commands are modules the proxy does not serve; see its go.mod), and the Helm
 #     chart from the same module, copied beside the binary.
