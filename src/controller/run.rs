@@ -82,6 +82,7 @@ pub async fn run(
         ctx: ctx.clone(),
         nodes,
         pods,
+        waits: Default::default(),
     });
     let clusters_done = cluster_controller
         .run(reconcile_cluster, cluster::error_policy, cluster_ctx)

@@ -563,14 +563,28 @@ async fn wait_all_known(
 ) -> Result<(), HarnessError> {
     let n = members.len();
     wait_for("every member to know every other", timeout, || async {
+        let mut missing = Vec::new();
         for m in members {
             let nodes = driver.cluster_nodes(m).await.map_err(|e| e.to_string())?;
             let known = nodes.iter().filter(|x| !x.flags.handshake).count();
+            // Whoever has not heard of a member yet meets it directly rather than waiting
+            // for gossip (what the operator does: this stays a floor, not a slower path).
+            for (other, id) in members.iter().zip(ids) {
+                if other != m && !nodes.iter().any(|x| &x.id == id && !x.flags.handshake) {
+                    let _ = driver
+                        .meet(m, &other.host, other.port, Some(other.port + 10000))
+                        .await;
+                }
+            }
             if known != n || !ids.iter().all(|id| nodes.iter().any(|x| &x.id == id)) {
-                return Err(format!("{m} knows {known} of {n} members"));
+                missing.push(format!("{m} knows {known} of {n} members"));
             }
         }
-        Ok(())
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.join("; "))
+        }
     })
     .await
 }

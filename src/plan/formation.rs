@@ -79,24 +79,44 @@ pub(super) fn introduce(a: &Answered) -> Option<Plan> {
             format!("introducing {} member(s) to the cluster", a.members.len()),
         ));
     }
-    let all_ids: BTreeSet<&NodeId> = a.members.iter().map(|m| &m.view.id).collect();
-    let strangers: Vec<AnsweredMember> = a
+    // The seed knows everybody; gossip spreads that in a second or three. Members that have
+    // not heard of each other yet are introduced directly instead (a MEET while the
+    // handshake is already under way is a no-op), at most MEETS_PER_ROUND per round.
+    let strangers: Vec<Action> = a
         .members
         .iter()
-        .copied()
-        .filter(|m| !all_ids.iter().all(|id| m.view.known.contains(*id)))
+        .flat_map(|m| {
+            a.members
+                .iter()
+                .filter(|t| t.name != m.name && !m.view.known.contains(&t.view.id))
+                .map(|t| Action::Meet {
+                    via: m.addr.clone(),
+                    target: t.addr.clone(),
+                })
+        })
+        .take(MEETS_PER_ROUND)
         .collect();
     (!strangers.is_empty()).then(|| {
         Plan::new(
             changing.clone(),
-            vec![],
+            strangers,
             format!(
-                "waiting for members to learn about each other: {}",
-                names(&strangers)
+                "introducing members that have not heard of each other yet: {}",
+                names(
+                    &a.members
+                        .iter()
+                        .copied()
+                        .filter(|m| !a.members.iter().all(|t| m.view.known.contains(&t.view.id)))
+                        .collect::<Vec<_>>()
+                )
             ),
         )
     })
 }
+
+/// Direct introductions per round once the seed knows everybody: enough for a large cluster's
+/// stragglers, few enough that a 100-member formation does not send thousands at once.
+const MEETS_PER_ROUND: usize = 64;
 
 /// 4. Every slot has an owner: each shard's range goes to its primary (the member owning
 ///    slots, or for a new cluster the first primary of the shard by name).

@@ -231,7 +231,7 @@ pub enum Action {
 }
 
 /// Where the cluster stands; drives status.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
     /// Members are being created or formed into the cluster for the first time.
     Forming,

@@ -422,6 +422,46 @@ fn formation_of_three_shards_with_one_replica() {
 }
 
 #[test]
+fn members_that_have_not_heard_of_each_other_are_introduced_directly_not_left_to_gossip() {
+    let mut sim = Sim::default();
+    for action in plan(&sim.topology(2, 1)).actions {
+        sim.apply(&action);
+    }
+    // The seed meets everybody; nobody gossips (as if Valkey had not got round to it yet).
+    let meets = plan(&sim.topology(2, 1)).actions;
+    assert_eq!(meets.len(), 3, "the seed meets the other three: {meets:?}");
+    for action in &meets {
+        sim.apply(action);
+    }
+    let next = plan(&sim.topology(2, 1));
+    assert!(
+        next.message.contains("not heard of each other"),
+        "{}",
+        next.message
+    );
+    // Each of the three non-seeds meets the two it does not know: 6 direct introductions.
+    assert_eq!(next.actions.len(), 6, "{:?}", next.actions);
+    assert!(
+        next.actions
+            .iter()
+            .all(|a| matches!(a, Action::Meet { .. }))
+    );
+    for action in &next.actions {
+        sim.apply(action);
+    }
+    let everyone: BTreeSet<NodeId> = sim.nodes.values().map(|n| n.id.clone()).collect();
+    assert!(sim.nodes.values().all(|n| n.known == everyone));
+    let after = plan(&sim.topology(2, 1));
+    assert!(
+        after
+            .actions
+            .iter()
+            .all(|a| !matches!(a, Action::Meet { .. })),
+        "nothing left to introduce: {after:?}"
+    );
+}
+
+#[test]
 fn first_step_creates_every_member() {
     let p = plan(&Sim::default().topology(2, 2));
     assert_eq!(p.actions.len(), 6);

@@ -17,6 +17,7 @@ pub mod acl;
 mod act;
 mod apply;
 pub mod build;
+mod cadence;
 mod credentials;
 mod gate;
 pub mod observe;
@@ -50,6 +51,8 @@ pub struct ClusterContext {
     pub ctx: Arc<Context>,
     pub nodes: Store<ValkeyNode>,
     pub pods: Store<Pod>,
+    /// Since when each changing cluster has waited for the same thing (the poll follows it).
+    pub waits: cadence::Waits,
 }
 
 /// Hands on what a step produced (`ControlFlow::Continue`), or ends the reconcile with the
@@ -139,18 +142,44 @@ pub async fn reconcile(
 
     let tls_wait = tls_progress
         .as_ref()
-        .and_then(tls::TlsProgress::look_again_in);
-    Ok(next_look(&plan, &topology, &acl_progress, tls_wait))
+        .and_then(tls::TlsProgress::look_again_in)
+        .map(Duration::from_secs);
+    let look = next_look(&plan, &topology, &acl_progress);
+    let key = object_key(cluster.as_ref());
+    let after = match look {
+        Look::Changing => {
+            let waited = cctx.waits.waited(
+                &key,
+                cadence::wait_fingerprint(&plan),
+                !plan.actions.is_empty(),
+                std::time::Instant::now(),
+            );
+            cadence::poll_interval(waited)
+        }
+        Look::Calm(after) => {
+            cctx.waits.settled(&key);
+            after
+        }
+    };
+    Ok(Requeue::requeue(
+        tls_wait.map_or(after, |tls| after.min(tls)),
+    ))
 }
 
-/// When to look at the cluster again, from what this round planned and saw; `tls_wait`: how
-/// soon the certificate reload wants another look (see `TlsProgress::look_again_in`).
-fn next_look(
-    plan: &Plan,
-    topology: &Topology,
-    acl_progress: &acl::AclProgress,
-    tls_wait: Option<u64>,
-) -> Requeue {
+/// How the next look at a cluster is timed.
+#[derive(Debug, PartialEq, Eq)]
+enum Look {
+    /// Forming or changing: Valkey's side (gossip, syncs) is not watched, so look again as
+    /// the wait goes (see [`cadence`]).
+    Changing,
+    /// After a fixed interval: settled, waiting only on pods Kubernetes cannot run (a pod
+    /// event reconciles at once when that changes; 200 such clusters polling every 2 s were
+    /// 1,200 reconciles a minute), or an ACL load that failed.
+    Calm(Duration),
+}
+
+/// When to look at the cluster again, from what this round planned and saw.
+fn next_look(plan: &Plan, topology: &Topology, acl_progress: &acl::AclProgress) -> Look {
     let settled = plan.phase == Phase::Ready && plan.actions.is_empty();
     let unanswered: Vec<&Member> = topology
         .members
@@ -160,25 +189,19 @@ fn next_look(
     let waiting_on_pods = plan.actions.is_empty()
         && !unanswered.is_empty()
         && unanswered.iter().all(|m| m.pod_problem.is_some());
-    let secs = requeue_secs(settled, waiting_on_pods, acl_progress);
-    let secs = tls_wait.map_or(secs, |tls| secs.min(tls));
-    Requeue::requeue(Duration::from_secs(secs))
+    look_for(settled, waiting_on_pods, acl_progress)
 }
 
-/// Seconds until the next look at a cluster: soon while it forms or changes (Valkey's side,
-/// gossip and syncs, is not watched), calmly once settled, and calmly too while it only waits
-/// for pods Kubernetes cannot run (unschedulable, refused): a pod event reconciles at once
-/// when that changes, and 200 such clusters polling every 2 s were 1,200 reconciles a minute.
-fn requeue_secs(settled: bool, waiting_on_pods: bool, acl: &acl::AclProgress) -> u64 {
+fn look_for(settled: bool, waiting_on_pods: bool, acl: &acl::AclProgress) -> Look {
     if acl.failed() {
-        10
+        Look::Calm(Duration::from_secs(10))
     } else if waiting_on_pods {
-        30
+        Look::Calm(Duration::from_secs(30))
     } else if !settled || !acl.applied() {
-        // Forming, or a member's Secret volume has not caught up yet: look again soon.
-        2
+        // Forming, or a member's Secret volume has not caught up yet.
+        Look::Changing
     } else {
-        30
+        Look::Calm(Duration::from_secs(30))
     }
 }
 
@@ -229,19 +252,24 @@ mod tests {
             members: vec![("c-0-0".into(), m)],
         };
         let loaded = acl(MemberAcl::Loaded { reloaded: false });
-        assert_eq!(requeue_secs(true, false, &loaded), 30, "settled");
+        let calm = |s| Look::Calm(Duration::from_secs(s));
+        assert_eq!(look_for(true, false, &loaded), calm(30), "settled");
         assert_eq!(
-            requeue_secs(false, false, &loaded),
-            2,
+            look_for(false, false, &loaded),
+            Look::Changing,
             "forming or changing"
         );
-        assert_eq!(requeue_secs(false, true, &loaded), 30, "unschedulable pods");
         assert_eq!(
-            requeue_secs(true, false, &acl(MemberAcl::NotRunning)),
-            2,
+            look_for(false, true, &loaded),
+            calm(30),
+            "unschedulable pods"
+        );
+        assert_eq!(
+            look_for(true, false, &acl(MemberAcl::NotRunning)),
+            Look::Changing,
             "ACL not loaded yet"
         );
         let failed = acl(MemberAcl::Failed { error: "x".into() });
-        assert_eq!(requeue_secs(false, true, &failed), 10);
+        assert_eq!(look_for(false, true, &failed), calm(10));
     }
 }

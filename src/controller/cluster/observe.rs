@@ -27,17 +27,19 @@ pub struct Observed {
     pub version: Option<String>,
 }
 
-/// The pod's client address once its container runs and answers (`ContainersReady`: the
-/// pod's own `Ready` also waits for the holds-data gate, which the operator sets only after
-/// reaching the member).
-pub fn ready_address(pod: &Pod) -> Option<MemberAddr> {
+/// The pod's client address once its containers run; whether Valkey answers there is for
+/// the observation to find out. (Not `ContainersReady`: that waits for the readiness probe's
+/// next period, up to 2 s after Valkey listens, and a TCP probe says no more than a
+/// connection does. Nor the pod's own `Ready`: it also waits for the holds-data gate, which
+/// the operator sets only after reaching the member.)
+pub fn running_address(pod: &Pod) -> Option<MemberAddr> {
     let status = pod.status.as_ref()?;
-    let ready = status
-        .conditions
-        .as_ref()?
-        .iter()
-        .any(|c| c.type_ == "ContainersReady" && c.status == "True");
-    if pod.metadata.deletion_timestamp.is_some() || !ready {
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    let running = !containers.is_empty()
+        && containers
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+    if pod.metadata.deletion_timestamp.is_some() || !running {
         return None;
     }
     status
@@ -249,7 +251,7 @@ pub async fn members(
         let pod = pods
             .get(&ObjectRef::new(&name).within(&namespace))
             .filter(|p| crate::controller::cluster::owned_by(p.as_ref(), node.as_ref()));
-        let addr = pod.as_deref().and_then(ready_address);
+        let addr = pod.as_deref().and_then(running_address);
         let observation = match &addr {
             Some(addr) => {
                 match tokio::time::timeout(Duration::from_secs(15), driver.observe(addr)).await {
@@ -394,6 +396,54 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_member_is_reached_once_its_containers_run_not_after_the_readiness_probe() {
+        let pod = |states: Vec<ContainerState>, ip: Option<&str>| Pod {
+            status: Some(PodStatus {
+                pod_ip: ip.map(Into::into),
+                container_statuses: Some(
+                    states
+                        .into_iter()
+                        .map(|state| ContainerStatus {
+                            state: Some(state),
+                            ready: false,
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let running = || ContainerState {
+            running: Some(Default::default()),
+            ..Default::default()
+        };
+        let waiting = || ContainerState {
+            waiting: Some(Default::default()),
+            ..Default::default()
+        };
+        assert_eq!(
+            running_address(&pod(vec![running()], Some("10.0.0.7"))),
+            Some(MemberAddr::new("10.0.0.7", CLIENT_PORT)),
+            "running, probe not passed yet"
+        );
+        assert_eq!(
+            running_address(&pod(vec![waiting()], Some("10.0.0.7"))),
+            None
+        );
+        assert_eq!(
+            running_address(&pod(vec![running(), waiting()], Some("10.0.0.7"))),
+            None,
+            "every container runs"
+        );
+        assert_eq!(running_address(&pod(vec![running()], None)), None, "no IP");
+        assert_eq!(running_address(&pod(vec![], Some("10.0.0.7"))), None);
+        let mut deleting = pod(vec![running()], Some("10.0.0.7"));
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert_eq!(running_address(&deleting), None, "being deleted");
     }
 
     #[test]
