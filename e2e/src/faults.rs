@@ -1,4 +1,4 @@
-//! Fault hooks for tests, working from the kubelet's state files (see [`crate::state`]).
+//! Fault hooks for tests, working from the kubelet's state files (see [`vk_kubelet::state`]).
 //! They need root (like the kubelet) and a running local cluster.
 //!
 //! ```no_run
@@ -26,7 +26,7 @@ use anyhow::{Context, anyhow, bail};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::state::{StateDir, read_trimmed};
+use vk_kubelet::state::{StateDir, read_trimmed};
 
 /// The apiserver's address as pods see it.
 pub const APISERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -135,7 +135,7 @@ impl PodRef {
         let pid = self.pid(container)?;
         let path = std::fs::read(self.dir.join("run").join(format!("{container}.json")))
             .ok()
-            .and_then(|b| serde_json::from_slice::<crate::kubelet::launch::LaunchSpec>(&b).ok())
+            .and_then(|b| serde_json::from_slice::<vk_kubelet::launch::LaunchSpec>(&b).ok())
             .and_then(|s| s.env.into_iter().find(|(k, _)| k == "PATH").map(|(_, v)| v))
             .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
         Command::new("nsenter")

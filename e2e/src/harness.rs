@@ -13,7 +13,7 @@ use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
-use crate::state::lc_dir;
+use vk_kubelet::state::lc_dir;
 
 /// The admin kubeconfig: `$KUBECONFIG` if set, else `$LC_DIR/kubeconfig`.
 pub fn kubeconfig_path() -> PathBuf {
@@ -56,7 +56,7 @@ pub fn tool_cache() -> PathBuf {
 
 /// promtool of the version pinned in `e2e/versions.env` (`make tools` builds it).
 pub fn promtool() -> anyhow::Result<PathBuf> {
-    let versions = crate::state::lc_dir()
+    let versions = vk_kubelet::state::lc_dir()
         .parent()
         .map(|repo| repo.join("e2e/versions.env"))
         .context("no checkout")?;

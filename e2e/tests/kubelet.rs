@@ -17,8 +17,8 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use valkey_e2e::faults::{self, PodRef};
-use valkey_e2e::kubelet::{client_from, install_crypto_provider};
-use valkey_e2e::state::lc_dir;
+use vk_kubelet::state::lc_dir;
+use vk_kubelet::{client_from, install_crypto_provider};
 
 const VALKEY_IMAGE: &str = "valkey/valkey:9.1.2";
 

@@ -16,8 +16,8 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use valkey_e2e::faults::{self, APISERVER_IP, PodRef};
-use valkey_e2e::kubelet::{client_from, install_crypto_provider};
-use valkey_e2e::state::lc_dir;
+use vk_kubelet::state::lc_dir;
+use vk_kubelet::{client_from, install_crypto_provider};
 
 async fn client() -> Client {
     install_crypto_provider();

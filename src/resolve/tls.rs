@@ -100,103 +100,170 @@ pub fn validate_tls_secret(
     data: Option<&BTreeMap<String, Vec<u8>>>,
     now: UnixTime,
 ) -> Result<ServedCertificate, TlsSecretError> {
-    let ns = || namespace.to_string();
-    let name = || secret.to_string();
+    let at = SecretAt { namespace, secret };
     if secret == names::tls_secret(cluster) {
         return Err(TlsSecretError::ReservedName {
-            namespace: ns(),
-            secret: name(),
+            namespace: at.ns(),
+            secret: at.name(),
         });
     }
     let data = data.ok_or_else(|| TlsSecretError::Missing {
-        namespace: ns(),
-        secret: name(),
+        namespace: at.ns(),
+        secret: at.name(),
     })?;
-    let get = |key: &'static str| {
-        data.get(key)
-            .filter(|v| !v.iter().all(u8::is_ascii_whitespace))
-            .ok_or_else(|| TlsSecretError::MissingKey {
-                namespace: ns(),
-                secret: name(),
-                key,
-            })
-    };
-    let (cert_pem, key_pem, ca_pem) = (get(TLS_CERT_KEY)?, get(TLS_KEY_KEY)?, get(TLS_CA_KEY)?);
-    let unparsable = |key: &'static str, detail: String| TlsSecretError::Unparsable {
-        namespace: ns(),
-        secret: name(),
-        key,
-        detail,
-    };
-    let certs = |key: &'static str, pem: &[u8]| -> Result<Vec<CertificateDer<'static>>, _> {
-        let certs = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| unparsable(key, format!("not valid PEM ({e})")))?;
-        if certs.is_empty() {
-            return Err(unparsable(key, "no CERTIFICATE block".to_string()));
-        }
-        Ok(certs)
-    };
-    let chain = certs(TLS_CERT_KEY, cert_pem)?;
-    let cas = certs(TLS_CA_KEY, ca_pem)?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| unparsable(TLS_KEY_KEY, format!("no usable private key ({e})")))?;
-    let signing = rustls::crypto::ring::sign::any_supported_type(&key).map_err(|e| {
-        unparsable(
-            TLS_KEY_KEY,
-            format!("a key type TLS cannot use ({e}); ECDSA P-256 is recommended"),
-        )
-    })?;
-    // `InconsistentKeys::Unknown` (the key cannot tell its public half) passes: Valkey checks
-    // the pair again when it loads the files.
-    if let Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) =
-        CertifiedKey::new(chain.clone(), signing).keys_match()
-    {
-        return Err(TlsSecretError::KeyMismatch {
-            namespace: ns(),
-            secret: name(),
-        });
-    }
-
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in &cas {
-        roots.add(ca.clone()).map_err(|e| {
-            unparsable(
-                TLS_CA_KEY,
-                format!("a certificate is not a usable CA ({e})"),
-            )
-        })?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .map_err(|e| unparsable(TLS_CA_KEY, e.to_string()))?;
-    let cluster_name = names::cluster_hostname(cluster, namespace);
-    // Any member name under the wildcard will do: they differ only in the first label.
-    let member_name = names::member_hostname(&format!("{cluster}-0-0"), cluster, namespace);
-    for (expected, covers) in [
-        (&cluster_name, cluster_name.clone()),
-        (&member_name, format!("*.{cluster_name}")),
-    ] {
-        let server_name = ServerName::try_from(expected.as_str())
-            .map_err(|e| unparsable(TLS_CERT_KEY, format!("{expected}: {e}")))?;
-        if let Err(e) = verifier.verify_server_cert(&chain[0], &chain[1..], &server_name, &[], now)
-        {
-            let (problem, fix) = describe(&e, &covers);
-            return Err(TlsSecretError::Unverifiable {
-                namespace: ns(),
-                secret: name(),
-                problem,
-                fix,
-            });
-        }
-    }
+    let (cert_pem, key_pem, ca_pem) = (
+        at.key(data, TLS_CERT_KEY)?,
+        at.key(data, TLS_KEY_KEY)?,
+        at.key(data, TLS_CA_KEY)?,
+    );
+    let chain = at.certificates(TLS_CERT_KEY, cert_pem)?;
+    let cas = at.certificates(TLS_CA_KEY, ca_pem)?;
+    at.check_key_matches(&chain, key_pem)?;
+    let verifier = at.verifier(&cas)?;
+    at.check_names_covered(verifier.as_ref(), &chain, cluster, now)?;
     Ok(ServedCertificate {
         cert_pem: cert_pem.clone(),
         key_pem: key_pem.clone(),
         ca_pem: ca_pem.clone(),
         leaf_der: chain[0].as_ref().to_vec(),
     })
+}
+
+/// The Secret under validation: every error names it.
+struct SecretAt<'a> {
+    namespace: &'a str,
+    secret: &'a str,
+}
+
+impl SecretAt<'_> {
+    fn ns(&self) -> String {
+        self.namespace.to_string()
+    }
+
+    fn name(&self) -> String {
+        self.secret.to_string()
+    }
+
+    fn unparsable(&self, key: &'static str, detail: String) -> TlsSecretError {
+        TlsSecretError::Unparsable {
+            namespace: self.ns(),
+            secret: self.name(),
+            key,
+            detail,
+        }
+    }
+
+    /// The value of `key`; a key holding only whitespace counts as missing.
+    fn key<'d>(
+        &self,
+        data: &'d BTreeMap<String, Vec<u8>>,
+        key: &'static str,
+    ) -> Result<&'d Vec<u8>, TlsSecretError> {
+        data.get(key)
+            .filter(|v| !v.iter().all(u8::is_ascii_whitespace))
+            .ok_or_else(|| TlsSecretError::MissingKey {
+                namespace: self.ns(),
+                secret: self.name(),
+                key,
+            })
+    }
+
+    /// The certificates in `key`'s PEM: at least one.
+    fn certificates(
+        &self,
+        key: &'static str,
+        pem: &[u8],
+    ) -> Result<Vec<CertificateDer<'static>>, TlsSecretError> {
+        let certs = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.unparsable(key, format!("not valid PEM ({e})")))?;
+        if certs.is_empty() {
+            return Err(self.unparsable(key, "no CERTIFICATE block".to_string()));
+        }
+        Ok(certs)
+    }
+
+    /// `tls.key` parses, is a type TLS can sign with, and is the key of the leaf in `chain`.
+    fn check_key_matches(
+        &self,
+        chain: &[CertificateDer<'static>],
+        key_pem: &[u8],
+    ) -> Result<(), TlsSecretError> {
+        let key = PrivateKeyDer::from_pem_slice(key_pem)
+            .map_err(|e| self.unparsable(TLS_KEY_KEY, format!("no usable private key ({e})")))?;
+        let signing = rustls::crypto::ring::sign::any_supported_type(&key).map_err(|e| {
+            self.unparsable(
+                TLS_KEY_KEY,
+                format!("a key type TLS cannot use ({e}); ECDSA P-256 is recommended"),
+            )
+        })?;
+        // `InconsistentKeys::Unknown` (the key cannot tell its public half) passes: Valkey checks
+        // the pair again when it loads the files.
+        if let Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) =
+            CertifiedKey::new(chain.to_vec(), signing).keys_match()
+        {
+            return Err(TlsSecretError::KeyMismatch {
+                namespace: self.ns(),
+                secret: self.name(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A verifier trusting every CA in `ca.crt` (a bundle with the old and the new CA during a
+    /// CA rotation).
+    fn verifier(
+        &self,
+        cas: &[CertificateDer<'static>],
+    ) -> Result<Arc<WebPkiServerVerifier>, TlsSecretError> {
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in cas {
+            roots.add(ca.clone()).map_err(|e| {
+                self.unparsable(
+                    TLS_CA_KEY,
+                    format!("a certificate is not a usable CA ({e})"),
+                )
+            })?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| self.unparsable(TLS_CA_KEY, e.to_string()))
+    }
+
+    /// The leaf verifies, now, for the cluster's name and for a member's name under its
+    /// wildcard.
+    fn check_names_covered(
+        &self,
+        verifier: &WebPkiServerVerifier,
+        chain: &[CertificateDer<'static>],
+        cluster: &str,
+        now: UnixTime,
+    ) -> Result<(), TlsSecretError> {
+        let cluster_name = names::cluster_hostname(cluster, self.namespace);
+        // Any member name under the wildcard will do: they differ only in the first label.
+        let member_name =
+            names::member_hostname(&format!("{cluster}-0-0"), cluster, self.namespace);
+        for (expected, covers) in [
+            (&cluster_name, cluster_name.clone()),
+            (&member_name, format!("*.{cluster_name}")),
+        ] {
+            let server_name = ServerName::try_from(expected.as_str())
+                .map_err(|e| self.unparsable(TLS_CERT_KEY, format!("{expected}: {e}")))?;
+            if let Err(e) =
+                verifier.verify_server_cert(&chain[0], &chain[1..], &server_name, &[], now)
+            {
+                let (problem, fix) = describe(&e, &covers);
+                return Err(TlsSecretError::Unverifiable {
+                    namespace: self.ns(),
+                    secret: self.name(),
+                    problem,
+                    fix,
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// (what is wrong, what to do) for a verification failure.

@@ -293,7 +293,7 @@ async fn webhook_load(
         .next()
         .cloned()
         .context("the webhook Service has no endpoint: is the operator running? (make up)")?;
-    let ca = std::fs::read(valkey_e2e::state::lc_dir().join("pki/ca.crt"))?;
+    let ca = std::fs::read(vk_kubelet::state::lc_dir().join("pki/ca.crt"))?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile_certs(&ca)? {
         roots.add(cert)?;

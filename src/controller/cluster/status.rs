@@ -249,41 +249,49 @@ pub fn from_plan(
 ) -> ValkeyClusterStatus {
     let generation = cluster.metadata.generation;
     let previous = previous_conditions(cluster);
-    // TLS clusters: the certificate Secret was valid this round, and who serves it.
-    let tls_conditions = cluster.spec.tls.as_ref().zip(tls).map(|(spec, progress)| {
-        let valid = format!(
-            "Secret {} holds a valid certificate; members mount its copy {}",
-            spec.secret_ref,
-            crate::controller::names::tls_secret(&cluster.name_any())
-        );
-        let (ok, reason, message) = progress.condition();
-        [
-            condition(
-                super::tls::TLS_CERTIFICATE_VALID,
-                true,
-                "Valid",
-                &valid,
-                generation,
-                &previous,
-            ),
-            condition(
-                super::tls::TLS_CERTIFICATE_SERVED,
-                ok,
-                reason,
-                &message,
-                generation,
-                &previous,
-            ),
-        ]
-    });
-    let state = match plan.phase {
+    let tls_conditions = tls_conditions(cluster, tls, generation, &previous);
+    let state = cluster_state(&plan.phase);
+    let figures = crate::plan::figures(topology);
+    ValkeyClusterStatus {
+        state: Some(state),
+        message: Some(plan.message.clone()),
+        observed_generation: generation,
+        conditions: plan_conditions(plan, state, topology, acl, generation, &previous)
+            .into_iter()
+            .chain(tls_conditions.into_iter().flatten())
+            .collect(),
+        endpoint: Some(endpoint(cluster)),
+        tls: Some(cluster.spec.tls.is_some()),
+        ready: Some(format!("{}/{}", figures.ready, figures.desired)),
+        version: versions(observed),
+        progress: Some(progress(&figures)),
+        nodes: observed
+            .iter()
+            .map(|o| node_status(o, plan, observed))
+            .collect(),
+    }
+}
+
+/// The cluster's state as status shows it, from the plan's phase.
+fn cluster_state(phase: &Phase) -> ClusterState {
+    match phase {
         Phase::Forming => ClusterState::Creating,
         Phase::Updating => ClusterState::Updating,
         Phase::Ready => ClusterState::Active,
         Phase::Degraded => ClusterState::Degraded,
-    };
+    }
+}
+
+/// `ConfigResolved`, `Ready`, `Progressing`, `Degraded` and `AclApplied`, in that order.
+fn plan_conditions(
+    plan: &Plan,
+    state: ClusterState,
+    topology: &Topology,
+    acl: &AclProgress,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> [Condition; 5] {
     let ready = plan.phase == Phase::Ready;
-    let figures = crate::plan::figures(topology);
     let degraded = plan.phase == Phase::Degraded;
     let (degraded_reason, degraded_message) = if degraded {
         (
@@ -293,57 +301,130 @@ pub fn from_plan(
     } else {
         ("Healthy", "every member the cluster has runs and answers")
     };
-    ValkeyClusterStatus {
-        state: Some(state),
-        message: Some(plan.message.clone()),
-        observed_generation: generation,
-        conditions: vec![
-            condition("ConfigResolved", true, "Resolved", "configRef, base chain, image and roles resolved", generation, &previous),
-            condition("Ready", ready, &format!("{state:?}"), &plan.message, generation, &previous),
-            condition("Progressing", plan.change.progressing(), plan.change.reason(), &plan.message, generation, &previous),
-            condition(DEGRADED, degraded, degraded_reason, degraded_message, generation, &previous),
-            {
-                let (ok, reason, message) = acl.condition();
-                condition(ACL_APPLIED, ok, reason, &message, generation, &previous)
-            },
-        ]
-        .into_iter()
-        .chain(tls_conditions.into_iter().flatten())
-        .collect(),
-        endpoint: Some(endpoint(cluster)),
-        tls: Some(cluster.spec.tls.is_some()),
-        ready: Some(format!("{}/{}", figures.ready, figures.desired)),
-        version: versions(observed),
-        progress: Some(progress(&figures)),
-        nodes: observed
-            .iter()
-            .map(|o| ClusterNodeStatus {
-                name: o.member.name.clone(),
-                pod: o.pod.clone(),
-                shard: o.member.shard as i32,
-                role: o.role,
-                version: o.version.clone().or_else(|| Some(o.node.spec.version.clone())),
-                lifecycle: Some(if plan.actions.iter().any(|a| matches!(a, crate::plan::Action::MarkActive { names } if names.contains(&o.member.name))) {
-                    Lifecycle::Active
-                } else {
-                    o.member.lifecycle
-                }),
-                slots: o
-                    .member
-                    .view
-                    .as_ref()
-                    .filter(|v| !v.slots.is_empty())
-                    .map(|v| {
-                        crate::driver::slots::normalize(v.slots.iter().cloned())
-                            .iter()
-                            .map(crate::driver::slots::format_range)
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    }),
-                lag_bytes: replication_lag(o, observed),
-            })
-            .collect(),
+    let (acl_ok, acl_reason, acl_message) = acl.condition();
+    [
+        condition(
+            "ConfigResolved",
+            true,
+            "Resolved",
+            "configRef, base chain, image and roles resolved",
+            generation,
+            previous,
+        ),
+        condition(
+            "Ready",
+            ready,
+            &format!("{state:?}"),
+            &plan.message,
+            generation,
+            previous,
+        ),
+        condition(
+            "Progressing",
+            plan.change.progressing(),
+            plan.change.reason(),
+            &plan.message,
+            generation,
+            previous,
+        ),
+        condition(
+            DEGRADED,
+            degraded,
+            degraded_reason,
+            degraded_message,
+            generation,
+            previous,
+        ),
+        condition(
+            ACL_APPLIED,
+            acl_ok,
+            acl_reason,
+            &acl_message,
+            generation,
+            previous,
+        ),
+    ]
+}
+
+/// TLS clusters: the certificate Secret was valid this round, and who serves it. None for a
+/// cluster without TLS (or before the TLS step ran).
+fn tls_conditions(
+    cluster: &ValkeyCluster,
+    tls: Option<&super::tls::TlsProgress>,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Option<[Condition; 2]> {
+    let (spec, progress) = cluster.spec.tls.as_ref().zip(tls)?;
+    let valid = format!(
+        "Secret {} holds a valid certificate; members mount its copy {}",
+        spec.secret_ref,
+        crate::controller::names::tls_secret(&cluster.name_any())
+    );
+    let (ok, reason, message) = progress.condition();
+    Some([
+        condition(
+            super::tls::TLS_CERTIFICATE_VALID,
+            true,
+            "Valid",
+            &valid,
+            generation,
+            previous,
+        ),
+        condition(
+            super::tls::TLS_CERTIFICATE_SERVED,
+            ok,
+            reason,
+            &message,
+            generation,
+            previous,
+        ),
+    ])
+}
+
+/// One member's entry in the cluster's node list.
+fn node_status(o: &Observed, plan: &Plan, observed: &[Observed]) -> ClusterNodeStatus {
+    ClusterNodeStatus {
+        name: o.member.name.clone(),
+        pod: o.pod.clone(),
+        shard: o.member.shard as i32,
+        role: o.role,
+        version: o
+            .version
+            .clone()
+            .or_else(|| Some(o.node.spec.version.clone())),
+        // Marked active by this round's actions, after it was observed.
+        lifecycle: Some(if marked_active(plan, &o.member.name) {
+            Lifecycle::Active
+        } else {
+            o.member.lifecycle
+        }),
+        slots: slot_ranges(o),
+        lag_bytes: replication_lag(o, observed),
     }
+}
+
+/// The plan has a `MarkActive` action naming this member.
+fn marked_active(plan: &Plan, member: &str) -> bool {
+    plan.actions.iter().any(|a| match a {
+        crate::plan::Action::MarkActive { names } => names.iter().any(|n| n == member),
+        _ => false,
+    })
+}
+
+/// The slots a member serves as normalized ranges (`0-5460,5462`); None when it serves none
+/// or was not seen.
+fn slot_ranges(o: &Observed) -> Option<String> {
+    o.member
+        .view
+        .as_ref()
+        .filter(|v| !v.slots.is_empty())
+        .map(|v| {
+            crate::driver::slots::normalize(v.slots.iter().cloned())
+                .iter()
+                .map(crate::driver::slots::format_range)
+                .collect::<Vec<_>>()
+                .join(",")
+        })
 }
 
 /// How far a replica's replication offset is behind its primary's, both as observed this round.

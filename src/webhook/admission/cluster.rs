@@ -20,7 +20,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{LookupError, Menu, allow_with_warnings, deny, lookup_warning};
 use crate::api::ValkeyCluster;
-use crate::resolve::{ResolveError, merge_bindings, resolve_config, resolve_roles};
+use crate::resolve::{MapCatalog, ResolveError, merge_bindings, resolve_config, resolve_roles};
 
 /// The rule. `tls_secret`: whether the Secret `spec.tls.secretRef` names exists (`None`: not
 /// looked up).
@@ -39,47 +39,18 @@ pub fn validate(
         .old_object
         .as_ref()
         .filter(|_| req.operation == Operation::Update);
-    if let Some(old) = old
-        && old.spec.tls.is_some() != cluster.spec.tls.is_some()
-    {
-        let describe = |tls: &Option<crate::api::TlsSpec>| match tls {
-            Some(t) => format!("TLS with Secret {:?}", t.secret_ref),
-            None => "no TLS".to_string(),
-        };
-        return deny(
-            req,
-            format!(
-                "spec.tls cannot be added or removed: this ValkeyCluster was created with {} and cannot change to {}; create a new ValkeyCluster to change that (tls.secretRef may change)",
-                describe(&old.spec.tls),
-                describe(&cluster.spec.tls)
-            ),
-            vec![],
-        );
+    if let Some(problem) = old.and_then(|old| tls_added_or_removed(old, cluster)) {
+        return deny(req, problem, vec![]);
     }
     if let Some(problem) = super::invalid_channels("spec.acl", &cluster.spec.acl) {
         return deny(req, problem, vec![]);
     }
 
-    let mut warnings = Vec::new();
-    if let Some(tls) = &cluster.spec.tls {
-        let namespace = req.namespace.clone().unwrap_or_default();
-        let secret = &tls.secret_ref;
-        match tls_secret {
-            Some(Ok(false)) => warnings.push(format!(
-                "TLS Secret {namespace}/{secret} (spec.tls.secretRef) does not exist yet; the cluster stays Blocked until it exists (with cert-manager: a Certificate with secretName {secret}, see docs/tls.md)"
-            )),
-            Some(Err(e)) => warnings.push(format!(
-                "could not check that TLS Secret {namespace}/{secret} exists ({e}); the operator checks it when it reconciles"
-            )),
-            Some(Ok(true)) | None => {}
-        }
-    }
-    if cluster.spec.replicas_per_shard > 5 {
-        warnings.push(format!(
-            "replicasPerShard {} is more than 5: every write is replicated to each replica and every member needs its own memory and CPU; make sure this is intended",
-            cluster.spec.replicas_per_shard
-        ));
-    }
+    let namespace = req.namespace.clone().unwrap_or_default();
+    let mut warnings: Vec<String> = tls_secret_warning(&namespace, cluster, tls_secret)
+        .into_iter()
+        .chain(replicas_warning(cluster))
+        .collect();
     let catalog = match menu {
         Ok(catalog) => catalog,
         Err(error) => {
@@ -87,6 +58,65 @@ pub fn validate(
             return allow_with_warnings(req, warnings);
         }
     };
+    if let Err(problem) = check_references(catalog, cluster, old, &mut warnings) {
+        return deny(req, problem, warnings);
+    }
+    allow_with_warnings(req, warnings)
+}
+
+/// Why an update may not make this change: `spec.tls` added or removed.
+fn tls_added_or_removed(old: &ValkeyCluster, cluster: &ValkeyCluster) -> Option<String> {
+    if old.spec.tls.is_some() == cluster.spec.tls.is_some() {
+        return None;
+    }
+    let describe = |tls: &Option<crate::api::TlsSpec>| match tls {
+        Some(t) => format!("TLS with Secret {:?}", t.secret_ref),
+        None => "no TLS".to_string(),
+    };
+    Some(format!(
+        "spec.tls cannot be added or removed: this ValkeyCluster was created with {} and cannot change to {}; create a new ValkeyCluster to change that (tls.secretRef may change)",
+        describe(&old.spec.tls),
+        describe(&cluster.spec.tls)
+    ))
+}
+
+/// A TLS cluster whose Secret does not exist (yet), or could not be looked up.
+fn tls_secret_warning(
+    namespace: &str,
+    cluster: &ValkeyCluster,
+    tls_secret: Option<&Result<bool, LookupError>>,
+) -> Option<String> {
+    let secret = &cluster.spec.tls.as_ref()?.secret_ref;
+    match tls_secret {
+        Some(Ok(false)) => Some(format!(
+            "TLS Secret {namespace}/{secret} (spec.tls.secretRef) does not exist yet; the cluster stays Blocked until it exists (with cert-manager: a Certificate with secretName {secret}, see docs/tls.md)"
+        )),
+        Some(Err(e)) => Some(format!(
+            "could not check that TLS Secret {namespace}/{secret} exists ({e}); the operator checks it when it reconciles"
+        )),
+        Some(Ok(true)) | None => None,
+    }
+}
+
+/// More than 5 replicas per shard: allowed (Momento's API has no bound), but costly.
+fn replicas_warning(cluster: &ValkeyCluster) -> Option<String> {
+    (cluster.spec.replicas_per_shard > 5).then(|| {
+        format!(
+            "replicasPerShard {} is more than 5: every write is replicated to each replica and every member needs its own memory and CPU; make sure this is intended",
+            cluster.spec.replicas_per_shard
+        )
+    })
+}
+
+/// Resolves the config chain, the bindings and their roles against the menu. What does not
+/// resolve yet is a warning (the cluster stays Blocked until it does); Err: the reason to
+/// deny, a username clash this request's `spec.acl` introduces.
+fn check_references(
+    catalog: &MapCatalog,
+    cluster: &ValkeyCluster,
+    old: Option<&ValkeyCluster>,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
     let config_bindings = match resolve_config(catalog, &cluster.spec.config_ref) {
         Ok(resolved) => resolved.acl,
         Err(e) => {
@@ -109,7 +139,7 @@ pub fn validate(
         Err(e @ ResolveError::DuplicateUsername { .. }) => {
             let acl_changed = old.is_none_or(|o| o.spec.acl != cluster.spec.acl);
             if acl_changed {
-                return deny(req, e.to_string(), warnings);
+                return Err(e.to_string());
             }
             warnings.push(format!(
                 "{e}; the cluster stays Blocked until this is fixed"
@@ -117,7 +147,7 @@ pub fn validate(
         }
         Err(e) => warnings.push(e.to_string()),
     }
-    allow_with_warnings(req, warnings)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 use tokio::process::Command;
 
-use super::network::PROBE_SOURCE;
+use crate::network::PROBE_SOURCE;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {

@@ -19,7 +19,7 @@ use nix::mount::{MsFlags, mount};
 use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 
-use super::volumes::MountSpec;
+use crate::volumes::MountSpec;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct LaunchSpec {

@@ -27,9 +27,11 @@ pub fn lc_dir() -> PathBuf {
             }
         }
     }
+    // This crate is <repo>/e2e/kubelet.
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("e2e crate has a parent dir")
+        .ancestors()
+        .nth(2)
+        .expect("the kubelet crate is two levels below the repository")
         .join(".localcluster")
 }
 

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::envvars::API_HOST;
+use crate::envvars::API_HOST;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum CState {
@@ -218,7 +218,7 @@ fn container_status(c: &ContainerRt, pod_uid: &str) -> ContainerStatus {
     ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone(),
-        image_id: format!("vk-image://{}", super::images::normalize(&c.image)),
+        image_id: format!("vk-image://{}", crate::images::normalize(&c.image)),
         container_id: (c.instance > 0).then(|| format!("vk://{pod_uid}/{}/{}", c.name, c.instance)),
         ready: c.ready,
         started: Some(c.started && c.state.is_running()),

@@ -1,4 +1,4 @@
-//! `vk-kubelet`: our kubelet for the local cluster (see `valkey_e2e::kubelet`).
+//! `vk-kubelet`: our kubelet for the local cluster (the library: `vk_kubelet`).
 //!
 //! ```text
 //! vk-kubelet --kubeconfig $LC_DIR/kubeconfig --state-dir $LC_DIR/kubelet \
@@ -10,8 +10,7 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use valkey_e2e::kubelet;
-use valkey_e2e::state::{StateDir, lc_dir};
+use vk_kubelet::state::{StateDir, lc_dir};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -64,7 +63,7 @@ fn main() {
     let cli = Cli::parse();
     if let Some(Cmd::ExecContainer { spec }) = &cli.cmd {
         // No tracing, no runtime: this process becomes the container.
-        let e = kubelet::launch::exec_container(spec);
+        let e = vk_kubelet::launch::exec_container(spec);
         eprintln!("vk-kubelet exec-container: {e:#}");
         std::process::exit(1);
     }
@@ -84,11 +83,11 @@ fn main() {
                     .or(cli.state_dir)
                     .map(StateDir::new)
                     .unwrap_or_else(StateDir::default_location);
-                kubelet::cleanup::cleanup(&sd).await
+                vk_kubelet::cleanup::cleanup(&sd).await
             }
             Some(Cmd::ExecContainer { .. }) => Ok(()),
             None => {
-                let cfg = kubelet::Config {
+                let cfg = vk_kubelet::Config {
                     kubeconfig: cli
                         .kubeconfig
                         .unwrap_or_else(|| lc_dir().join("kubeconfig")),
@@ -99,12 +98,12 @@ fn main() {
                     nodes: cli.nodes,
                     base_port: cli.base_port,
                     listen_ip: cli.listen_ip,
-                    cluster_dns: cli.cluster_dns.map(|server| kubelet::dns::ClusterDns {
+                    cluster_dns: cli.cluster_dns.map(|server| vk_kubelet::dns::ClusterDns {
                         server,
                         domain: cli.cluster_domain.clone(),
                     }),
                 };
-                kubelet::run(cfg).await
+                vk_kubelet::run(cfg).await
             }
         }
     });

@@ -22,14 +22,14 @@ use nix::unistd::Pid;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::envvars::{self, Refs};
-use super::images::ImageMap;
-use super::launch::LaunchSpec;
-use super::network::{self, IpAllocator};
-use super::probes::{self, Counter, Outcome, Target, Timing};
-use super::status::{self, CState, ContainerRt, PodRt};
-use super::volumes::{self, ObjectChange, PodVolumes};
+use crate::envvars::{self, Refs};
+use crate::images::ImageMap;
+use crate::launch::LaunchSpec;
+use crate::network::{self, IpAllocator};
+use crate::probes::{self, Counter, Outcome, Target, Timing};
 use crate::state::{StateDir, netns_name, read_trimmed};
+use crate::status::{self, CState, ContainerRt, PodRt};
+use crate::volumes::{self, ObjectChange, PodVolumes};
 
 /// Kubelet-wide context shared by all pod workers.
 pub struct Shared {
@@ -42,7 +42,7 @@ pub struct Shared {
     /// Per node: true while the node is "stopped" by the fault hook.
     pub gates: BTreeMap<String, watch::Receiver<bool>>,
     pub changes: broadcast::Sender<ObjectChange>,
-    pub cluster_dns: Option<super::dns::ClusterDns>,
+    pub cluster_dns: Option<crate::dns::ClusterDns>,
     /// Kubelet shutdown (SIGTERM): stop pods but keep the Pod objects.
     pub shutdown: CancellationToken,
     /// Per node: events as the kubelet reports them (`kubectl describe pod`). The events
@@ -623,7 +623,7 @@ async fn run_containers(ctx: Arc<PodCtx>, init_done: Vec<bool>) {
         tracing::warn!(error = %e, "writing /etc/hosts");
     }
     let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let resolv = super::dns::resolv_conf(&ctx.pod(), ctx.shared.cluster_dns.as_ref(), &host_resolv);
+    let resolv = crate::dns::resolv_conf(&ctx.pod(), ctx.shared.cluster_dns.as_ref(), &host_resolv);
     if let Err(e) = std::fs::write(ctx.dir.join("etc-resolv.conf"), resolv) {
         tracing::warn!(error = %e, "writing /etc/resolv.conf");
     }

@@ -1,9 +1,11 @@
-//! `vk-kubelet`: a small kubelet that runs pods as local processes.
+//! `vk-kubelet`: a small kubelet that runs pods as local processes in network namespaces, so
+//! a real kube-apiserver/scheduler/controller-manager can be used on a machine without Docker.
 //!
 //! Modules: [`node`] (registration, heartbeats, stop hook), [`runtime`] (pod workers and
 //! container supervisors), [`volumes`] + [`atomic`] (volume contents), [`network`]
 //! (netns/veth/addresses), [`probes`], [`launch`] (the in-namespace exec wrapper),
-//! [`envvars`], [`images`], [`status`], [`logserver`] (`kubectl logs`), [`cleanup`].
+//! [`envvars`], [`images`], [`status`], [`logserver`] (`kubectl logs`), [`cleanup`], and
+//! [`state`]: the on-disk layout the kubelet writes and the e2e crate's fault hooks read.
 
 pub mod atomic;
 pub mod cleanup;
@@ -16,6 +18,7 @@ pub mod network;
 pub mod node;
 pub mod probes;
 pub mod runtime;
+pub mod state;
 pub mod status;
 pub mod volumes;
 

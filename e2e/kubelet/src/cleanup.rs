@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::network::ip;
+use crate::network::ip;
 use crate::state::{StateDir, read_trimmed};
 
 /// Inodes of our pod network namespaces (to recognise our processes, not reused pids).

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::images::ImageEntry;
+use crate::images::ImageEntry;
 
 /// The address and port pods use to reach the apiserver (there is no Service proxy).
 pub const API_HOST: &str = "198.18.0.1";

@@ -20,8 +20,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde::{Deserialize, Serialize};
 
-use super::atomic::{self, FileEntry, Payload};
-use super::envvars;
+use crate::atomic::{self, FileEntry, Payload};
+use crate::envvars;
 
 /// A change notice from the cluster-wide ConfigMap/Secret watches.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -24,8 +24,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use nix::sys::signal::Signal;
 use tokio::sync::watch;
 
-use super::envvars::API_HOST;
-use super::runtime::Shared;
+use crate::envvars::API_HOST;
+use crate::runtime::Shared;
 use crate::state::{StateDir, read_trimmed};
 
 pub const KUBELET_VERSION: &str = "v1.34.4";
@@ -245,7 +245,7 @@ pub fn signal_node_pods(state: &StateDir, node: &str, sig: Signal) {
                     .and_then(|s| s.parse::<i32>().ok())
                 // Only our container's group, never whatever reused a stale pid.
                 && read_trimmed(&dir.join("netns"))
-                    .is_ok_and(|ns| super::runtime::process_in_netns(pid, &ns))
+                    .is_ok_and(|ns| crate::runtime::process_in_netns(pid, &ns))
             {
                 let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
             }
