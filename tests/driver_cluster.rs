@@ -660,3 +660,65 @@ async fn errors_name_the_member_and_the_command() {
     driver.acl_load(&member).await.unwrap();
     driver.config_rewrite(&member).await.unwrap();
 }
+
+/// Clients of the operator's user connected to `member`, from `CLIENT LIST` asked over a
+/// connection of our own (counted out).
+async fn operator_connections(servers: &LocalServers, member: &MemberAddr) -> usize {
+    let own = FredDriver::new(DriverConfig::new(servers.credentials.clone()));
+    let list = own
+        .command(
+            member,
+            "CLIENT LIST",
+            vec![Value::from("CLIENT"), Value::from("LIST")],
+        )
+        .await
+        .expect("CLIENT LIST")
+        .as_text()
+        .expect("text");
+    own.close_idle(Duration::ZERO).await;
+    list.lines().count() - 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_closed_and_ones_in_use_are_kept() {
+    let (servers, driver) = start(ValkeyBuild::V9_1, 1).await;
+    let member = servers.servers[0].addr.clone();
+    driver.my_id(&member).await.expect("first command connects");
+    assert_eq!(operator_connections(&servers, &member).await, 1);
+
+    // Not idle long enough: kept.
+    assert_eq!(driver.close_idle(Duration::from_secs(60)).await, 0);
+    assert_eq!(operator_connections(&servers, &member).await, 1);
+
+    // A command in flight holds its connection: never closed under it.
+    // (WAIT for a replica this member does not have: blocks for its full 1,000 ms.)
+    let blocked = driver.command(
+        &member,
+        "WAIT",
+        vec![Value::from("WAIT"), Value::from("1"), Value::from("1000")],
+    );
+    let sweep = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        driver.close_idle(Duration::ZERO).await
+    };
+    let (reply, closed) = tokio::join!(blocked, sweep);
+    assert!(reply.is_ok(), "the blocked command finished: {reply:?}");
+    assert_eq!(closed, 0, "a connection in use is not idle");
+
+    // Idle and unused: closed on the server too; the next command connects again.
+    assert_eq!(driver.close_idle(Duration::ZERO).await, 1);
+    wait_for(
+        "the closed connection to leave CLIENT LIST",
+        STEP_TIMEOUT,
+        || async {
+            match operator_connections(&servers, &member).await {
+                0 => Ok(()),
+                n => Err(format!("{n} connection(s)")),
+            }
+        },
+    )
+    .await
+    .expect("closed");
+    driver.my_id(&member).await.expect("reconnects");
+    assert_eq!(operator_connections(&servers, &member).await, 1);
+}

@@ -162,6 +162,22 @@ impl Context {
         driver
     }
 
+    /// Closes every cluster's connections idle for `idle_for` (see `FredDriver::close_idle`).
+    pub async fn close_idle_connections(&self, idle_for: Duration) -> usize {
+        let drivers: Vec<Arc<FredDriver>> = self
+            .drivers
+            .lock()
+            .await
+            .values()
+            .map(|(_, d)| d.clone())
+            .collect();
+        let mut closed = 0;
+        for driver in drivers {
+            closed += driver.close_idle(idle_for).await;
+        }
+        closed
+    }
+
     pub async fn forget_driver(&self, key: &str) {
         self.drivers.lock().await.remove(key);
     }

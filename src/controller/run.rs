@@ -77,6 +77,7 @@ pub async fn run(
         nodes.clone(),
     ));
     tokio::spawn(cluster_gauges(metrics, clusters));
+    tokio::spawn(close_idle_connections(ctx.clone()));
 
     let cluster_ctx = Arc::new(ClusterContext {
         ctx: ctx.clone(),
@@ -307,6 +308,20 @@ async fn mark_ready_once_synced(ctx: Arc<Context>, nodes: Store<ValkeyNode>, pod
     ctx.menu_synced.store(true, Ordering::Release);
     ctx.metrics.ready.store(true, Ordering::Relaxed);
     info!("caches synced; reconciling");
+}
+
+/// Every 10 s, closes the Valkey connections no reconcile has used for 10 s: a settled
+/// cluster is looked at every 30 s and reconnects then (a few ms), a changing one keeps its
+/// connections. Memory then follows the clusters that change, not the clusters that exist.
+async fn close_idle_connections(ctx: Arc<Context>) {
+    const IDLE: Duration = Duration::from_secs(10);
+    loop {
+        tokio::time::sleep(IDLE).await;
+        let closed = ctx.close_idle_connections(IDLE).await;
+        if closed > 0 {
+            tracing::debug!(closed, "closed idle Valkey connections");
+        }
+    }
 }
 
 /// Cleans up after clusters that are gone, once the cluster and member caches have listed,

@@ -12,8 +12,8 @@
 //! configured server name (members are reached by IP; see [`super::tls`]).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use fred::prelude::{ClientLike, Config, ConnectionConfig, PerformanceConfig, ServerConfig};
 use fred::types::config::{Server, TlsConfig, TlsConnector, TlsHostMapping};
@@ -34,7 +34,14 @@ pub struct FredDriver {
     config: DriverConfig,
     /// Built once from `config.tls`; Err (bad CA bundle) fails every connection with it.
     tls: Option<Result<TlsClient, String>>,
-    clients: Mutex<HashMap<MemberAddr, fred::clients::Client>>,
+    clients: Mutex<HashMap<MemberAddr, CachedClient>>,
+}
+
+/// A member's connection and when a command last took it. The `Arc` counts who holds it: the
+/// cache alone (count 1) means no command is using it right now, so it may be closed.
+struct CachedClient {
+    client: Arc<fred::clients::Client>,
+    last_taken: Instant,
 }
 
 impl FredDriver {
@@ -127,7 +134,7 @@ impl FredDriver {
     async fn client(
         &self,
         member: &MemberAddr,
-    ) -> Result<fred::clients::Client, fred::error::Error> {
+    ) -> Result<Arc<fred::clients::Client>, fred::error::Error> {
         if let Some(c) = self.cached(member) {
             if c.is_connected() {
                 return Ok(c);
@@ -165,10 +172,11 @@ impl FredDriver {
         let client = fred::clients::Client::new(config, Some(performance), Some(connection), None);
         let _background = client.init().await?;
         let mut cache = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        match cache.get(member) {
+        match cache.get_mut(member) {
             // Someone connected concurrently: keep theirs, close ours.
-            Some(existing) if existing.is_connected() => {
-                let existing = existing.clone();
+            Some(existing) if existing.client.is_connected() => {
+                existing.last_taken = Instant::now();
+                let existing = existing.client.clone();
                 drop(cache);
                 let ours = client;
                 tokio::spawn(async move {
@@ -177,18 +185,54 @@ impl FredDriver {
                 Ok(existing)
             }
             _ => {
-                cache.insert(member.clone(), client.clone());
+                let client = Arc::new(client);
+                cache.insert(
+                    member.clone(),
+                    CachedClient {
+                        client: client.clone(),
+                        last_taken: Instant::now(),
+                    },
+                );
                 Ok(client)
             }
         }
     }
 
-    fn cached(&self, member: &MemberAddr) -> Option<fred::clients::Client> {
-        self.clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(member)
-            .cloned()
+    fn cached(&self, member: &MemberAddr) -> Option<Arc<fred::clients::Client>> {
+        let mut cache = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = cache.get_mut(member)?;
+        entry.last_taken = Instant::now();
+        Some(entry.client.clone())
+    }
+
+    /// Closes the connections no command has taken for `idle_for` and none is using now; the
+    /// next command to a member connects again. A settled cluster is looked at every 30 s:
+    /// 200 of them holding a connection per member between looks cost the operator ~13 MiB
+    /// of buffers for nothing. Returns how many were closed.
+    pub async fn close_idle(&self, idle_for: Duration) -> usize {
+        let idle: Vec<Arc<fred::clients::Client>> = {
+            let mut cache = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            let unused = |c: &CachedClient| {
+                Arc::strong_count(&c.client) == 1 && now.duration_since(c.last_taken) >= idle_for
+            };
+            let closing: Vec<MemberAddr> = cache
+                .iter()
+                .filter(|(_, c)| unused(c))
+                .map(|(m, _)| m.clone())
+                .collect();
+            // Removed under the lock: nobody can take them from here on.
+            closing
+                .iter()
+                .filter_map(|m| cache.remove(m))
+                .map(|c| c.client)
+                .collect()
+        };
+        let closed = idle.len();
+        for client in idle {
+            let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+        }
+        closed
     }
 
     /// Drops `failed` from the cache if it is still the cached client. Only the client that
@@ -196,7 +240,10 @@ impl FredDriver {
     async fn evict(&self, member: &MemberAddr, failed: &fred::clients::Client) {
         {
             let mut cache = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-            if cache.get(member).is_some_and(|c| c.id() == failed.id()) {
+            if cache
+                .get(member)
+                .is_some_and(|c| c.client.id() == failed.id())
+            {
                 cache.remove(member);
             }
         }
