@@ -188,8 +188,17 @@ async fn time_to_active(client: &Client) -> anyhow::Result<Duration> {
     Ok(started.elapsed())
 }
 
-/// Seconds from `spec.shards: 5` to Active for a 3 x 1 cluster holding PRELOADED keys.
-async fn scale_out_seconds(client: &Client, keys_by_key: bool) -> anyhow::Result<f64> {
+/// A 3 -> 5 shard scale-out of a 3 x 1 cluster holding PRELOADED keys.
+struct ScaleOut {
+    /// From `spec.shards: 5` to Active (members created, synced, slots moved).
+    whole_seconds: f64,
+    /// The slot-move phase alone, from Valkey's own job records (atomic migration only):
+    /// the first export job's creation to the last one's completion, as the source
+    /// primaries' `CLUSTER GETSLOTMIGRATIONS` report them.
+    slot_move_seconds: Option<f64>,
+}
+
+async fn scale_out(client: &Client, keys_by_key: bool) -> anyhow::Result<ScaleOut> {
     let ns = TestNamespace::create(client, "bench-scale").await?;
     let menu = Menu::publish(client, "bench", "9.1.2").await?;
     let shaped = |shards: i32| {
@@ -221,13 +230,52 @@ async fn scale_out_seconds(client: &Client, keys_by_key: bool) -> anyhow::Result
         Duration::from_secs(1200),
     )
     .await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let whole_seconds = started.elapsed().as_secs_f64();
+    let slot_move_seconds = if keys_by_key {
+        None
+    } else {
+        Some(export_jobs_span(client, &ns.name, "scale").await?)
+    };
     menu.remove(client).await?;
-    Ok(seconds)
+    Ok(ScaleOut {
+        whole_seconds,
+        slot_move_seconds,
+    })
 }
 
-/// Seconds from repointing the image to Active for a 3 x 1 cluster.
-async fn rollout_seconds(client: &Client) -> anyhow::Result<f64> {
+/// Seconds from the first successful export job's creation to the last one's last update,
+/// over every member of the cluster (Valkey's clock: the one the jobs ran on).
+async fn export_jobs_span(client: &Client, ns: &str, cluster: &str) -> anyhow::Result<f64> {
+    use valkey_operator::driver::{MigrationOperation, MigrationState};
+    let driver = operator_driver(client, ns, cluster).await?;
+    let (mut first, mut last) = (i64::MAX, i64::MIN);
+    for pod in valkey_e2e::valkey::member_pods(client, ns, cluster).await? {
+        let Some(ip) = pod.status.and_then(|s| s.pod_ip) else {
+            continue;
+        };
+        let jobs = driver.slot_migrations(&MemberAddr::new(ip, 6379)).await?;
+        for job in jobs.iter().filter(|j| {
+            j.operation == MigrationOperation::Export && j.state == MigrationState::Success
+        }) {
+            first = first.min(job.create_time);
+            last = last.max(job.last_update_time);
+        }
+    }
+    anyhow::ensure!(first <= last, "no finished export job on any member");
+    Ok((last - first) as f64 / 1000.0)
+}
+
+/// A rolling replacement of a 3 x 1 cluster (repointing its image 9.0.0 -> 9.1.2) under a
+/// writer.
+struct Rollout {
+    /// From repointing the image to Active.
+    seconds: f64,
+    /// The writer's longest time without an acknowledged write, and its writes lost (0).
+    longest_pause_seconds: f64,
+    lost: usize,
+}
+
+async fn rollout(client: &Client) -> anyhow::Result<Rollout> {
     let ns = TestNamespace::create(client, "bench-roll").await?;
     let menu = Menu::publish(client, "bench", "9.0.0").await?;
     apply(
@@ -244,6 +292,7 @@ async fn rollout_seconds(client: &Client) -> anyhow::Result<f64> {
         Duration::from_secs(300),
     )
     .await?;
+    let writer = valkey_e2e::workload::Writer::start(client, &ns.name, "roll").await?;
     let started = Instant::now();
     menu.repoint(client, "9.1.2").await?;
     wait_state(
@@ -263,8 +312,15 @@ async fn rollout_seconds(client: &Client) -> anyhow::Result<f64> {
     )
     .await?;
     let seconds = started.elapsed().as_secs_f64();
+    let report = writer
+        .finish_counting_losses(client, &ns.name, "roll")
+        .await?;
     menu.remove(client).await?;
-    Ok(seconds)
+    Ok(Rollout {
+        seconds,
+        longest_pause_seconds: report.longest_pause.as_secs_f64(),
+        lost: report.lost.len(),
+    })
 }
 
 /// Latencies (seconds) of `count` reviews of `fixture` sent at `rate` per second.
@@ -293,7 +349,19 @@ async fn webhook_load(
         .next()
         .cloned()
         .context("the webhook Service has no endpoint: is the operator running? (make up)")?;
-    let ca = std::fs::read(vk_kubelet::state::lc_dir().join("pki/ca.crt"))?;
+    // The CA the API server trusts for this webhook, whoever issued it (cert-manager's CA
+    // injected by its cainjector, or the chart's caBundle).
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    let ca = webhooks
+        .get("valkey-operator")
+        .await?
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|w| w.client_config.ca_bundle)
+        .context("the valkey-operator ValidatingWebhookConfiguration has no caBundle yet")?
+        .0;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile_certs(&ca)? {
         roots.add(cert)?;
@@ -407,7 +475,8 @@ async fn reconciles_so_far(client: &Client) -> anyhow::Result<f64> {
 /// the seconds until every one is Active (or waits only for a pod the nodes have no room
 /// for: the local nodes hold 110 pods each) and the operator's RSS; then the reconciles per
 /// minute once everything is at rest.
-async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<()> {
+/// The fleet's namespace is returned: the webhook is measured with the clusters present.
+async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<TestNamespace> {
     let ns = TestNamespace::create(client, "bench-fleet").await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
     println!(
@@ -468,8 +537,7 @@ async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<()> {
         after - before,
         operator_rss_mib(client).await?
     );
-    drop(ns);
-    Ok(())
+    Ok(ns)
 }
 
 fn rustls_pemfile_certs(
@@ -527,10 +595,12 @@ async fn main() -> anyhow::Result<()> {
         // 3 -> 5 shards moves 6553 of 16384 slots, and about that share of the keys.
         let slots = 6553.0;
         let keys = PRELOADED as f64 * slots / 16384.0;
-        let atomic = scale_out_seconds(&client, false).await?;
-        let by_key = scale_out_seconds(&client, true).await?;
+        let atomic = scale_out(&client, false).await?;
+        let by_key = scale_out(&client, true).await?.whole_seconds;
+        let slot_move = atomic.slot_move_seconds.unwrap_or(f64::NAN);
+        let atomic = atomic.whole_seconds;
         println!(
-            "scale_out_3_to_5 keys={PRELOADED} atomic_seconds={atomic:.2} ({:.0} slots/s, {:.0} keys/s) migrate_seconds={by_key:.2} ({:.0} slots/s, {:.0} keys/s) atomic_speedup={:.2}",
+            "scale_out_3_to_5 keys={PRELOADED} atomic_seconds={atomic:.2} ({:.0} slots/s, {:.0} keys/s) atomic_slot_move_seconds={slot_move:.2} migrate_seconds={by_key:.2} ({:.0} slots/s, {:.0} keys/s) atomic_speedup={:.2}",
             slots / atomic,
             keys / atomic,
             slots / by_key,
@@ -572,28 +642,41 @@ async fn main() -> anyhow::Result<()> {
         );
         menu.remove(&client).await?;
     }
+    // The fleet stays while the webhook is measured: reviews with 200 clusters present.
+    let fleet_ns = if wanted("fleet") {
+        Some(fleet(&client, &[10, 50, 100, 200]).await?)
+    } else {
+        None
+    };
     if wanted("webhook") {
+        let present = Api::<ValkeyCluster>::all(client.clone())
+            .list(&Default::default())
+            .await?
+            .items
+            .len();
         for fixture in ["valkeyrole-create.json", "valkeycluster-create.json"] {
             // Warm up (TLS handshakes, menu caches), then 30 s at 200 requests/s.
             webhook_load(&client, fixture, 200, 200).await?;
             let (l, failed) = webhook_load(&client, fixture, 200, 6000).await?;
             println!(
-                "webhook {fixture} at 200 req/s: requests={} failed={failed} p50_ms={:.2} p99_ms={:.2} max_ms={:.2}",
+                "webhook {fixture} at 200 req/s with {present} clusters present: requests={} failed={failed} p50_ms={:.2} p90_ms={:.2} p99_ms={:.2} max_ms={:.2}",
                 l.len() + failed,
                 percentile(&l, 0.50) * 1e3,
+                percentile(&l, 0.90) * 1e3,
                 percentile(&l, 0.99) * 1e3,
                 l.last().copied().unwrap_or_default() * 1e3
             );
         }
     }
-    if wanted("fleet") {
-        fleet(&client, &[10, 50, 100, 200]).await?;
-    }
+    drop(fleet_ns);
     if wanted("rollout") {
-        let seconds = rollout_seconds(&client).await?;
+        let r = rollout(&client).await?;
         println!(
-            "rollout 9.0.0 -> 9.1.2 of {SHARDS} shards x 1 replica: total_seconds={seconds:.2} per_shard_seconds={:.2}",
-            seconds / SHARDS as f64
+            "rollout 9.0.0 -> 9.1.2 of {SHARDS} shards x 1 replica under a writer: total_seconds={:.2} per_shard_seconds={:.2} writer_longest_pause_seconds={:.2} writes_lost={}",
+            r.seconds,
+            r.seconds / SHARDS as f64,
+            r.longest_pause_seconds,
+            r.lost
         );
     }
     Ok(())

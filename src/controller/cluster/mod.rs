@@ -12,6 +12,7 @@
 //! | plan | `crate::plan` (pure); the maxConcurrentRollouts gate in `rollout.rs` | status when waiting |
 //! | act | `act.rs` (one function per plan action), ACL loading in `acl.rs`, certificate reload in `tls.rs` | yes |
 //! | status | `status.rs` | yes |
+//! | next look (poll as the wait goes) | `cadence.rs` (pure interval; the waits in memory) | no |
 
 pub mod acl;
 mod act;
