@@ -11,7 +11,7 @@ use driver_common::{assert_keys_readable, write_keys};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, Config, ServerConfig};
+use fred::prelude::ClientLike;
 use fred::types::Value;
 use valkey_operator::driver::migrate::{KeyMove, move_slot_by_keys};
 use valkey_operator::driver::testing::{
@@ -44,16 +44,10 @@ async fn start_with(
 }
 
 async fn data_client(servers: &LocalServers) -> fred::clients::Client {
-    let seed = &servers.servers[0].addr;
-    let config = Config {
-        username: Some(servers.credentials.username.clone()),
-        password: Some(servers.credentials.password.clone()),
-        server: ServerConfig::new_clustered(vec![(seed.host.clone(), seed.port)]),
-        ..Config::default()
-    };
-    let client = fred::clients::Client::new(config, None, None, None);
-    client.init().await.expect("clustered data client connects");
-    client
+    servers
+        .cluster_client()
+        .await
+        .expect("clustered data client connects")
 }
 
 fn capture(name: &str, contents: &str) {

@@ -3,10 +3,12 @@
 //!
 //! * [`faults`]: fault hooks for tests (kill/pause a container, cut links, stop a node),
 //!   working from the kubelet's state files ([`vk_kubelet::state`]).
+//! * [`floors`]: vk-bench's floors, measured on local valkey-server processes (no cluster).
 
 pub mod certs;
 pub mod dns;
 pub mod faults;
+pub mod floors;
 pub mod harness;
 pub mod safety;
 pub mod valkey;

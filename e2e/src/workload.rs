@@ -70,10 +70,19 @@ pub fn image(name: &str, tag: &str) -> serde_json::Value {
            "spec": {"repository": "valkey/valkey", "tag": tag, "version": tag}})
 }
 
+/// The Valkey settings of every config [`config`] publishes (the menu the suites and vk-bench
+/// run on), beyond the operator's defaults. `repl-diskless-sync-delay 0`: a new replica's full
+/// sync starts at once instead of after Valkey's default 5 s wait for more replicas to share it.
+pub const MENU_SETTINGS: &[(&str, &str)] = &[("repl-diskless-sync-delay", "0")];
+
 pub fn config(name: &str, image: &str) -> serde_json::Value {
+    let settings: serde_json::Map<String, serde_json::Value> = MENU_SETTINGS
+        .iter()
+        .map(|(key, value)| (key.to_string(), json!(value)))
+        .collect();
     json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyConfig", "metadata": {"name": name},
            "spec": {"imageRef": image, "resources": {"cpu": "100m", "memory": "256Mi"},
-                    "valkey": {"repl-diskless-sync-delay": "0"}}})
+                    "valkey": settings}})
 }
 
 pub fn cluster(
@@ -354,11 +363,22 @@ impl Writer {
     }
 }
 
+/// The `i`th key [`preload`] writes: `pre:<i>` (its value is `v<i>`).
+pub fn preloaded_key(i: usize) -> String {
+    format!("pre:{i}")
+}
+
 /// Writes `pre:<i>` = `v<i>` for i in 0..PRELOADED through a cluster client.
 pub async fn preload(valkey: &fred::clients::Client) -> anyhow::Result<()> {
-    for chunk in (0..PRELOADED).collect::<Vec<_>>().chunks(2000) {
+    preload_keys(valkey, PRELOADED).await
+}
+
+/// Writes `pre:<i>` = `v<i>` for i in 0..count through a cluster client (the keys of
+/// [`preload`], in any number).
+pub async fn preload_keys(valkey: &fred::clients::Client, count: usize) -> anyhow::Result<()> {
+    for chunk in (0..count).collect::<Vec<_>>().chunks(2000) {
         try_join_all(chunk.iter().map(|i| {
-            valkey.set::<(), _, _>(format!("pre:{i}"), format!("v{i}"), None, None, false)
+            valkey.set::<(), _, _>(preloaded_key(*i), format!("v{i}"), None, None, false)
         }))
         .await?;
     }
@@ -372,7 +392,7 @@ pub async fn verify_preloaded(valkey: &fred::clients::Client) -> anyhow::Result<
         let got: Vec<Option<String>> = try_join_all(
             chunk
                 .iter()
-                .map(|i| valkey.get::<Option<String>, _>(format!("pre:{i}"))),
+                .map(|i| valkey.get::<Option<String>, _>(preloaded_key(*i))),
         )
         .await?;
         missing += chunk

@@ -53,6 +53,8 @@ pub enum HarnessError {
     Shape { shards: usize, members: usize },
     #[error("{0}")]
     Driver(#[from] DriverError),
+    #[error("cannot connect a cluster client: {0}")]
+    Client(String),
 }
 
 /// An I/O failure described by what was being done.
@@ -289,24 +291,19 @@ impl LocalServers {
         count: usize,
         default_user_line: &str,
     ) -> Result<LocalServers, HarnessError> {
-        let binary = build.binary()?;
-        let credentials = Credentials {
-            username: ADMIN_USER.to_owned(),
-            password: unique_token(),
-        };
-        let mut set = LocalServers {
-            build,
-            credentials,
-            servers: Vec::with_capacity(count),
-            default_user_line: default_user_line.to_owned(),
-            tls: None,
-            extra_conf: String::new(),
-        };
-        for _ in 0..count {
-            let server = set.spawn_one(&binary).await?;
-            set.servers.push(server);
-        }
-        Ok(set)
+        let set = LocalServers::configured(build, default_user_line, None, "");
+        set.launch(count).await
+    }
+
+    /// Like [`LocalServers::start`] with `extra` lines appended to each valkey.conf (settings
+    /// a benchmark must share with the operator's members, such as replication delays).
+    pub async fn start_with_conf(
+        build: ValkeyBuild,
+        count: usize,
+        extra: &str,
+    ) -> Result<LocalServers, HarnessError> {
+        let set = LocalServers::configured(build, DEFAULT_USER_LINE, None, extra);
+        set.launch(count).await
     }
 
     /// Starts `count` TLS-only servers of a TLS-capable `build` serving `tls`, configured as
@@ -319,23 +316,81 @@ impl LocalServers {
         tls: &TlsMaterial,
         extra: &str,
     ) -> Result<LocalServers, HarnessError> {
-        let binary = build.binary()?;
-        let mut set = LocalServers {
+        let set = LocalServers::configured(build, DEFAULT_USER_LINE, Some(tls.clone()), extra);
+        set.launch(count).await
+    }
+
+    /// Starts `count` servers of `build` configured like these ones (same admin credentials,
+    /// ACL, TLS and extra lines), so that they can join these servers' cluster: a replica
+    /// authenticates to its primary with the shared `masterauth`, which servers of another
+    /// [`LocalServers`] (another password) could not. A rolling upgrade starts its new
+    /// build this way.
+    pub async fn start_siblings(
+        &self,
+        build: ValkeyBuild,
+        count: usize,
+    ) -> Result<LocalServers, HarnessError> {
+        let mut set = LocalServers::configured(
+            build,
+            &self.default_user_line,
+            self.tls.clone(),
+            &self.extra_conf,
+        );
+        set.credentials = self.credentials.clone();
+        set.launch(count).await
+    }
+
+    /// A set with no server yet and fresh admin credentials.
+    fn configured(
+        build: ValkeyBuild,
+        default_user_line: &str,
+        tls: Option<TlsMaterial>,
+        extra_conf: &str,
+    ) -> LocalServers {
+        LocalServers {
             build,
             credentials: Credentials {
                 username: ADMIN_USER.to_owned(),
                 password: unique_token(),
             },
-            servers: Vec::with_capacity(count),
-            default_user_line: DEFAULT_USER_LINE.to_owned(),
-            tls: Some(tls.clone()),
-            extra_conf: extra.to_owned(),
-        };
-        for _ in 0..count {
-            let server = set.spawn_one(&binary).await?;
-            set.servers.push(server);
+            servers: Vec::new(),
+            default_user_line: default_user_line.to_owned(),
+            tls,
+            extra_conf: extra_conf.to_owned(),
         }
-        Ok(set)
+    }
+
+    /// Starts `count` servers of the set's build and waits until each accepts connections.
+    async fn launch(mut self, count: usize) -> Result<LocalServers, HarnessError> {
+        let binary = self.build.binary()?;
+        self.servers.reserve(count);
+        for _ in 0..count {
+            let server = self.spawn_one(&binary).await?;
+            self.servers.push(server);
+        }
+        Ok(self)
+    }
+
+    /// A cluster client (fred) of the servers, seeded with the first one and authenticated
+    /// as the admin user: for writing and reading test data. Plaintext servers only.
+    pub async fn cluster_client(&self) -> Result<fred::clients::Client, HarnessError> {
+        use fred::prelude::{ClientLike, Config, ServerConfig};
+        let seed = self
+            .servers
+            .first()
+            .ok_or_else(|| HarnessError::Client("no server to seed it with".to_owned()))?;
+        let config = Config {
+            username: Some(self.credentials.username.clone()),
+            password: Some(self.credentials.password.clone()),
+            server: ServerConfig::new_clustered(vec![(seed.addr.host.clone(), seed.addr.port)]),
+            ..Config::default()
+        };
+        let client = fred::clients::Client::new(config, None, None, None);
+        client
+            .init()
+            .await
+            .map_err(|e| HarnessError::Client(format!("seeded with {}: {e}", seed.addr)))?;
+        Ok(client)
     }
 
     pub fn addrs(&self) -> Vec<MemberAddr> {
@@ -449,9 +504,26 @@ impl LocalServers {
 
 /// Polls `probe` until it yields `Some`, or fails after `timeout` with the last state it
 /// described. `probe` returns `Ok(None)` with a description via `last` when not there yet.
+/// Polls back off from 20 ms to 250 ms.
 pub async fn wait_for<T, E, F, Fut>(
     what: &str,
     timeout: Duration,
+    probe: F,
+) -> Result<T, HarnessError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    wait_for_polling(what, timeout, Duration::from_millis(250), probe).await
+}
+
+/// [`wait_for`] with polls backing off from 20 ms to at most `longest_pause`: a benchmark
+/// floor passes 20 ms so that its figure is not inflated by the pause between two polls.
+pub async fn wait_for_polling<T, E, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    longest_pause: Duration,
     mut probe: F,
 ) -> Result<T, HarnessError>
 where
@@ -460,7 +532,7 @@ where
     E: std::fmt::Display,
 {
     let deadline = Instant::now() + timeout;
-    let mut delay = Duration::from_millis(20);
+    let mut delay = Duration::from_millis(20).min(longest_pause);
     loop {
         match probe().await {
             Ok(value) => return Ok(value),
@@ -474,7 +546,7 @@ where
             Err(_) => {}
         }
         tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_millis(250));
+        delay = (delay * 2).min(longest_pause);
     }
 }
 
@@ -525,7 +597,7 @@ pub async fn form_cluster(
     phases.push(("slots+meet", phase_start.elapsed()));
     phase_start = Instant::now();
     // Everyone must know everyone (no handshake left) before REPLICATE can name a primary.
-    wait_all_known(driver, members, &ids, timeout).await?;
+    wait_all_known(driver, members, &ids, timeout, Duration::from_millis(250)).await?;
 
     phases.push(("gossip", phase_start.elapsed()));
     phase_start = Instant::now();
@@ -554,15 +626,19 @@ pub async fn form_cluster(
 
 // Driver errors inside the probes below are states to wait out, as strings.
 
-/// Waits until every member knows every other (no handshake left).
-async fn wait_all_known(
+/// Waits until every member knows every other (no handshake left), meeting directly whoever
+/// has not heard of a member yet. `ids` are the members' node ids, in the same order.
+/// Polls back off to at most `longest_pause` (see [`wait_for_polling`]).
+pub async fn wait_all_known(
     driver: &dyn ClusterDriver,
     members: &[MemberAddr],
     ids: &[NodeId],
     timeout: Duration,
+    longest_pause: Duration,
 ) -> Result<(), HarnessError> {
     let n = members.len();
-    wait_for("every member to know every other", timeout, || async {
+    let what = "every member to know every other";
+    wait_for_polling(what, timeout, longest_pause, || async {
         let mut missing = Vec::new();
         for m in members {
             let nodes = driver.cluster_nodes(m).await.map_err(|e| e.to_string())?;

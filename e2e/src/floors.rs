@@ -1,0 +1,578 @@
+//! Floors vk-bench compares the operator against: what the operator does for a rolling
+//! replacement and for a shard scale-out, done by hand with the operator's own driver
+//! ([`FredDriver`]) on real `valkey-server` processes on 127.0.0.1 (no Kubernetes), as fast
+//! as the build allows. They need the valkey-server builds only (see [`ValkeyBuild::binary`]).
+//!
+//! Member settings. The servers run with the settings that matter for these timings as the
+//! bench's clusters have them ([`member_conf`]):
+//! * `cluster-node-timeout 5000`: the operator's default ([`OPERATOR_DEFAULTS`]); the harness
+//!   sets the same.
+//! * `repl-diskless-sync-delay 0`: the menu vk-bench publishes ([`MENU_SETTINGS`]). Neither
+//!   the operator nor the harness sets it, so without this the servers would wait Valkey's
+//!   default 5 s before each full sync (the `standard` sample config keeps that default).
+//! * `repl-diskless-sync yes`: Valkey's default; nobody overrides it.
+//!
+//! Every figure is the value of [`FLOOR_SETTINGS`] read back from a member, in
+//! [`RolloutFloor::settings`] and [`MigrateFloor::settings`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use fred::prelude::ClientLike;
+use futures::future::try_join_all;
+use valkey_operator::driver::migrate::KEYS_PER_BATCH;
+use valkey_operator::driver::testing::{
+    LocalServers, ValkeyBuild, form_cluster, wait_all_known, wait_for_polling,
+};
+use valkey_operator::driver::{
+    ClusterDriver, DriverConfig, FailoverMode, FredDriver, MemberAddr, MigrationState, NodeId,
+    SlotMigrationRequest, SlotRange, even_ranges,
+};
+use valkey_operator::plan::rebalance::{SlotMove, rebalance};
+use valkey_operator::resolve::conf::OPERATOR_DEFAULTS;
+use valkey_operator::topology::slots::{count_slots, normalize};
+
+use crate::workload::{MENU_SETTINGS, preload_keys, preloaded_key};
+
+/// Shards of the clusters the bench rolls out and scales out from.
+const SHARDS: usize = 3;
+/// Shards after the bench's scale-out.
+const SCALED_SHARDS: usize = 5;
+/// Bound on any one wait; generous, as the machine may be busy.
+const TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest pause between two polls of a timed wait, so that polling adds at most this much
+/// to a floor.
+const TIMED_POLL: Duration = Duration::from_millis(20);
+/// Pause between polls of an untimed wait (setting up), easier on 2 shared cores.
+const SETUP_POLL: Duration = Duration::from_millis(250);
+
+/// The settings that decide these timings, read back from a member for the report.
+pub const FLOOR_SETTINGS: &[&str] = &[
+    "cluster-node-timeout",
+    "repl-diskless-sync",
+    "repl-diskless-sync-delay",
+    "repl-diskless-load",
+];
+
+/// Lines appended to every floor server's valkey.conf: the operator's defaults, then the
+/// bench menu's settings (a later line wins, as a ValkeyConfig setting wins over a default).
+pub fn member_conf() -> String {
+    OPERATOR_DEFAULTS
+        .iter()
+        .chain(MENU_SETTINGS)
+        .map(|(key, value)| format!("{key} {value}\n"))
+        .collect()
+}
+
+/// [`FLOOR_SETTINGS`] as `member` runs with them.
+async fn read_settings(
+    driver: &dyn ClusterDriver,
+    member: &MemberAddr,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut settings = Vec::new();
+    for name in FLOOR_SETTINGS {
+        settings.extend(driver.config_get(member, name).await?);
+    }
+    Ok(settings)
+}
+
+/// A driver authenticated as the servers' admin user, as the operator's is.
+fn driver_for(servers: &LocalServers) -> FredDriver {
+    FredDriver::new(DriverConfig::new(servers.credentials.clone()))
+}
+
+/// Node ids of `members`, in order.
+async fn ids_of(driver: &dyn ClusterDriver, members: &[MemberAddr]) -> anyhow::Result<Vec<NodeId>> {
+    Ok(try_join_all(members.iter().map(|m| driver.my_id(m))).await?)
+}
+
+// ---- rolling replacement ----------------------------------------------------------------
+
+/// Seconds one shard's replacement took, by step (see [`rollout_shard_floor`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardReplacement {
+    /// From starting the shard's new servers to its old members stopped: the sum of the
+    /// steps below.
+    pub seconds: f64,
+    /// Starting the new valkey-servers until each accepts connections (the operator's pods).
+    pub start: f64,
+    /// `CLUSTER MEET` through a member holding slots, until every member knows every other.
+    pub introduce: f64,
+    /// `CLUSTER REPLICATE` of both new servers to the shard's primary, until both report
+    /// their link up and no sync in progress (the operator's `replica_in_sync`).
+    pub sync: f64,
+    /// `CLUSTER FAILOVER` (coordinated, the operator's mode) on the first new server, until it
+    /// reports itself a primary serving the shard's slots.
+    pub failover: f64,
+    /// `CLUSTER FORGET` of both old members on every remaining member, then both stopped.
+    pub retire: f64,
+}
+
+/// What [`rollout_shard_floor`] measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RolloutFloor {
+    /// Per shard, in the order they were replaced (shard 0 first).
+    pub per_shard: Vec<ShardReplacement>,
+    /// Mean of the shards' `seconds`.
+    pub mean_per_shard: f64,
+    /// From starting shard 0's new servers to shard 2's old members stopped: the sum of the
+    /// shards' `seconds` (nothing happens between two shards).
+    pub total: f64,
+    /// [`FLOOR_SETTINGS`] as the members ran with them.
+    pub settings: Vec<(String, String)>,
+}
+
+/// The rolling replacement of a 3-shard x 1-replica cluster from Valkey 9.0 to 9.1, shard by
+/// shard, with the operator's steps (src/plan/rollout.rs, formation.rs, retirement.rs) and
+/// nothing in between: for each shard, two new 9.1 servers are started, introduced, attached
+/// as replicas of the shard's primary and waited for in sync; the first takes over by a
+/// coordinated failover; the two old members are forgotten by every remaining member and
+/// stopped. Forming the 9.0 cluster is not timed.
+pub async fn rollout_shard_floor() -> anyhow::Result<RolloutFloor> {
+    let mut old =
+        LocalServers::start_with_conf(ValkeyBuild::V9_0, SHARDS * 2, &member_conf()).await?;
+    let driver = driver_for(&old);
+    let formation = form_cluster(&driver, &old.addrs(), SHARDS, TIMEOUT).await?;
+    let settings = read_settings(&driver, &old.servers[0].addr).await?;
+    let mut live: Vec<(MemberAddr, NodeId)> = formation.primaries.clone();
+    live.extend(
+        formation
+            .replicas
+            .iter()
+            .map(|(m, id, _)| (m.clone(), id.clone())),
+    );
+    // Kept until the end: dropping a set stops its servers.
+    let mut new_sets = Vec::new();
+    let mut per_shard = Vec::new();
+    for (shard, range) in even_ranges(SHARDS).into_iter().enumerate() {
+        let (primary, primary_id) = formation.primaries[shard].clone();
+        let mut stale = vec![(primary.clone(), primary_id.clone())];
+        stale.extend(
+            formation
+                .replicas
+                .iter()
+                .filter(|(_, _, of)| *of == primary_id)
+                .map(|(m, id, _)| (m.clone(), id.clone())),
+        );
+        let started = Instant::now();
+        let fresh = old.start_siblings(ValkeyBuild::V9_1, stale.len()).await?;
+        let start = started.elapsed().as_secs_f64();
+        let mut times = replace_shard(&driver, &mut live, &stale, &fresh.addrs(), &range).await?;
+        let retiring = Instant::now();
+        for (member, _) in &stale {
+            if let Some(server) = old.servers.iter_mut().find(|s| s.addr == *member) {
+                server.kill();
+            }
+        }
+        times.retire += retiring.elapsed().as_secs_f64();
+        times.start = start;
+        times.seconds = started.elapsed().as_secs_f64();
+        per_shard.push(times);
+        new_sets.push(fresh);
+    }
+    let total: f64 = per_shard.iter().map(|s| s.seconds).sum();
+    Ok(RolloutFloor {
+        mean_per_shard: total / per_shard.len() as f64,
+        per_shard,
+        total,
+        settings,
+    })
+}
+
+/// One shard's replacement once its new servers run: introduce, replicate and sync, fail
+/// over, forget the old members. `live` (every member with its id) loses `stale` and gains
+/// the new servers. The caller stops the old processes and fills in `start` and `seconds`.
+async fn replace_shard(
+    driver: &dyn ClusterDriver,
+    live: &mut Vec<(MemberAddr, NodeId)>,
+    stale: &[(MemberAddr, NodeId)],
+    fresh: &[MemberAddr],
+    range: &SlotRange,
+) -> anyhow::Result<ShardReplacement> {
+    let (primary, primary_id) = &stale[0];
+    let step = Instant::now();
+    let joined = introduce(driver, live, primary, fresh, TIMED_POLL).await?;
+    let introduce = step.elapsed().as_secs_f64();
+    let step = Instant::now();
+    attach_replicas(driver, fresh, primary_id, TIMED_POLL).await?;
+    let sync = step.elapsed().as_secs_f64();
+    let step = Instant::now();
+    take_over(driver, &fresh[0], range).await?;
+    let failover = step.elapsed().as_secs_f64();
+    let step = Instant::now();
+    live.retain(|(m, _)| !stale.iter().any(|(s, _)| s == m));
+    live.extend(joined);
+    forget_everywhere(driver, live, stale).await?;
+    Ok(ShardReplacement {
+        seconds: 0.0,
+        start: 0.0,
+        introduce,
+        sync,
+        failover,
+        retire: step.elapsed().as_secs_f64(),
+    })
+}
+
+/// `CLUSTER MEET` of each newcomer through `seed` (a member holding slots, as the operator
+/// picks), then waits until every member knows every other. Returns the newcomers with ids.
+async fn introduce(
+    driver: &dyn ClusterDriver,
+    members: &[(MemberAddr, NodeId)],
+    seed: &MemberAddr,
+    newcomers: &[MemberAddr],
+    poll: Duration,
+) -> anyhow::Result<Vec<(MemberAddr, NodeId)>> {
+    let new_ids = ids_of(driver, newcomers).await?;
+    for m in newcomers {
+        driver
+            .meet(seed, &m.host, m.port, Some(m.port + 10000))
+            .await?;
+    }
+    let joined: Vec<(MemberAddr, NodeId)> = newcomers.iter().cloned().zip(new_ids).collect();
+    let (addrs, ids): (Vec<MemberAddr>, Vec<NodeId>) =
+        members.iter().chain(&joined).cloned().unzip();
+    wait_all_known(driver, &addrs, &ids, TIMEOUT, poll).await?;
+    Ok(joined)
+}
+
+/// `CLUSTER REPLICATE primary` on each of `replicas`, then waits until each is in sync as the
+/// operator's observation sees it: link to its primary up and no sync in progress.
+async fn attach_replicas(
+    driver: &dyn ClusterDriver,
+    replicas: &[MemberAddr],
+    primary: &NodeId,
+    poll: Duration,
+) -> anyhow::Result<()> {
+    for m in replicas {
+        driver.replicate(m, primary).await?;
+    }
+    wait_for_polling("the new replicas to be in sync", TIMEOUT, poll, || async {
+        for m in replicas {
+            let repl = driver
+                .replication_info(m)
+                .await
+                .map_err(|e| e.to_string())?;
+            let in_sync = repl
+                .primary_link
+                .as_ref()
+                .is_some_and(|l| l.link_up && !l.sync_in_progress);
+            if !in_sync {
+                return Err(format!("{m}: {:?}", repl.primary_link));
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Coordinated `CLUSTER FAILOVER` on `replica`, until it reports itself a primary serving
+/// exactly `range`.
+async fn take_over(
+    driver: &dyn ClusterDriver,
+    replica: &MemberAddr,
+    range: &SlotRange,
+) -> anyhow::Result<()> {
+    driver.failover(replica, FailoverMode::Default).await?;
+    let what = format!("{replica} to serve slots {range:?}");
+    wait_for_polling(&what, TIMEOUT, TIMED_POLL, || async {
+        let nodes = driver
+            .cluster_nodes(replica)
+            .await
+            .map_err(|e| e.to_string())?;
+        let me = nodes
+            .iter()
+            .find(|n| n.flags.myself)
+            .ok_or("no myself line")?;
+        if me.primary_id.is_none() && normalize(me.slots.clone()) == [range.clone()] {
+            Ok(())
+        } else {
+            Err(format!(
+                "primary of {:?}, slots {:?}",
+                me.primary_id, me.slots
+            ))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// `CLUSTER FORGET` of every `leaving` node on every remaining member, each retried until
+/// accepted: a replica refuses to forget the primary it still follows until gossip has
+/// moved it to the new one (the operator re-plans such a refusal the same way).
+async fn forget_everywhere(
+    driver: &dyn ClusterDriver,
+    remaining: &[(MemberAddr, NodeId)],
+    leaving: &[(MemberAddr, NodeId)],
+) -> anyhow::Result<()> {
+    for (member, _) in remaining {
+        for (_, node) in leaving {
+            let what = format!("{member} to forget {node}");
+            wait_for_polling(&what, TIMEOUT, TIMED_POLL, || driver.forget(member, node)).await?;
+        }
+    }
+    Ok(())
+}
+
+// ---- slot migration ---------------------------------------------------------------------
+
+/// A key-by-key move of the same slots (see [`migrate_slots_floor`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyByKeyFloor {
+    /// All `valkey-cli --cluster reshard` runs, one per (source, target) pair in turn, process
+    /// start and its cluster check included.
+    pub seconds: f64,
+    pub slots_moved: usize,
+    /// Keys in the slots the new shards own afterwards.
+    pub keys_moved: usize,
+}
+
+/// What [`migrate_slots_floor`] measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MigrateFloor {
+    /// From issuing the `CLUSTER MIGRATESLOTS` jobs to every moved slot owned by its target
+    /// on every member (5 primaries, 5 replicas) and no job in flight on any of them.
+    pub seconds: f64,
+    /// Slots the operator's planner moves for 3 -> 5 shards (6553).
+    pub slots_moved: usize,
+    /// Keys in those slots.
+    pub keys_moved: usize,
+    /// `valkey-cli --cluster reshard` moving as many slots between the same shards, on a
+    /// fresh cluster with the same keys; `None` when the build has no `valkey-cli`.
+    pub key_by_key: Option<KeyByKeyFloor>,
+    /// [`FLOOR_SETTINGS`] as the members ran with them.
+    pub settings: Vec<(String, String)>,
+}
+
+/// The slot-move phase of the bench's scale-out from 3 to 5 shards x 1 replica (Valkey 9.1,
+/// as the bench's scale-out runs) holding `keys` keys of [`preload_keys`]' shape: the exact
+/// moves of the operator's planner ([`rebalance`]), each source's in one atomic
+/// `CLUSTER MIGRATESLOTS`, all sources at once (as the operator issues them in one round).
+/// The new shards (primary and in-sync replica each, no slots) and the keys are set up
+/// untimed.
+pub async fn migrate_slots_floor(keys: usize) -> anyhow::Result<MigrateFloor> {
+    let cluster = ScaledOut::start(keys).await?;
+    let moves = cluster.planned_moves();
+    let slots_moved = moves.iter().map(SlotMove::slot_count).sum();
+    let moved_ranges: Vec<SlotRange> = moves.iter().flat_map(|m| m.ranges.clone()).collect();
+    let keys_moved = keys_in(keys, &moved_ranges);
+    let settings = read_settings(&cluster.driver, &cluster.primaries[0].0).await?;
+    let started = Instant::now();
+    cluster.migrate_atomically(&moves).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    drop(cluster);
+    let key_by_key = match valkey_cli(ValkeyBuild::V9_1) {
+        Some(cli) => Some(reshard_floor(&cli, keys).await?),
+        None => None,
+    };
+    Ok(MigrateFloor {
+        seconds,
+        slots_moved,
+        keys_moved,
+        key_by_key,
+        settings,
+    })
+}
+
+/// How many of the keys `pre:0`..`pre:<count>` hash to a slot in `ranges`.
+fn keys_in(count: usize, ranges: &[SlotRange]) -> usize {
+    (0..count)
+        .map(|i| fred::util::redis_keyslot(preloaded_key(i).as_bytes()))
+        .filter(|slot| ranges.iter().any(|r| r.contains(slot)))
+        .count()
+}
+
+/// The `valkey-cli` next to `build`'s valkey-server, if there is one.
+fn valkey_cli(build: ValkeyBuild) -> Option<PathBuf> {
+    let cli = build.binary().ok()?.with_file_name("valkey-cli");
+    cli.is_file().then_some(cli)
+}
+
+/// 3 shards x 1 replica holding keys, plus 2 shards (primary and in-sync replica) without
+/// slots: the cluster just before the scale-out's slot moves.
+struct ScaledOut {
+    servers: LocalServers,
+    driver: FredDriver,
+    /// Shard primaries with their ids, shard order (the last two own no slots).
+    primaries: Vec<(MemberAddr, NodeId)>,
+}
+
+impl ScaledOut {
+    async fn start(keys: usize) -> anyhow::Result<ScaledOut> {
+        let servers =
+            LocalServers::start_with_conf(ValkeyBuild::V9_1, SCALED_SHARDS * 2, &member_conf())
+                .await?;
+        let driver = driver_for(&servers);
+        let addrs = servers.addrs();
+        let (formed, added) = addrs.split_at(SHARDS * 2);
+        let formation = form_cluster(&driver, formed, SHARDS, TIMEOUT).await?;
+        let mut members = formation.primaries.clone();
+        members.extend(
+            formation
+                .replicas
+                .iter()
+                .map(|(m, id, _)| (m.clone(), id.clone())),
+        );
+        let seed = &formed[0];
+        let joined = introduce(&driver, &members, seed, added, SETUP_POLL).await?;
+        let (new_primaries, new_replicas) = joined.split_at(SCALED_SHARDS - SHARDS);
+        for ((replica, _), (_, primary_id)) in new_replicas.iter().zip(new_primaries) {
+            attach_replicas(
+                &driver,
+                std::slice::from_ref(replica),
+                primary_id,
+                SETUP_POLL,
+            )
+            .await?;
+        }
+        let mut primaries = formation.primaries;
+        primaries.extend(new_primaries.iter().cloned());
+        let valkey = servers.cluster_client().await?;
+        preload_keys(&valkey, keys).await?;
+        let _ = valkey.quit().await;
+        Ok(ScaledOut {
+            servers,
+            driver,
+            primaries,
+        })
+    }
+
+    /// The operator planner's moves from the even 3-shard layout to 5 shards.
+    fn planned_moves(&self) -> Vec<SlotMove> {
+        let owned: BTreeMap<usize, Vec<SlotRange>> = even_ranges(SHARDS)
+            .into_iter()
+            .enumerate()
+            .map(|(shard, range)| (shard, vec![range]))
+            .collect();
+        rebalance(&owned, SCALED_SHARDS)
+    }
+
+    /// One `CLUSTER MIGRATESLOTS` per source (a group per target), all sources at once, then
+    /// waits until the moves are done everywhere.
+    async fn migrate_atomically(&self, moves: &[SlotMove]) -> anyhow::Result<()> {
+        let mut by_source: BTreeMap<usize, Vec<SlotMigrationRequest>> = BTreeMap::new();
+        for m in moves {
+            by_source
+                .entry(m.from)
+                .or_default()
+                .push(SlotMigrationRequest {
+                    ranges: m.ranges.clone(),
+                    target: self.primaries[m.to].1.clone(),
+                });
+        }
+        try_join_all(by_source.iter().map(|(source, requests)| {
+            self.driver
+                .migrate_slots(&self.primaries[*source].0, requests)
+        }))
+        .await?;
+        self.wait_moved(moves).await
+    }
+
+    /// Waits until every member sees each moved range owned by its target and no member has
+    /// a migration job in flight; fails at once on a failed or cancelled job.
+    async fn wait_moved(&self, moves: &[SlotMove]) -> anyhow::Result<()> {
+        let members = self.servers.addrs();
+        let failure = wait_for_polling("the slot moves to finish", TIMEOUT, TIMED_POLL, || async {
+            for member in &members {
+                for job in self
+                    .driver
+                    .slot_migrations(member)
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    match job.state {
+                        MigrationState::InProgress(state) => {
+                            return Err(format!("{member}: job {} {state}", job.name));
+                        }
+                        MigrationState::Success => {}
+                        failed => return Ok(Some(format!("{member}: {failed:?} {}", job.message))),
+                    }
+                }
+                let nodes = self
+                    .driver
+                    .cluster_nodes(member)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for m in moves {
+                    let target = &self.primaries[m.to].1;
+                    let owned = nodes.iter().find(|n| &n.id == target).map(|n| &n.slots);
+                    let held = owned.is_some_and(|slots| {
+                        m.ranges.iter().all(|r| {
+                            slots
+                                .iter()
+                                .any(|s| s.contains(r.start()) && s.contains(r.end()))
+                        })
+                    });
+                    if !held {
+                        return Err(format!(
+                            "{member}: shard {} does not own {:?} yet",
+                            m.to, m.ranges
+                        ));
+                    }
+                }
+            }
+            Ok(None)
+        })
+        .await?;
+        match failure {
+            Some(why) => bail!("a slot migration failed: {why}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The key-by-key floor: on a fresh [`ScaledOut`] with the same keys, `valkey-cli --cluster
+/// reshard` moves as many slots between the same shards as the planner does, one (source,
+/// target) pair after the other (a reshard refuses to start while another leaves slots open),
+/// [`KEYS_PER_BATCH`] keys per `MIGRATE` as the operator's key-by-key moves. valkey-cli picks
+/// which of the source's slots go (its lowest; the planner gives the highest), so the keys
+/// moved are counted from the slots the new shards own afterwards.
+async fn reshard_floor(cli: &PathBuf, keys: usize) -> anyhow::Result<KeyByKeyFloor> {
+    let cluster = ScaledOut::start(keys).await?;
+    let moves = cluster.planned_moves();
+    let seed = &cluster.primaries[0].0;
+    let credentials = &cluster.servers.credentials;
+    let started = Instant::now();
+    for m in &moves {
+        let status = tokio::process::Command::new(cli)
+            .args(["--cluster", "reshard", &seed.to_string()])
+            .args(["--cluster-from", cluster.primaries[m.from].1.as_str()])
+            .args(["--cluster-to", cluster.primaries[m.to].1.as_str()])
+            .args(["--cluster-slots", &m.slot_count().to_string()])
+            .args(["--cluster-pipeline", &KEYS_PER_BATCH.to_string()])
+            .args(["--cluster-yes", "--no-auth-warning"])
+            .args([
+                "--user",
+                &credentials.username,
+                "--pass",
+                &credentials.password,
+            ])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .await
+            .with_context(|| format!("run {}", cli.display()))?;
+        if !status.success() {
+            bail!(
+                "{} --cluster reshard of shard {} to {} failed: {status}",
+                cli.display(),
+                m.from,
+                m.to
+            );
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let nodes = cluster.driver.cluster_nodes(seed).await?;
+    let new_shards = &cluster.primaries[SHARDS..];
+    let owned: Vec<SlotRange> = nodes
+        .iter()
+        .filter(|n| new_shards.iter().any(|(_, id)| *id == n.id))
+        .flat_map(|n| n.slots.clone())
+        .collect();
+    Ok(KeyByKeyFloor {
+        seconds,
+        slots_moved: count_slots(owned.iter().cloned()),
+        keys_moved: keys_in(keys, &owned),
+    })
+}
