@@ -4,12 +4,14 @@
 //! * [`faults`]: fault hooks for tests (kill/pause a container, cut links, stop a node),
 //!   working from the kubelet's state files ([`vk_kubelet::state`]).
 //! * [`floors`]: vk-bench's floors, measured on local valkey-server processes (no cluster).
+//! * [`report`]: docs/benchmarks.md, its plots and figures.json from vk-bench's figures.
 
 pub mod certs;
 pub mod dns;
 pub mod faults;
 pub mod floors;
 pub mod harness;
+pub mod report;
 pub mod safety;
 pub mod valkey;
 pub mod workload;

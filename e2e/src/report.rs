@@ -1,0 +1,605 @@
+//! docs/benchmarks.md from vk-bench's figures: a Markdown page with the runs' metadata, the
+//! goals of issue 19 (met or not), and per benchmark an SVG plot, the raw figures and what
+//! they measure.
+//!
+//! vk-bench fills a [`Report`] with the sections it measured and calls [`Report::publish`].
+//! The figures of every section live in docs/benchmarks/figures.json: publishing loads them,
+//! replaces the sections this run measured and writes everything again, so
+//! `vk-bench --only formation` refreshes the formation section and keeps the others (each
+//! section says which run measured it).
+
+mod goals;
+mod markdown;
+mod plot;
+mod sections;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use sections::Benchmark;
+
+pub use goals::{Goal, Verdict};
+
+/// The page, relative to the repository root.
+pub const MARKDOWN: &str = "docs/benchmarks.md";
+/// The plots and figures.json, relative to the repository root.
+pub const FIGURES_DIR: &str = "docs/benchmarks";
+/// Every section's figures, the input of the next partial run.
+pub const FIGURES_JSON: &str = "docs/benchmarks/figures.json";
+
+/// Valkey Cluster's slot count: the share of keys a slot move carries is slots / SLOTS.
+const SLOTS: f64 = 16384.0;
+
+/// The repository this crate is built from (vk-bench writes the report there).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e/ is inside the repository")
+        .to_path_buf()
+}
+
+/// Median of `values` (the mean of the middle two for an even count); `None` when empty.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(sorted[middle]),
+        _ => Some((sorted[middle - 1] + sorted[middle]) / 2.0),
+    }
+}
+
+/// Percentile `p` (0..=1) of ascending `sorted`: the value at index round((n - 1) × p), as
+/// vk-bench has always taken it; `None` when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    Some(sorted[(last as f64 * p).round() as usize])
+}
+
+fn ratio_of(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
+    Some(numerator? / denominator.filter(|d| *d > 0.0)?)
+}
+
+/// The operator's seconds next to the floor measured in the same run: a formation run, a
+/// shard's rollout, a failover run. Their tables, plots and medians are built the same way.
+pub trait AgainstFloor {
+    fn floor(&self) -> f64;
+    fn operator(&self) -> f64;
+
+    fn ratio(&self) -> Option<f64> {
+        ratio_of(Some(self.operator()), Some(self.floor()))
+    }
+}
+
+/// Medians of a section's floors and operator figures, each on its own.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Medians {
+    pub floor_seconds: Option<f64>,
+    pub operator_seconds: Option<f64>,
+}
+
+impl Medians {
+    pub fn of<T: AgainstFloor>(runs: &[T]) -> Medians {
+        let of = |figure: fn(&T) -> f64| median(&runs.iter().map(figure).collect::<Vec<_>>());
+        Medians {
+            floor_seconds: of(T::floor),
+            operator_seconds: of(T::operator),
+        }
+    }
+
+    /// Median operator over median floor.
+    pub fn ratio(&self) -> Option<f64> {
+        ratio_of(self.operator_seconds, self.floor_seconds)
+    }
+}
+
+/// The benchmarks, in the page's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Section {
+    Formation,
+    Rollout,
+    SlotMove,
+    Fleet,
+    Webhook,
+    Failover,
+}
+
+impl Section {
+    pub const ALL: [Section; 6] = [
+        Section::Formation,
+        Section::Rollout,
+        Section::SlotMove,
+        Section::Fleet,
+        Section::Webhook,
+        Section::Failover,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Section::Formation => "Formation",
+            Section::Rollout => "Rolling replacement",
+            Section::SlotMove => "Slot move (shard scale-out 3 → 5)",
+            Section::Fleet => "Fleet",
+            Section::Webhook => "Webhook",
+            Section::Failover => "Failover",
+        }
+    }
+
+    /// File stem of the section's plot: docs/benchmarks/<stem>.svg.
+    pub fn stem(self) -> &'static str {
+        match self {
+            Section::Formation => "formation",
+            Section::Rollout => "rollout",
+            Section::SlotMove => "slot-move",
+            Section::Fleet => "fleet",
+            Section::Webhook => "webhook",
+            Section::Failover => "failover",
+        }
+    }
+
+    /// vk-bench's `--only` value that measures this section.
+    pub fn only_flag(self) -> &'static str {
+        match self {
+            Section::SlotMove => "scaling",
+            other => other.stem(),
+        }
+    }
+
+    /// What the section measures (from vk-bench's module documentation).
+    fn about(self) -> &'static str {
+        match self {
+            Section::Formation => {
+                "Time-to-Active of a 3-shard × 1-replica ValkeyCluster (from the apply until its \
+                 status says Active), next to the formation floor measured in the same run: 6 \
+                 fresh valkey-servers formed into the same shape by the operator's driver calls \
+                 alone, with no Kubernetes in between. The ratio is of the medians."
+            }
+            Section::Rollout => {
+                "Rolling replacement of a 3 × 1 cluster from Valkey 9.0.0 to 9.1.2 by repointing \
+                 its ValkeyImage: the operator's seconds per shard next to the floor vk-bench \
+                 measures for the same replacement, and the longest pause a writer saw during the \
+                 operator's rollout. The goal is checked on the worst shard."
+            }
+            Section::SlotMove => {
+                "Shard scale-out 3 → 5 of a 3 × 1 cluster holding the same preloaded keys: atomic \
+                 slot migration (CLUSTER MIGRATESLOTS) against key-by-key MIGRATE (the \
+                 `valkey.gomomento.com/slot-migration: keys` annotation). The operator's slot move \
+                 is set next to the raw floor (the same slots moved by CLUSTER MIGRATESLOTS sent \
+                 directly, and by `valkey-cli --cluster reshard` for key by key); the whole \
+                 scale-out runs from `spec.shards: 5` until the cluster is Active again."
+            }
+            Section::Fleet => {
+                "1 × 0 ValkeyClusters added until there are 10, 50, 100, then 200: the seconds \
+                 until each step settles (every cluster Active, or waiting only for a pod the \
+                 local nodes have no room for: they hold 110 pods each) and the operator's \
+                 resident memory (its largest replica) at each step, then the reconciles per \
+                 minute once everything is at rest."
+            }
+            Section::Webhook => {
+                "Latency of admission reviews sent straight to the operator's webhook over HTTPS \
+                 at a steady rate (open loop: a request leaves every 1/rate seconds whatever the \
+                 previous ones do), after a warm-up. A ValkeyRole review is pure; a ValkeyCluster \
+                 review reads the menu from the API server."
+            }
+            Section::Failover => {
+                "Write-back time: from SIGKILL of a primary's valkey-server until its replica is \
+                 a primary serving the shard's slots (asked every 20 ms), for a 3 × 1 \
+                 ValkeyCluster on the menu's default settings, next to the native floor in the \
+                 same run: a bare 3 × 1 cluster of the same build and `cluster-node-timeout` \
+                 (5000) failing over by itself. Also the write-back after `kubectl delete pod` of \
+                 a primary (the API says the pod is gone: no node timeout to wait for)."
+            }
+        }
+    }
+}
+
+/// The run that measured a section: where, on what, and how.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// "YYYY-MM-DD HH:MM UTC".
+    pub date_utc: String,
+    /// Short commit, with "-dirty" when the work tree had uncommitted changes.
+    pub commit: String,
+    pub cores: usize,
+    pub memory_gib: f64,
+    /// "release" or "debug": how the operator under test was built.
+    pub operator_build: String,
+    pub valkey_versions: Vec<String>,
+    pub command: String,
+}
+
+impl Metadata {
+    /// This machine and checkout now. The operator's build follows `LC_OPERATOR_BUILD`, the
+    /// variable e2e/cluster.sh builds it by (release unless it says debug).
+    pub fn collect(repo_root: &Path, command: &str, valkey_versions: &[&str]) -> Metadata {
+        Metadata {
+            date_utc: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+            commit: git_commit(repo_root).unwrap_or_else(|| "unknown".into()),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory_gib: total_memory_gib().unwrap_or(0.0),
+            operator_build: std::env::var("LC_OPERATOR_BUILD").unwrap_or_else(|_| "release".into()),
+            valkey_versions: valkey_versions.iter().map(|v| v.to_string()).collect(),
+            command: command.to_string(),
+        }
+    }
+
+    fn machine(&self) -> String {
+        format!("{} cores, {:.1} GiB", self.cores, self.memory_gib)
+    }
+}
+
+fn git_commit(repo_root: &Path) -> Option<String> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo_root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    let head = git(&["rev-parse", "--short", "HEAD"])?;
+    let commit = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    // Figures of uncommitted code cannot be traced back to a commit: say so.
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|o| !o.stdout.is_empty());
+    Some(if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
+    })
+}
+
+fn total_memory_gib() -> Option<f64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: f64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / (1024.0 * 1024.0))
+}
+
+/// A measurement and its floor from the same run, in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FloorAndOperator {
+    pub floor_seconds: f64,
+    pub operator_seconds: f64,
+}
+
+impl AgainstFloor for FloorAndOperator {
+    fn floor(&self) -> f64 {
+        self.floor_seconds
+    }
+
+    fn operator(&self) -> f64 {
+        self.operator_seconds
+    }
+}
+
+/// One formation: the floor, then the operator's time-to-Active.
+pub type FormationRun = FloorAndOperator;
+/// One shard's replacement: the floor, then the operator's.
+pub type ShardRollout = FloorAndOperator;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Formation {
+    pub runs: Vec<FormationRun>,
+}
+
+impl Formation {
+    pub fn medians(&self) -> Medians {
+        Medians::of(&self.runs)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rollout {
+    /// In the order the operator replaced them.
+    pub shards: Vec<ShardRollout>,
+    /// Longest gap between a writer's successful writes during the operator's rollout.
+    pub writer_longest_pause_seconds: Option<f64>,
+}
+
+impl Rollout {
+    /// The slowest shard relative to its floor: the goal holds for every shard or not at all.
+    pub fn worst_ratio(&self) -> Option<f64> {
+        self.shards
+            .iter()
+            .filter_map(ShardRollout::ratio)
+            .reduce(f64::max)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlotMove {
+    /// Keys in the cluster before the scale-out.
+    pub keys: u64,
+    /// Slots that change shard (3 -> 5 shards moves 6553 of 16384).
+    pub slots_moved: u32,
+    /// The operator's atomic slot move (CLUSTER MIGRATESLOTS).
+    pub atomic_seconds: f64,
+    /// The same slots moved by CLUSTER MIGRATESLOTS sent directly.
+    pub migrateslots_floor_seconds: f64,
+    /// The operator's key-by-key slot move (MIGRATE).
+    pub key_by_key_seconds: Option<f64>,
+    /// The same slots moved by `valkey-cli --cluster reshard`.
+    pub reshard_floor_seconds: Option<f64>,
+    /// From `spec.shards: 5` to Active, atomic.
+    pub scale_out_atomic_seconds: f64,
+    /// From `spec.shards: 5` to Active, key by key.
+    pub scale_out_key_by_key_seconds: Option<f64>,
+}
+
+impl SlotMove {
+    pub fn atomic_ratio(&self) -> Option<f64> {
+        ratio_of(
+            Some(self.atomic_seconds),
+            Some(self.migrateslots_floor_seconds),
+        )
+    }
+
+    pub fn key_by_key_ratio(&self) -> Option<f64> {
+        ratio_of(self.key_by_key_seconds, self.reshard_floor_seconds)
+    }
+
+    /// How many times faster the atomic scale-out is than the key-by-key one.
+    pub fn atomic_speedup(&self) -> Option<f64> {
+        ratio_of(
+            self.scale_out_key_by_key_seconds,
+            Some(self.scale_out_atomic_seconds),
+        )
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FleetStep {
+    /// Clusters present once the step's were created.
+    pub clusters: usize,
+    /// Clusters this step created (its settled_seconds counts from their creation).
+    pub added: usize,
+    pub settled_seconds: f64,
+    pub operator_rss_mib: f64,
+    /// Clusters counted as settled while waiting for a pod the nodes have no room for.
+    #[serde(default)]
+    pub waiting_for_room: usize,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Fleet {
+    pub steps: Vec<FleetStep>,
+    /// Time-to-Active of one 1 × 0 cluster alone.
+    pub one_cluster_active_seconds: f64,
+    /// How many clusters the operator is expected to bring up at once; vk-bench sets it.
+    pub parallelism: u32,
+    pub reconciles_per_minute_at_rest: f64,
+    pub rss_at_rest_mib: f64,
+}
+
+/// The fleet size the goals are set for.
+pub const FLEET_GOAL_CLUSTERS: usize = 200;
+
+impl Fleet {
+    /// The first step with the goal's fleet size.
+    fn goal_step(&self) -> Option<&FleetStep> {
+        self.steps
+            .iter()
+            .find(|s| s.clusters >= FLEET_GOAL_CLUSTERS)
+    }
+
+    /// The goal step's settling time over one cluster's time × its added clusters ÷ parallelism.
+    pub fn settle_ratio(&self) -> Option<f64> {
+        let step = self.goal_step()?;
+        let expected = self.one_cluster_active_seconds * step.added as f64
+            / f64::from(self.parallelism.max(1));
+        ratio_of(Some(step.settled_seconds), Some(expected))
+    }
+
+    /// The largest RSS with the goal's fleet present: at its step and at rest after it.
+    pub fn rss_with_goal_fleet_mib(&self) -> Option<f64> {
+        let step = self.goal_step()?;
+        Some(step.operator_rss_mib.max(self.rss_at_rest_mib))
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WebhookKind {
+    /// The review sent, e.g. "ValkeyCluster create".
+    pub name: String,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub requests: usize,
+    pub failed: usize,
+    pub rate_per_second: f64,
+    /// ValkeyClusters in the API server while the reviews ran.
+    pub clusters_present: usize,
+}
+
+impl WebhookKind {
+    /// Percentiles from the ascending latencies (seconds) of the reviews that succeeded.
+    pub fn from_latencies(
+        name: &str,
+        sorted_seconds: &[f64],
+        failed: usize,
+        rate_per_second: f64,
+        clusters_present: usize,
+    ) -> WebhookKind {
+        let ms = |p: f64| percentile(sorted_seconds, p).unwrap_or_default() * 1e3;
+        WebhookKind {
+            name: name.to_string(),
+            p50_ms: ms(0.50),
+            p90_ms: ms(0.90),
+            p99_ms: ms(0.99),
+            max_ms: ms(1.0),
+            requests: sorted_seconds.len() + failed,
+            failed,
+            rate_per_second,
+            clusters_present,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Webhook {
+    pub kinds: Vec<WebhookKind>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailoverRun {
+    pub native_floor_seconds: f64,
+    pub operator_sigkill_write_back_seconds: f64,
+}
+
+impl AgainstFloor for FailoverRun {
+    fn floor(&self) -> f64 {
+        self.native_floor_seconds
+    }
+
+    fn operator(&self) -> f64 {
+        self.operator_sigkill_write_back_seconds
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failover {
+    pub runs: Vec<FailoverRun>,
+    pub pod_deleted_write_back_seconds: Vec<f64>,
+}
+
+impl Failover {
+    /// Of the SIGKILL runs (pod deletions have no floor to set them against).
+    pub fn medians(&self) -> Medians {
+        Medians::of(&self.runs)
+    }
+}
+
+/// Every benchmark's figures; a section is `None` when no run measured it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    #[serde(default)]
+    pub formation: Option<Formation>,
+    #[serde(default)]
+    pub rollout: Option<Rollout>,
+    #[serde(default)]
+    pub slot_move: Option<SlotMove>,
+    #[serde(default)]
+    pub fleet: Option<Fleet>,
+    #[serde(default)]
+    pub webhook: Option<Webhook>,
+    #[serde(default)]
+    pub failover: Option<Failover>,
+    /// The run that measured each present section ([`Report::stamp`] fills it).
+    #[serde(default)]
+    pub measured_in: BTreeMap<Section, Metadata>,
+}
+
+impl Report {
+    pub fn has(&self, section: Section) -> bool {
+        self.benchmark(section).is_some()
+    }
+
+    /// `section`'s figures, as what renders them; `None` when not measured.
+    fn benchmark(&self, section: Section) -> Option<&dyn Benchmark> {
+        fn dynamic<T: Benchmark>(figures: &Option<T>) -> Option<&dyn Benchmark> {
+            figures.as_ref().map(|f| f as &dyn Benchmark)
+        }
+        match section {
+            Section::Formation => dynamic(&self.formation),
+            Section::Rollout => dynamic(&self.rollout),
+            Section::SlotMove => dynamic(&self.slot_move),
+            Section::Fleet => dynamic(&self.fleet),
+            Section::Webhook => dynamic(&self.webhook),
+            Section::Failover => dynamic(&self.failover),
+        }
+    }
+
+    /// Records `run` as the run that measured every section present.
+    pub fn stamp(&mut self, run: &Metadata) {
+        let measured: Vec<_> = Section::ALL.into_iter().filter(|s| self.has(*s)).collect();
+        for section in measured {
+            self.measured_in.insert(section, run.clone());
+        }
+    }
+
+    /// Takes the sections `newer` measured (and their runs); keeps the others.
+    pub fn merge(&mut self, newer: Report) {
+        fn take<T>(mine: &mut Option<T>, newer: Option<T>) {
+            if newer.is_some() {
+                *mine = newer;
+            }
+        }
+        for section in Section::ALL.into_iter().filter(|s| newer.has(*s)) {
+            self.measured_in.remove(&section);
+            if let Some(run) = newer.measured_in.get(&section) {
+                self.measured_in.insert(section, run.clone());
+            }
+        }
+        take(&mut self.formation, newer.formation);
+        take(&mut self.rollout, newer.rollout);
+        take(&mut self.slot_move, newer.slot_move);
+        take(&mut self.fleet, newer.fleet);
+        take(&mut self.webhook, newer.webhook);
+        take(&mut self.failover, newer.failover);
+    }
+
+    /// The figures saved under `repo_root`, or an empty report when there are none yet. A
+    /// file that does not parse is an error: writing over it would lose its sections.
+    pub fn load_json(repo_root: &Path) -> anyhow::Result<Report> {
+        let path = repo_root.join(FIGURES_JSON);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).with_context(|| path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Report::default()),
+            Err(e) => Err(e).with_context(|| path.display().to_string()),
+        }
+    }
+
+    pub fn save_json(&self, repo_root: &Path) -> anyhow::Result<()> {
+        let path = repo_root.join(FIGURES_JSON);
+        std::fs::create_dir_all(repo_root.join(FIGURES_DIR))?;
+        let text = serde_json::to_string_pretty(self)? + "\n";
+        std::fs::write(&path, text).with_context(|| path.display().to_string())
+    }
+
+    /// Writes docs/benchmarks.md and a plot per measured section under docs/benchmarks/
+    /// (removing the plot of a section no longer measured, which the page no longer shows).
+    pub fn write(&self, repo_root: &Path) -> anyhow::Result<()> {
+        let dir = repo_root.join(FIGURES_DIR);
+        std::fs::create_dir_all(&dir)?;
+        for section in Section::ALL {
+            let path = dir.join(format!("{}.svg", section.stem()));
+            match self.benchmark(section) {
+                Some(figures) => std::fs::write(&path, figures.plot()?)?,
+                None => match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e)?,
+                    _ => {}
+                },
+            }
+        }
+        std::fs::write(repo_root.join(MARKDOWN), self.markdown())?;
+        Ok(())
+    }
+
+    /// What vk-bench calls at the end: `self` holds what this run measured; the sections it
+    /// did not measure keep their figures from figures.json. Returns the whole report.
+    pub fn publish(mut self, repo_root: &Path, run: &Metadata) -> anyhow::Result<Report> {
+        self.stamp(run);
+        let mut all = Report::load_json(repo_root)?;
+        all.merge(self);
+        all.save_json(repo_root)?;
+        all.write(repo_root)?;
+        Ok(all)
+    }
+}
+
+#[cfg(test)]
+mod tests;

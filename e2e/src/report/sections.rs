@@ -1,0 +1,338 @@
+//! Each benchmark's plot and table of raw figures, side by side so the two show the same
+//! figures.
+
+use super::markdown::{NOT_MEASURED, optional_seconds, ratio, seconds, table};
+use super::plot::{self, Bars, Panel, Series};
+use super::{
+    AgainstFloor, Failover, Fleet, FleetStep, Formation, Medians, Rollout, SLOTS, SlotMove,
+    Webhook, WebhookKind, median,
+};
+
+/// What the page shows of a measured section.
+pub(super) trait Benchmark {
+    /// SVG text.
+    fn plot(&self) -> anyhow::Result<String>;
+    /// Markdown: the raw figures, and a line or two the table does not hold.
+    fn figures(&self) -> String;
+}
+
+/// `what 1`, `what 2`, ... for `count` runs or shards.
+fn numbered(what: &str, count: usize) -> Vec<String> {
+    (1..=count).map(|i| format!("{what} {i}")).collect()
+}
+
+fn series(name: &str, values: impl IntoIterator<Item = Option<f64>>) -> Series {
+    Series {
+        name: name.to_string(),
+        values: values.into_iter().collect(),
+    }
+}
+
+/// Floor bars next to the operator's, one group per run or shard.
+fn floor_bars<T: AgainstFloor>(title: &str, group: &str, items: &[T]) -> anyhow::Result<String> {
+    plot::grouped_bars(&Bars {
+        title: title.to_string(),
+        y_label: "seconds".to_string(),
+        categories: numbered(group, items.len()),
+        series: vec![
+            series("floor", items.iter().map(|i| Some(i.floor()))),
+            series("operator", items.iter().map(|i| Some(i.operator()))),
+        ],
+    })
+}
+
+/// A table of floor, operator and their ratio, one row per run or shard, then the medians
+/// when `with_medians`.
+fn floor_table<T: AgainstFloor>(headers: [&str; 4], items: &[T], with_medians: bool) -> String {
+    let mut rows: Vec<_> = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            [
+                (i + 1).to_string(),
+                seconds(item.floor()),
+                seconds(item.operator()),
+                ratio(item.ratio()),
+            ]
+        })
+        .collect();
+    if with_medians {
+        let medians = Medians::of(items);
+        rows.push([
+            "median".to_string(),
+            optional_seconds(medians.floor_seconds),
+            optional_seconds(medians.operator_seconds),
+            ratio(medians.ratio()),
+        ]);
+    }
+    table(headers, rows)
+}
+
+impl Benchmark for Formation {
+    fn plot(&self) -> anyhow::Result<String> {
+        floor_bars("Formation: floor vs time-to-Active", "run", &self.runs)
+    }
+
+    fn figures(&self) -> String {
+        let headers = ["Run", "Floor (s)", "Time-to-Active (s)", "Ratio"];
+        floor_table(headers, &self.runs, true)
+    }
+}
+
+impl Benchmark for Rollout {
+    fn plot(&self) -> anyhow::Result<String> {
+        floor_bars("Rolling replacement per shard", "shard", &self.shards)
+    }
+
+    fn figures(&self) -> String {
+        let headers = ["Shard", "Floor (s)", "Operator (s)", "Ratio"];
+        let pause = self
+            .writer_longest_pause_seconds
+            .map_or_else(|| NOT_MEASURED.to_string(), |s| format!("{} s", seconds(s)));
+        format!(
+            "{}\nWriter's longest pause during the operator's rollout: {pause}.\n",
+            floor_table(headers, &self.shards, false)
+        )
+    }
+}
+
+impl SlotMove {
+    /// Slots and keys per second of a move that took `took` seconds.
+    fn rates(&self, took: Option<f64>) -> [String; 2] {
+        let keys_moved = self.keys as f64 * f64::from(self.slots_moved) / SLOTS;
+        match took.filter(|t| *t > 0.0) {
+            Some(t) => [
+                format!("{:.0}", f64::from(self.slots_moved) / t),
+                format!("{:.0}", keys_moved / t),
+            ],
+            None => [NOT_MEASURED.to_string(), NOT_MEASURED.to_string()],
+        }
+    }
+
+    fn row(&self, measure: &str, took: Option<f64>, floor: Option<f64>) -> [String; 6] {
+        let [slots_per_second, keys_per_second] = self.rates(took);
+        [
+            measure.to_string(),
+            optional_seconds(took),
+            floor.map_or_else(String::new, seconds),
+            floor.map_or_else(String::new, |f| ratio(took.map(|t| t / f))),
+            slots_per_second,
+            keys_per_second,
+        ]
+    }
+}
+
+impl Benchmark for SlotMove {
+    fn plot(&self) -> anyhow::Result<String> {
+        let (atomic, key_by_key) = (
+            self.scale_out_atomic_seconds,
+            self.scale_out_key_by_key_seconds,
+        );
+        plot::grouped_bars(&Bars {
+            title: format!("Scale-out 3 → 5 with {} keys", self.keys),
+            y_label: "seconds".to_string(),
+            categories: vec![
+                "atomic (MIGRATESLOTS)".into(),
+                "key by key (MIGRATE)".into(),
+            ],
+            series: vec![
+                series(
+                    "floor",
+                    [
+                        Some(self.migrateslots_floor_seconds),
+                        self.reshard_floor_seconds,
+                    ],
+                ),
+                series(
+                    "operator slot move",
+                    [Some(self.atomic_seconds), self.key_by_key_seconds],
+                ),
+                series("operator whole scale-out", [Some(atomic), key_by_key]),
+            ],
+        })
+    }
+
+    fn figures(&self) -> String {
+        let rows = [
+            self.row(
+                "Slot move, atomic (floor: CLUSTER MIGRATESLOTS)",
+                Some(self.atomic_seconds),
+                Some(self.migrateslots_floor_seconds),
+            ),
+            self.row(
+                "Slot move, key by key (floor: `valkey-cli --cluster reshard`)",
+                self.key_by_key_seconds,
+                self.reshard_floor_seconds,
+            ),
+            self.row(
+                "Whole scale-out, atomic",
+                Some(self.scale_out_atomic_seconds),
+                None,
+            ),
+            self.row(
+                "Whole scale-out, key by key",
+                self.scale_out_key_by_key_seconds,
+                None,
+            ),
+        ];
+        let headers = [
+            "Measure",
+            "Operator (s)",
+            "Floor (s)",
+            "Ratio",
+            "Slots/s",
+            "Keys/s",
+        ];
+        format!(
+            "{}\n{} keys; {} of 16384 slots (about {:.0} keys) change shard. The atomic scale-out \
+             is {} as fast as the key-by-key one.\n",
+            table(headers, rows),
+            self.keys,
+            self.slots_moved,
+            self.keys as f64 * f64::from(self.slots_moved) / SLOTS,
+            ratio(self.atomic_speedup())
+        )
+    }
+}
+
+impl Benchmark for Fleet {
+    fn plot(&self) -> anyhow::Result<String> {
+        let panel = |title: &str, y_label: &str, y: fn(&FleetStep) -> f64| Panel {
+            title: title.to_string(),
+            x_label: "clusters".to_string(),
+            y_label: y_label.to_string(),
+            points: self
+                .steps
+                .iter()
+                .map(|s| (s.clusters as f64, y(s)))
+                .collect(),
+        };
+        plot::line_panels(
+            "Fleet of 1 × 0 clusters",
+            &[
+                panel("Seconds to settle each step", "seconds", |s| {
+                    s.settled_seconds
+                }),
+                panel("Operator RSS", "MiB", |s| s.operator_rss_mib),
+            ],
+        )
+    }
+
+    fn figures(&self) -> String {
+        let rows = self.steps.iter().map(|s| {
+            [
+                s.clusters.to_string(),
+                s.added.to_string(),
+                seconds(s.settled_seconds),
+                s.waiting_for_room.to_string(),
+                format!("{:.1}", s.operator_rss_mib),
+            ]
+        });
+        let headers = [
+            "Clusters",
+            "Added",
+            "Settled (s)",
+            "Waiting for room",
+            "Operator RSS (MiB)",
+        ];
+        format!(
+            "{}\n* One cluster alone: Active in {} s (parallelism {}).\n\
+             * At rest with {} clusters: {:.0} reconciles per minute, operator RSS {:.1} MiB.\n",
+            table(headers, rows),
+            seconds(self.one_cluster_active_seconds),
+            self.parallelism,
+            self.steps.last().map_or(0, |s| s.clusters),
+            self.reconciles_per_minute_at_rest,
+            self.rss_at_rest_mib
+        )
+    }
+}
+
+impl Benchmark for Webhook {
+    fn plot(&self) -> anyhow::Result<String> {
+        let percentile = |name: &str, value: fn(&WebhookKind) -> f64| {
+            series(name, self.kinds.iter().map(|k| Some(value(k))))
+        };
+        plot::grouped_bars(&Bars {
+            title: "Webhook review latency".to_string(),
+            y_label: "milliseconds".to_string(),
+            categories: self.kinds.iter().map(|k| k.name.clone()).collect(),
+            series: vec![
+                percentile("p50", |k| k.p50_ms),
+                percentile("p90", |k| k.p90_ms),
+                percentile("p99", |k| k.p99_ms),
+                percentile("max", |k| k.max_ms),
+            ],
+        })
+    }
+
+    fn figures(&self) -> String {
+        let ms = |v: f64| format!("{v:.2}");
+        let rows = self.kinds.iter().map(|k| {
+            [
+                k.name.clone(),
+                format!("{:.0}", k.rate_per_second),
+                k.clusters_present.to_string(),
+                k.requests.to_string(),
+                k.failed.to_string(),
+                ms(k.p50_ms),
+                ms(k.p90_ms),
+                ms(k.p99_ms),
+                ms(k.max_ms),
+            ]
+        });
+        let headers = [
+            "Review",
+            "Rate (req/s)",
+            "Clusters present",
+            "Requests",
+            "Failed",
+            "p50 (ms)",
+            "p90 (ms)",
+            "p99 (ms)",
+            "max (ms)",
+        ];
+        table(headers, rows)
+    }
+}
+
+impl Benchmark for Failover {
+    fn plot(&self) -> anyhow::Result<String> {
+        // Pod deletions are fewer runs than SIGKILLs: their bars stop where their runs do.
+        let deleted = &self.pod_deleted_write_back_seconds;
+        let runs = self.runs.len().max(deleted.len());
+        let at = |figure: &dyn Fn(usize) -> Option<f64>| (0..runs).map(figure).collect::<Vec<_>>();
+        plot::grouped_bars(&Bars {
+            title: "Failover write-back per run".to_string(),
+            y_label: "seconds".to_string(),
+            categories: numbered("run", runs),
+            series: vec![
+                series("native floor", at(&|i| self.runs.get(i).map(|r| r.floor()))),
+                series(
+                    "operator, SIGKILL",
+                    at(&|i| self.runs.get(i).map(|r| r.operator())),
+                ),
+                series("operator, pod deleted", at(&|i| deleted.get(i).copied())),
+            ],
+        })
+    }
+
+    fn figures(&self) -> String {
+        let headers = ["Run", "Native floor (s)", "Operator, SIGKILL (s)", "Ratio"];
+        let deleted = &self.pod_deleted_write_back_seconds;
+        let each: Vec<_> = deleted.iter().map(|s| seconds(*s)).collect();
+        let deleted_shown = if each.is_empty() {
+            NOT_MEASURED.to_string()
+        } else {
+            format!(
+                "{} s (median {} s)",
+                each.join(", "),
+                optional_seconds(median(deleted))
+            )
+        };
+        format!(
+            "{}\nWrite-back after `kubectl delete pod` of a primary: {deleted_shown}.\n",
+            floor_table(headers, &self.runs, true)
+        )
+    }
+}
