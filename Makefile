@@ -86,9 +86,10 @@ deny:
 	@command -v cargo-deny >/dev/null || env -u CARGO_TARGET_DIR cargo install --locked --quiet --version $(CARGO_DENY_VERSION) cargo-deny
 	cargo deny --locked --workspace check --hide-inclusion-graph licenses bans sources
 
-## bench: figures, not tests (the local cluster must be up: make up)
+## bench: figures, not tests, on release builds (the local cluster must be up: make up, which
+## runs the release operator); writes docs/benchmarks.md, its plots and figures.json
 bench:
-	cargo run --quiet -p valkey-e2e --bin vk-bench -- --runs 3
+	cargo run --release --quiet -p valkey-e2e --bin vk-bench -- --runs 3
 
 chaos:
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e,valkey-e2e/chaos --test '*' -- --test-threads=1

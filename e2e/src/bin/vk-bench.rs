@@ -1,13 +1,20 @@
-//! `make bench`, on the running local cluster (`make up`). Prints figures; asserts nothing.
+//! `make bench`, on the running local cluster (`make up`). Prints figures and writes them to
+//! docs/benchmarks.md (plots and figures.json in docs/benchmarks/, `valkey_e2e::report`); a
+//! run with `--only` replaces its section and keeps the others. Asserts nothing.
+//! Floors measured on local valkey-server processes are in `valkey_e2e::floors`.
 //!
 //! * Formation: time-to-Active of a 3-shard x 1-replica ValkeyCluster next to the formation
 //!   floor measured in the same run (6 fresh valkey-servers formed with driver calls alone),
 //!   and their ratio.
-//! * Shard scale-out 3 -> 5 with 100,000 keys: atomic slot migration against key-by-key
-//!   MIGRATE (the `valkey.gomomento.com/slot-migration: keys` annotation), same data, same
-//!   run; slots and keys per second and the ratio.
-//! * Rolling replacement (9.0.0 -> 9.1.2 by repointing a ValkeyImage) of 3 x 1: duration per
-//!   shard.
+//! * Shard scale-out 3 -> 5 with 100,000 keys: the atomic slot-move phase (from Valkey's own
+//!   job records) next to raw `CLUSTER MIGRATESLOTS` of the same slots and keys by hand
+//!   (`floors::migrate_slots_floor`, with `valkey-cli --cluster reshard` as the key-by-key
+//!   floor when the build has one); the whole scale-out atomic and key by key (the
+//!   `valkey.gomomento.com/slot-migration: keys` annotation).
+//! * Rolling replacement (9.0.0 -> 9.1.2 by repointing a ValkeyImage) of 3 x 1 under a
+//!   writer: duration per shard (from the status naming each shard) next to the per-shard
+//!   floor (`floors::rollout_shard_floor`: new replicas, sync, CLUSTER FAILOVER, FORGET by
+//!   hand), the writer's longest pause and writes lost.
 //!
 //! * Failover: write-back time (SIGKILL of a primary's valkey-server until its replica is a
 //!   primary serving the shard's slots, asked every 20 ms) of a 3 x 1 ValkeyCluster on the menu's default
@@ -16,13 +23,14 @@
 //!   itself. Also the write-back after `kubectl delete pod` of a primary (the API says the
 //!   pod is gone: no node timeout to wait for).
 //!
-//! * Webhook: p50/p99 latency of admission reviews sent straight to the operator's webhook
+//! * Webhook: p50/p90/p99 latency of admission reviews sent straight to the operator's webhook
 //!   over HTTPS at a steady 200 requests/s (open loop: a request leaves every 5 ms whatever
 //!   the previous ones do), for a ValkeyRole review (pure) and a ValkeyCluster review (reads
-//!   the menu from the API server).
+//!   the menu from the API server), while the fleet's clusters are present.
 //!
-//! * Fleet: 1 x 0 ValkeyClusters added 10, 50, 100, then 200 at a time: seconds until each
-//!   step settles, the operator's RSS at each, reconciles per minute at rest.
+//! * Fleet: one 1 x 0 ValkeyCluster's time-to-Active alone, then 1 x 0 ValkeyClusters added
+//!   up to 10, 50, 100, then 200: seconds until each step settles, the operator's RSS at
+//!   each, reconciles per minute at rest.
 //!
 //! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet]
 
@@ -40,6 +48,7 @@ use valkey_e2e::valkey::{OPERATOR_NAMESPACE, operator_driver, wait_state};
 use valkey_e2e::workload::{
     Menu, PRELOADED, active_cluster, apply, cluster, cluster_client, preload,
 };
+use valkey_e2e::{floors, report};
 use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
 use valkey_operator::driver::testing::{LocalServers, ValkeyBuild, form_cluster};
 use valkey_operator::driver::{ClusterDriver, DriverConfig, FredDriver, MemberAddr};
@@ -151,13 +160,17 @@ async fn formation_floor() -> anyhow::Result<Duration> {
     Ok(started.elapsed())
 }
 
-async fn time_to_active(client: &Client) -> anyhow::Result<Duration> {
+async fn time_to_active(
+    client: &Client,
+    shards: usize,
+    replicas: usize,
+) -> anyhow::Result<Duration> {
     let ns = TestNamespace::create(client, "bench").await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
     let cluster = json!({
         "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
         "metadata": {"name": "bench", "namespace": ns.name},
-        "spec": {"configRef": "standard", "shards": SHARDS, "replicasPerShard": 1},
+        "spec": {"configRef": "standard", "shards": shards, "replicasPerShard": replicas},
     });
     let started = Instant::now();
     api.patch(
@@ -270,6 +283,10 @@ async fn export_jobs_span(client: &Client, ns: &str, cluster: &str) -> anyhow::R
 struct Rollout {
     /// From repointing the image to Active.
     seconds: f64,
+    /// Each shard's replacement in the order the operator did them: from the status first
+    /// naming the shard ("rolling out shard N") to it naming the next one (the last: to
+    /// Active).
+    per_shard: Vec<f64>,
     /// The writer's longest time without an acknowledged write, and its writes lost (0).
     longest_pause_seconds: f64,
     lost: usize,
@@ -295,32 +312,66 @@ async fn rollout(client: &Client) -> anyhow::Result<Rollout> {
     let writer = valkey_e2e::workload::Writer::start(client, &ns.name, "roll").await?;
     let started = Instant::now();
     menu.repoint(client, "9.1.2").await?;
-    wait_state(
-        client,
-        &ns.name,
-        "roll",
-        ClusterState::Updating,
-        Duration::from_secs(60),
-    )
-    .await?;
-    wait_state(
-        client,
-        &ns.name,
-        "roll",
-        ClusterState::Active,
-        Duration::from_secs(900),
-    )
-    .await?;
+    let shard_starts = follow_rollout(client, &ns.name, "roll", started).await?;
     let seconds = started.elapsed().as_secs_f64();
+    let mut per_shard: Vec<f64> = shard_starts.windows(2).map(|w| w[1] - w[0]).collect();
+    if let Some(last) = shard_starts.last() {
+        per_shard.push(seconds - last);
+    }
     let report = writer
         .finish_counting_losses(client, &ns.name, "roll")
         .await?;
     menu.remove(client).await?;
     Ok(Rollout {
         seconds,
+        per_shard,
         longest_pause_seconds: report.longest_pause.as_secs_f64(),
         lost: report.lost.len(),
     })
+}
+
+/// Polls the cluster's status every 100 ms until it is Active again after a rollout began;
+/// returns when (seconds after `started`) each shard was first named as rolling out, in
+/// order. The first shard's replacement starts at the repoint itself (0).
+async fn follow_rollout(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    started: Instant,
+) -> anyhow::Result<Vec<f64>> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
+    let mut seen: Vec<usize> = Vec::new();
+    let mut starts: Vec<f64> = Vec::new();
+    let mut updating = false;
+    loop {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(900),
+            "the rollout did not finish in 900 s"
+        );
+        let status = api.get(name).await?.status.unwrap_or_default();
+        let shard = status.message.as_deref().and_then(|m| {
+            m.split("rolling out shard ")
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<usize>()
+                .ok()
+        });
+        if let Some(shard) = shard.filter(|s| !seen.contains(s)) {
+            starts.push(if seen.is_empty() {
+                0.0
+            } else {
+                started.elapsed().as_secs_f64()
+            });
+            seen.push(shard);
+        }
+        match status.state {
+            Some(ClusterState::Updating) => updating = true,
+            Some(ClusterState::Active) if updating && seen.len() == SHARDS => return Ok(starts),
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Latencies (seconds) of `count` reviews of `fixture` sent at `rate` per second.
@@ -476,13 +527,23 @@ async fn reconciles_so_far(client: &Client) -> anyhow::Result<f64> {
 /// for: the local nodes hold 110 pods each) and the operator's RSS; then the reconciles per
 /// minute once everything is at rest.
 /// The fleet's namespace is returned: the webhook is measured with the clusters present.
-async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<TestNamespace> {
+async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<(report::Fleet, TestNamespace)> {
+    // One 1 x 0 cluster alone first: the unit the fleet's settling time is compared with.
+    let one = time_to_active(client, 1, 0).await?.as_secs_f64();
     let ns = TestNamespace::create(client, "bench-fleet").await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
     println!(
-        "fleet clusters=0 operator_rss_mib={:.1}",
+        "fleet one_cluster_active_seconds={one:.2} clusters=0 operator_rss_mib={:.1}",
         operator_rss_mib(client).await?
     );
+    let mut measured = report::Fleet {
+        one_cluster_active_seconds: one,
+        // Clusters the operator can bring up at once here: one per core. Reconciles run
+        // concurrently, but each member is a process started on this 2-core machine next to
+        // the API server, etcd and the kubelet; more cores would justify more.
+        parallelism: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        ..Default::default()
+    };
     let mut created = 0;
     for &n in steps {
         let started = Instant::now();
@@ -496,48 +557,61 @@ async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<TestNamespace
             api.patch(&name, &PatchParams::apply("vk-bench"), &Patch::Apply(&c))
                 .await?;
         }
+        let (active, no_room) = settled(&api, n).await?;
+        let step = report::FleetStep {
+            clusters: n,
+            added: n - created,
+            settled_seconds: started.elapsed().as_secs_f64(),
+            operator_rss_mib: operator_rss_mib(client).await?,
+            waiting_for_room: no_room,
+        };
         created = n;
-        let (active, no_room) = wait_for(
-            &format!("{n} clusters to settle"),
-            Duration::from_secs(900),
-            Duration::from_secs(1),
-            || {
-                let api = api.clone();
-                async move {
-                    let list = api.list(&Default::default()).await?.items;
-                    let state = |c: &ValkeyCluster| c.status.clone().unwrap_or_default();
-                    let active = list
-                        .iter()
-                        .filter(|c| state(c).state == Some(ClusterState::Active))
-                        .count();
-                    let no_room = list
-                        .iter()
-                        .filter(|c| {
-                            state(c)
-                                .message
-                                .is_some_and(|m| m.contains("Unschedulable"))
-                        })
-                        .count();
-                    Ok((active + no_room == n).then_some((active, no_room)))
-                }
-            },
-        )
-        .await?;
-        let took = started.elapsed().as_secs_f64();
         println!(
-            "fleet clusters={n} active={active} waiting_for_room={no_room} settled_seconds={took:.1} operator_rss_mib={:.1}",
-            operator_rss_mib(client).await?
+            "fleet clusters={n} active={active} waiting_for_room={no_room} settled_seconds={:.1} operator_rss_mib={:.1}",
+            step.settled_seconds, step.operator_rss_mib
         );
+        measured.steps.push(step);
     }
     let before = reconciles_so_far(client).await?;
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let after = reconciles_so_far(client).await?;
+    measured.reconciles_per_minute_at_rest = reconciles_so_far(client).await? - before;
+    measured.rss_at_rest_mib = operator_rss_mib(client).await?;
     println!(
         "fleet clusters={created} at rest: reconciles_per_minute={:.0} operator_rss_mib={:.1}",
-        after - before,
-        operator_rss_mib(client).await?
+        measured.reconciles_per_minute_at_rest, measured.rss_at_rest_mib
     );
-    Ok(ns)
+    Ok((measured, ns))
+}
+
+/// Waits until each of the `n` clusters is Active or waits only for room on the nodes (the
+/// local nodes hold 110 pods each); returns (active, waiting for room).
+async fn settled(api: &Api<ValkeyCluster>, n: usize) -> anyhow::Result<(usize, usize)> {
+    wait_for(
+        &format!("{n} clusters to settle"),
+        Duration::from_secs(900),
+        Duration::from_secs(1),
+        || {
+            let api = api.clone();
+            async move {
+                let list = api.list(&Default::default()).await?.items;
+                let state = |c: &ValkeyCluster| c.status.clone().unwrap_or_default();
+                let active = list
+                    .iter()
+                    .filter(|c| state(c).state == Some(ClusterState::Active))
+                    .count();
+                let no_room = list
+                    .iter()
+                    .filter(|c| {
+                        state(c)
+                            .message
+                            .is_some_and(|m| m.contains("Unschedulable"))
+                    })
+                    .count();
+                Ok((active + no_room == n).then_some((active, no_room)))
+            }
+        },
+    )
+    .await
 }
 
 fn rustls_pemfile_certs(
@@ -547,14 +621,150 @@ fn rustls_pemfile_certs(
     Ok(rustls::pki_types::CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+/// Formation: floor and operator's time-to-Active, `runs` times.
+async fn measure_formation(client: &Client, runs: usize) -> anyhow::Result<report::Formation> {
+    let mut measured = Vec::new();
+    for run in 1..=runs {
+        let floor = formation_floor().await?.as_secs_f64();
+        let active = time_to_active(client, SHARDS, 1).await?.as_secs_f64();
+        println!(
+            "run={run} formation_floor_seconds={floor:.2} operator_time_to_active_seconds={active:.2} ratio={:.2}",
+            active / floor
+        );
+        measured.push(report::FormationRun {
+            floor_seconds: floor,
+            operator_seconds: active,
+        });
+    }
+    Ok(report::Formation { runs: measured })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// Scale-out 3 -> 5 with PRELOADED keys: atomic and key by key, and the raw floors.
+async fn measure_slot_move(client: &Client) -> anyhow::Result<report::SlotMove> {
+    let floor = floors::migrate_slots_floor(PRELOADED).await?;
+    let atomic = scale_out(client, false).await?;
+    let by_key = scale_out(client, true).await?;
+    let slot_move = atomic
+        .slot_move_seconds
+        .context("no export job record after an atomic scale-out")?;
+    println!(
+        "scale_out_3_to_5 keys={PRELOADED} atomic_whole_seconds={:.2} atomic_slot_move_seconds={slot_move:.2} migrateslots_floor_seconds={:.2} ratio={:.2} key_by_key_whole_seconds={:.2} reshard_floor_seconds={}",
+        atomic.whole_seconds,
+        floor.seconds,
+        slot_move / floor.seconds,
+        by_key.whole_seconds,
+        floor
+            .key_by_key
+            .as_ref()
+            .map_or("n/a".into(), |k| format!("{:.2}", k.seconds)),
+    );
+    Ok(report::SlotMove {
+        keys: PRELOADED as u64,
+        slots_moved: floor.slots_moved as u32,
+        atomic_seconds: slot_move,
+        migrateslots_floor_seconds: floor.seconds,
+        // The key-by-key phase alone leaves no record to time it by: only the whole
+        // scale-out is measured for it.
+        key_by_key_seconds: None,
+        reshard_floor_seconds: floor.key_by_key.map(|k| k.seconds),
+        scale_out_atomic_seconds: atomic.whole_seconds,
+        scale_out_key_by_key_seconds: Some(by_key.whole_seconds),
+    })
 }
+
+/// Failover write-back after SIGKILL (and after pod deletion) next to the native floor.
+async fn measure_failover(client: &Client, runs: usize) -> anyhow::Result<report::Failover> {
+    let ns = TestNamespace::create(client, "bench-failover").await?;
+    let menu = active_cluster(client, &ns.name, "failover", "9.0.0", (3, 1)).await?;
+    let mut measured = report::Failover::default();
+    for run in 0..runs.max(5) {
+        let floor = native_failover_floor().await?;
+        let shard = (run % SHARDS) as i32;
+        let (back, whole) =
+            operator_write_back(client, &ns.name, shard, PrimaryFault::Sigkill).await?;
+        println!(
+            "run={} native_failover_floor_seconds={floor:.2} sigkill_write_back_seconds={back:.2} member_replaced_seconds={whole:.2}",
+            run + 1
+        );
+        measured.runs.push(report::FailoverRun {
+            native_floor_seconds: floor,
+            operator_sigkill_write_back_seconds: back,
+        });
+    }
+    for run in 0..3 {
+        let shard = (run % SHARDS) as i32;
+        let (back, whole) =
+            operator_write_back(client, &ns.name, shard, PrimaryFault::PodDeleted).await?;
+        println!(
+            "pod_deleted run={} write_back_seconds={back:.2} member_replaced_seconds={whole:.2}",
+            run + 1
+        );
+        measured.pod_deleted_write_back_seconds.push(back);
+    }
+    menu.remove(client).await?;
+    Ok(measured)
+}
+
+/// Webhook latency per review kind at 200 requests/s, with whatever clusters exist.
+async fn measure_webhook(client: &Client) -> anyhow::Result<report::Webhook> {
+    const RATE: u32 = 200;
+    let present = Api::<ValkeyCluster>::all(client.clone())
+        .list(&Default::default())
+        .await?
+        .items
+        .len();
+    let mut measured = report::Webhook::default();
+    for (name, fixture) in [
+        ("ValkeyRole create", "valkeyrole-create.json"),
+        ("ValkeyCluster create", "valkeycluster-create.json"),
+    ] {
+        // Warm up (TLS handshakes, menu caches), then 30 s at 200 requests/s.
+        webhook_load(client, fixture, RATE, 200).await?;
+        let (latencies, failed) = webhook_load(client, fixture, RATE, 6000).await?;
+        let kind =
+            report::WebhookKind::from_latencies(name, &latencies, failed, f64::from(RATE), present);
+        println!(
+            "webhook {name} at {RATE} req/s with {present} clusters present: requests={} failed={failed} p50_ms={:.2} p90_ms={:.2} p99_ms={:.2} max_ms={:.2}",
+            kind.requests, kind.p50_ms, kind.p90_ms, kind.p99_ms, kind.max_ms
+        );
+        measured.kinds.push(kind);
+    }
+    Ok(measured)
+}
+
+/// Rolling replacement per shard: the operator's next to the floor's.
+async fn measure_rollout(client: &Client) -> anyhow::Result<report::Rollout> {
+    let floor = floors::rollout_shard_floor().await?;
+    let operator = rollout(client).await?;
+    println!(
+        "rollout 9.0.0 -> 9.1.2 of {SHARDS} shards x 1 replica under a writer: total_seconds={:.2} per_shard_seconds={:?} floor_per_shard_seconds={:?} writer_longest_pause_seconds={:.2} writes_lost={}",
+        operator.seconds,
+        operator.per_shard,
+        floor
+            .per_shard
+            .iter()
+            .map(|s| s.seconds)
+            .collect::<Vec<_>>(),
+        operator.longest_pause_seconds,
+        operator.lost
+    );
+    anyhow::ensure!(operator.lost == 0, "the rollout lost acknowledged writes");
+    Ok(report::Rollout {
+        shards: operator
+            .per_shard
+            .iter()
+            .zip(&floor.per_shard)
+            .map(|(op, fl)| report::ShardRollout {
+                floor_seconds: fl.seconds,
+                operator_seconds: *op,
+            })
+            .collect(),
+        writer_longest_pause_seconds: Some(operator.longest_pause_seconds),
+    })
+}
+
+const USAGE: &str =
+    "usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet]";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -565,119 +775,43 @@ async fn main() -> anyhow::Result<()> {
         match a.as_str() {
             "--runs" => runs = args.next().context("--runs needs a value")?.parse()?,
             "--only" => only = Some(args.next().context("--only needs a value")?),
-            other => bail!(
-                "unknown argument {other:?}; usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet]"
-            ),
+            other => bail!("unknown argument {other:?}; {USAGE}"),
         }
     }
+    let command = std::iter::once("vk-bench".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
     let wanted = |what: &str| only.as_deref().is_none_or(|o| o == what);
     let client = client().await?;
+    let mut measured = report::Report::default();
     if wanted("formation") {
-        let mut floors = Vec::new();
-        let mut actives = Vec::new();
-        for run in 1..=runs {
-            let floor = formation_floor().await?.as_secs_f64();
-            let active = time_to_active(&client).await?.as_secs_f64();
-            println!(
-                "run={run} formation_floor_seconds={floor:.2} operator_time_to_active_seconds={active:.2} ratio={:.2}",
-                active / floor
-            );
-            floors.push(floor);
-            actives.push(active);
-        }
-        let (floor, active) = (median(floors), median(actives));
-        println!(
-            "median: formation_floor_seconds={floor:.2} operator_time_to_active_seconds={active:.2} ratio={:.2} (3 shards x 1 replica, valkey 9.0.0, {runs} runs)",
-            active / floor
-        );
+        measured.formation = Some(measure_formation(&client, runs).await?);
     }
     if wanted("scaling") {
-        // 3 -> 5 shards moves 6553 of 16384 slots, and about that share of the keys.
-        let slots = 6553.0;
-        let keys = PRELOADED as f64 * slots / 16384.0;
-        let atomic = scale_out(&client, false).await?;
-        let by_key = scale_out(&client, true).await?.whole_seconds;
-        let slot_move = atomic.slot_move_seconds.unwrap_or(f64::NAN);
-        let atomic = atomic.whole_seconds;
-        println!(
-            "scale_out_3_to_5 keys={PRELOADED} atomic_seconds={atomic:.2} ({:.0} slots/s, {:.0} keys/s) atomic_slot_move_seconds={slot_move:.2} migrate_seconds={by_key:.2} ({:.0} slots/s, {:.0} keys/s) atomic_speedup={:.2}",
-            slots / atomic,
-            keys / atomic,
-            slots / by_key,
-            keys / by_key,
-            by_key / atomic
-        );
+        measured.slot_move = Some(measure_slot_move(&client).await?);
     }
     if wanted("failover") {
-        let runs = runs.max(5);
-        let ns = TestNamespace::create(&client, "bench-failover").await?;
-        let menu = active_cluster(&client, &ns.name, "failover", "9.0.0", (3, 1)).await?;
-        let (mut floors, mut killed, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
-        for run in 0..runs {
-            let floor = native_failover_floor().await?;
-            let shard = (run % SHARDS) as i32;
-            let (back, whole) =
-                operator_write_back(&client, &ns.name, shard, PrimaryFault::Sigkill).await?;
-            println!(
-                "run={} native_failover_floor_seconds={floor:.2} sigkill_write_back_seconds={back:.2} member_replaced_seconds={whole:.2}",
-                run + 1
-            );
-            floors.push(floor);
-            killed.push(back);
-        }
-        for run in 0..3 {
-            let shard = (run % SHARDS) as i32;
-            let (back, whole) =
-                operator_write_back(&client, &ns.name, shard, PrimaryFault::PodDeleted).await?;
-            println!(
-                "pod_deleted run={} write_back_seconds={back:.2} member_replaced_seconds={whole:.2}",
-                run + 1
-            );
-            deleted.push(back);
-        }
-        let (floor, back, del) = (median(floors), median(killed), median(deleted));
-        println!(
-            "median: native_failover_floor_seconds={floor:.2} sigkill_write_back_seconds={back:.2} ratio={:.2} pod_deleted_write_back_seconds={del:.2} (3 x 1, valkey 9.0.0, cluster-node-timeout 5000, {runs} runs)",
-            back / floor
-        );
-        menu.remove(&client).await?;
+        measured.failover = Some(measure_failover(&client, runs).await?);
     }
     // The fleet stays while the webhook is measured: reviews with 200 clusters present.
     let fleet_ns = if wanted("fleet") {
-        Some(fleet(&client, &[10, 50, 100, 200]).await?)
+        let (fleet, ns) = fleet(&client, &[10, 50, 100, 200]).await?;
+        measured.fleet = Some(fleet);
+        Some(ns)
     } else {
         None
     };
     if wanted("webhook") {
-        let present = Api::<ValkeyCluster>::all(client.clone())
-            .list(&Default::default())
-            .await?
-            .items
-            .len();
-        for fixture in ["valkeyrole-create.json", "valkeycluster-create.json"] {
-            // Warm up (TLS handshakes, menu caches), then 30 s at 200 requests/s.
-            webhook_load(&client, fixture, 200, 200).await?;
-            let (l, failed) = webhook_load(&client, fixture, 200, 6000).await?;
-            println!(
-                "webhook {fixture} at 200 req/s with {present} clusters present: requests={} failed={failed} p50_ms={:.2} p90_ms={:.2} p99_ms={:.2} max_ms={:.2}",
-                l.len() + failed,
-                percentile(&l, 0.50) * 1e3,
-                percentile(&l, 0.90) * 1e3,
-                percentile(&l, 0.99) * 1e3,
-                l.last().copied().unwrap_or_default() * 1e3
-            );
-        }
+        measured.webhook = Some(measure_webhook(&client).await?);
     }
     drop(fleet_ns);
     if wanted("rollout") {
-        let r = rollout(&client).await?;
-        println!(
-            "rollout 9.0.0 -> 9.1.2 of {SHARDS} shards x 1 replica under a writer: total_seconds={:.2} per_shard_seconds={:.2} writer_longest_pause_seconds={:.2} writes_lost={}",
-            r.seconds,
-            r.seconds / SHARDS as f64,
-            r.longest_pause_seconds,
-            r.lost
-        );
+        measured.rollout = Some(measure_rollout(&client).await?);
     }
+    let root = report::repo_root();
+    let run = report::Metadata::collect(&root, &command, &["9.0.0", "9.1.2"]);
+    measured.publish(&root, &run)?;
+    println!("wrote docs/benchmarks.md and docs/benchmarks/ (figures.json, SVG plots)");
     Ok(())
 }
