@@ -22,7 +22,7 @@ use futures::future::BoxFuture;
 
 use super::parse::{self, Reply};
 use super::slots::format_range;
-use super::tls::TlsClient;
+use super::tls::{TlsClient, TlsSettingsError};
 use super::{
     ClusterDriver, ClusterInfo, ClusterNode, DriverConfig, DriverError, DriverErrorKind,
     DriverFuture, DriverResult, FailoverMode, MemberAddr, MigrateKeys, NodeId, ReplicationInfo,
@@ -33,7 +33,7 @@ use super::{
 pub struct FredDriver {
     config: DriverConfig,
     /// Built once from `config.tls`; Err (bad CA bundle) fails every connection with it.
-    tls: Option<Result<TlsClient, String>>,
+    tls: Option<Result<TlsClient, TlsSettingsError>>,
     clients: Mutex<HashMap<MemberAddr, CachedClient>>,
 }
 

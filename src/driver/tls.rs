@@ -16,6 +16,15 @@ use rustls::{ClientConfig, RootCertStore};
 use super::{MemberAddr, TlsSettings};
 
 /// A ready-to-use client configuration and the name certificates are verified against.
+/// TLS settings the driver cannot use, and why (a broken CA bundle, a bad server name).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TlsSettingsError(String);
+
+fn unusable(why: impl Into<String>) -> TlsSettingsError {
+    TlsSettingsError(why.into())
+}
+
 #[derive(Clone, Debug)]
 pub struct TlsClient {
     pub config: Arc<ClientConfig>,
@@ -27,27 +36,30 @@ impl TlsClient {
     /// Builds the client side from the settings: every `CERTIFICATE` block of `ca_pem` is a
     /// trust anchor (a bundle holding the old and the new CA during a CA rotation trusts
     /// both). Err says what is wrong with the settings.
-    pub fn new(settings: &TlsSettings) -> Result<TlsClient, String> {
+    pub fn new(settings: &TlsSettings) -> Result<TlsClient, TlsSettingsError> {
         let mut roots = RootCertStore::empty();
         let mut count = 0;
         for cert in CertificateDer::pem_slice_iter(settings.ca_pem.as_bytes()) {
-            let cert = cert.map_err(|e| format!("the CA bundle is not valid PEM: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("a CA certificate cannot be used as a trust anchor: {e}"))?;
+            let cert =
+                cert.map_err(|e| unusable(format!("the CA bundle is not valid PEM: {e}")))?;
+            roots.add(cert).map_err(|e| {
+                unusable(format!(
+                    "a CA certificate cannot be used as a trust anchor: {e}"
+                ))
+            })?;
             count += 1;
         }
         if count == 0 {
-            return Err("the CA bundle holds no CERTIFICATE block".to_string());
+            return Err(unusable("the CA bundle holds no CERTIFICATE block"));
         }
         if let Some(name) = &settings.server_name {
             ServerName::try_from(name.as_str())
-                .map_err(|e| format!("{name:?} is not a server name to verify: {e}"))?;
+                .map_err(|e| unusable(format!("{name:?} is not a server name to verify: {e}")))?;
         }
         let config =
             ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS protocol versions: {e}"))?
+                .map_err(|e| unusable(format!("TLS protocol versions: {e}")))?
                 .with_root_certificates(roots)
                 .with_no_client_auth();
         Ok(TlsClient {

@@ -162,6 +162,7 @@ async fn formation_floor() -> anyhow::Result<Duration> {
 
 async fn time_to_active(
     client: &Client,
+    config: &str,
     shards: usize,
     replicas: usize,
 ) -> anyhow::Result<Duration> {
@@ -170,7 +171,7 @@ async fn time_to_active(
     let cluster = json!({
         "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
         "metadata": {"name": "bench", "namespace": ns.name},
-        "spec": {"configRef": "standard", "shards": shards, "replicasPerShard": replicas},
+        "spec": {"configRef": config, "shards": shards, "replicasPerShard": replicas},
     });
     let started = Instant::now();
     api.patch(
@@ -205,9 +206,9 @@ async fn time_to_active(
 struct ScaleOut {
     /// From `spec.shards: 5` to Active (members created, synced, slots moved).
     whole_seconds: f64,
-    /// The slot-move phase alone, from Valkey's own job records (atomic migration only):
-    /// the first export job's creation to the last one's completion, as the source
-    /// primaries' `CLUSTER GETSLOTMIGRATIONS` report them.
+    /// The slot-move phase alone (atomic migration only): from the first export job seen on
+    /// a source primary to the last one seen finished, asking `CLUSTER GETSLOTMIGRATIONS`
+    /// every 20 ms (Valkey's own job times are in whole seconds).
     slot_move_seconds: Option<f64>,
 }
 
@@ -233,6 +234,7 @@ async fn scale_out(client: &Client, keys_by_key: bool) -> anyhow::Result<ScaleOu
     let valkey = cluster_client(client, &ns.name, "scale").await?;
     preload(&valkey).await?;
     let _ = fred::prelude::ClientLike::quit(&valkey).await;
+    let jobs = JobWatch::start(client, &ns.name, "scale").await?;
     let started = Instant::now();
     apply(client, &ns.name, shaped(5)).await?;
     wait_state(
@@ -244,10 +246,11 @@ async fn scale_out(client: &Client, keys_by_key: bool) -> anyhow::Result<ScaleOu
     )
     .await?;
     let whole_seconds = started.elapsed().as_secs_f64();
+    let span = jobs.stop().await?;
     let slot_move_seconds = if keys_by_key {
         None
     } else {
-        Some(export_jobs_span(client, &ns.name, "scale").await?)
+        Some(span.context("no export job seen during an atomic scale-out")?)
     };
     menu.remove(client).await?;
     Ok(ScaleOut {
@@ -256,26 +259,87 @@ async fn scale_out(client: &Client, keys_by_key: bool) -> anyhow::Result<ScaleOu
     })
 }
 
-/// Seconds from the first successful export job's creation to the last one's last update,
-/// over every member of the cluster (Valkey's clock: the one the jobs ran on).
-async fn export_jobs_span(client: &Client, ns: &str, cluster: &str) -> anyhow::Result<f64> {
-    use valkey_operator::driver::{MigrationOperation, MigrationState};
-    let driver = operator_driver(client, ns, cluster).await?;
-    let (mut first, mut last) = (i64::MAX, i64::MIN);
-    for pod in valkey_e2e::valkey::member_pods(client, ns, cluster).await? {
-        let Some(ip) = pod.status.and_then(|s| s.pod_ip) else {
+/// Asks the cluster's current members (the source primaries of a scale-out) for their
+/// export jobs every 20 ms until stopped.
+struct JobWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<anyhow::Result<Option<f64>>>,
+}
+
+impl JobWatch {
+    async fn start(client: &Client, ns: &str, cluster: &str) -> anyhow::Result<JobWatch> {
+        let driver = operator_driver(client, ns, cluster).await?;
+        let members: Vec<MemberAddr> = valkey_e2e::valkey::member_pods(client, ns, cluster)
+            .await?
+            .into_iter()
+            .filter_map(|p| p.status?.pod_ip)
+            .map(|ip| MemberAddr::new(ip, 6379))
+            .collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move { watch_exports(&driver, &members, &stopped).await });
+        Ok(JobWatch { stop, task })
+    }
+
+    /// Seconds from the first export job seen to the last one seen finished (None: no job).
+    async fn stop(self) -> anyhow::Result<Option<f64>> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await?
+    }
+}
+
+async fn watch_exports(
+    driver: &FredDriver,
+    members: &[MemberAddr],
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<Option<f64>> {
+    use std::collections::BTreeMap;
+    let known_before: Vec<String> = exports(driver, members).await?.into_keys().collect();
+    // Job name -> (first seen, first seen finished).
+    let mut seen: BTreeMap<String, (Instant, Option<Instant>)> = BTreeMap::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for (name, finished) in exports(driver, members).await? {
+            if known_before.contains(&name) {
+                continue;
+            }
+            let now = Instant::now();
+            let entry = seen.entry(name).or_insert((now, None));
+            if finished && entry.1.is_none() {
+                entry.1 = Some(now);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = seen.values().map(|(s, _)| *s).min();
+    let last = seen.values().map(|(_, f)| *f).collect::<Option<Vec<_>>>();
+    Ok(match (first, last) {
+        (Some(first), Some(last)) => last
+            .into_iter()
+            .max()
+            .map(|last| last.duration_since(first).as_secs_f64()),
+        _ => None,
+    })
+}
+
+/// The export jobs the members list (name -> finished), replicas' copies left out.
+async fn exports(
+    driver: &FredDriver,
+    members: &[MemberAddr],
+) -> anyhow::Result<std::collections::BTreeMap<String, bool>> {
+    use valkey_operator::driver::MigrationOperation;
+    let mut jobs = std::collections::BTreeMap::new();
+    for member in members {
+        // A member being replaced may not answer for a moment: its jobs are seen next time.
+        let Ok(listed) = driver.slot_migrations(member).await else {
             continue;
         };
-        let jobs = driver.slot_migrations(&MemberAddr::new(ip, 6379)).await?;
-        for job in jobs.iter().filter(|j| {
-            j.operation == MigrationOperation::Export && j.state == MigrationState::Success
-        }) {
-            first = first.min(job.create_time);
-            last = last.max(job.last_update_time);
+        for job in listed {
+            if job.operation == MigrationOperation::Export && !job.source_node.0.is_empty() {
+                jobs.insert(job.name.clone(), job.state.is_finished());
+            }
         }
     }
-    anyhow::ensure!(first <= last, "no finished export job on any member");
-    Ok((last - first) as f64 / 1000.0)
+    Ok(jobs)
 }
 
 /// A rolling replacement of a 3 x 1 cluster (repointing its image 9.0.0 -> 9.1.2) under a
@@ -526,10 +590,18 @@ async fn reconciles_so_far(client: &Client) -> anyhow::Result<f64> {
 /// the seconds until every one is Active (or waits only for a pod the nodes have no room
 /// for: the local nodes hold 110 pods each) and the operator's RSS; then the reconciles per
 /// minute once everything is at rest.
-/// The fleet's namespace is returned: the webhook is measured with the clusters present.
-async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<(report::Fleet, TestNamespace)> {
+/// The fleet's namespace and menu are returned: the webhook is measured with the clusters
+/// present. Small clusters: the menu's config asks for 100m CPU (the `standard` sample's 1
+/// CPU would fit 192 members on the local nodes' 3 x 64 CPUs).
+async fn fleet(
+    client: &Client,
+    steps: &[usize],
+) -> anyhow::Result<(report::Fleet, TestNamespace, Menu)> {
+    let menu = Menu::publish(client, "fleet", "9.1.2").await?;
     // One 1 x 0 cluster alone first: the unit the fleet's settling time is compared with.
-    let one = time_to_active(client, 1, 0).await?.as_secs_f64();
+    let one = time_to_active(client, &menu.config, 1, 0)
+        .await?
+        .as_secs_f64();
     let ns = TestNamespace::create(client, "bench-fleet").await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
     println!(
@@ -552,7 +624,7 @@ async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<(report::Flee
             let c = json!({
                 "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
                 "metadata": {"name": name, "namespace": ns.name},
-                "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 0},
+                "spec": {"configRef": menu.config, "shards": 1, "replicasPerShard": 0},
             });
             api.patch(&name, &PatchParams::apply("vk-bench"), &Patch::Apply(&c))
                 .await?;
@@ -580,7 +652,7 @@ async fn fleet(client: &Client, steps: &[usize]) -> anyhow::Result<(report::Flee
         "fleet clusters={created} at rest: reconciles_per_minute={:.0} operator_rss_mib={:.1}",
         measured.reconciles_per_minute_at_rest, measured.rss_at_rest_mib
     );
-    Ok((measured, ns))
+    Ok((measured, ns, menu))
 }
 
 /// Waits until each of the `n` clusters is Active or waits only for room on the nodes (the
@@ -626,7 +698,9 @@ async fn measure_formation(client: &Client, runs: usize) -> anyhow::Result<repor
     let mut measured = Vec::new();
     for run in 1..=runs {
         let floor = formation_floor().await?.as_secs_f64();
-        let active = time_to_active(client, SHARDS, 1).await?.as_secs_f64();
+        let active = time_to_active(client, "standard", SHARDS, 1)
+            .await?
+            .as_secs_f64();
         println!(
             "run={run} formation_floor_seconds={floor:.2} operator_time_to_active_seconds={active:.2} ratio={:.2}",
             active / floor
@@ -796,16 +870,19 @@ async fn main() -> anyhow::Result<()> {
     }
     // The fleet stays while the webhook is measured: reviews with 200 clusters present.
     let fleet_ns = if wanted("fleet") {
-        let (fleet, ns) = fleet(&client, &[10, 50, 100, 200]).await?;
+        let (fleet, ns, menu) = fleet(&client, &[10, 50, 100, 200]).await?;
         measured.fleet = Some(fleet);
-        Some(ns)
+        Some((ns, menu))
     } else {
         None
     };
     if wanted("webhook") {
         measured.webhook = Some(measure_webhook(&client).await?);
     }
-    drop(fleet_ns);
+    if let Some((ns, menu)) = fleet_ns {
+        drop(ns);
+        menu.remove(&client).await?;
+    }
     if wanted("rollout") {
         measured.rollout = Some(measure_rollout(&client).await?);
     }

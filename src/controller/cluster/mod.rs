@@ -145,13 +145,32 @@ pub async fn reconcile(
         .as_ref()
         .and_then(tls::TlsProgress::look_again_in)
         .map(Duration::from_secs);
-    let look = next_look(&plan, &topology, &acl_progress);
-    let key = object_key(cluster.as_ref());
-    let after = match look {
+    let after = look_again_in(&cctx, &cluster, &plan, &topology, &acl_progress);
+    if after >= CALM_LOOK {
+        // Nothing to do until the next look: its connections are not kept open meanwhile
+        // (ones another task is using stay; see `FredDriver::close_idle`).
+        driver.close_idle(Duration::ZERO).await;
+    }
+    Ok(Requeue::requeue(
+        tls_wait.map_or(after, |tls| after.min(tls)),
+    ))
+}
+
+/// How soon to look at the cluster again (see [`Look`]); a changing cluster's wait is
+/// followed in `cctx.waits`, a calm one's forgotten.
+fn look_again_in(
+    cctx: &ClusterContext,
+    cluster: &ValkeyCluster,
+    plan: &Plan,
+    topology: &Topology,
+    acl_progress: &acl::AclProgress,
+) -> Duration {
+    let key = object_key(cluster);
+    match next_look(plan, topology, acl_progress) {
         Look::Changing => {
             let waited = cctx.waits.waited(
                 &key,
-                cadence::wait_fingerprint(&plan),
+                cadence::wait_fingerprint(plan),
                 !plan.actions.is_empty(),
                 std::time::Instant::now(),
             );
@@ -161,11 +180,11 @@ pub async fn reconcile(
             cctx.waits.settled(&key);
             after
         }
-    };
-    Ok(Requeue::requeue(
-        tls_wait.map_or(after, |tls| after.min(tls)),
-    ))
+    }
 }
+
+/// A settled cluster's next look.
+const CALM_LOOK: Duration = Duration::from_secs(30);
 
 /// How the next look at a cluster is timed.
 #[derive(Debug, PartialEq, Eq)]
@@ -197,12 +216,12 @@ fn look_for(settled: bool, waiting_on_pods: bool, acl: &acl::AclProgress) -> Loo
     if acl.failed() {
         Look::Calm(Duration::from_secs(10))
     } else if waiting_on_pods {
-        Look::Calm(Duration::from_secs(30))
+        Look::Calm(CALM_LOOK)
     } else if !settled || !acl.applied() {
         // Forming, or a member's Secret volume has not caught up yet.
         Look::Changing
     } else {
-        Look::Calm(Duration::from_secs(30))
+        Look::Calm(CALM_LOOK)
     }
 }
 

@@ -59,7 +59,7 @@ pub fn validate(
         }
     };
     if let Err(problem) = check_references(catalog, cluster, old, &mut warnings) {
-        return deny(req, problem, warnings);
+        return deny(req, problem.to_string(), warnings);
     }
     allow_with_warnings(req, warnings)
 }
@@ -116,7 +116,7 @@ fn check_references(
     cluster: &ValkeyCluster,
     old: Option<&ValkeyCluster>,
     warnings: &mut Vec<String>,
-) -> Result<(), String> {
+) -> Result<(), ResolveError> {
     let config_bindings = match resolve_config(catalog, &cluster.spec.config_ref) {
         Ok(resolved) => resolved.acl,
         Err(e) => {
@@ -139,7 +139,7 @@ fn check_references(
         Err(e @ ResolveError::DuplicateUsername { .. }) => {
             let acl_changed = old.is_none_or(|o| o.spec.acl != cluster.spec.acl);
             if acl_changed {
-                return Err(e.to_string());
+                return Err(e);
             }
             warnings.push(format!(
                 "{e}; the cluster stays Blocked until this is fixed"
