@@ -39,7 +39,7 @@ pub async fn run(
     let (images, image_changes) = reflect::<ValkeyImage>(&client, watcher::Config::default());
     let (roles, role_changes) = reflect::<ValkeyRole>(&client, watcher::Config::default());
     let (nodes, node_changes) = reflect::<ValkeyNode>(&client, watcher::Config::default());
-    let (pods, pod_changes) = reflect::<Pod>(&client, managed());
+    let (pods, pod_changes) = reflect_trimmed::<Pod>(&client, managed(), forget_pod_spec);
     let catalog = StoreCatalog {
         configs,
         images,
@@ -114,13 +114,38 @@ fn reflect<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    reflect_trimmed(client, config, forget_managed_fields::<K>)
+}
+
+/// [`reflect`], keeping each object as `trim` leaves it (what no reconcile reads is not held
+/// in memory for every object of the fleet).
+fn reflect_trimmed<K>(
+    client: &Client,
+    config: watcher::Config,
+    trim: fn(&mut K),
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
     let (store, writer) = reflector::store::<K>();
     let changes = watcher(Api::<K>::all(client.clone()), config)
         .default_backoff()
-        .modify(forget_managed_fields)
+        .modify(trim)
         .reflect(writer)
         .touched_objects();
     (store, changes)
+}
+
+/// The member pods the cluster controller keeps: what it reads is their metadata (owner,
+/// labels, annotations, deletion) and status (phase, conditions, containers, IP); the spec
+/// is the ValkeyNode controller's, which reads pods from the API, so it is not kept for every
+/// member of the fleet.
+fn forget_pod_spec(pod: &mut Pod) {
+    forget_managed_fields(pod);
+    pod.spec = None;
 }
 
 /// Server-side apply's field ownership is not read by any reconcile, and in memory it is most

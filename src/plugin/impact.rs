@@ -133,47 +133,32 @@ fn cluster_impact(
 ) -> Option<ClusterImpact> {
     let before_hash = desired_hash(state, before);
     let after_hash = desired_hash(state, after);
-    let stale = |hash: &str| -> Vec<&ValkeyNode> {
-        state
+    // The members a spec hash leaves behind, as a rolling replacement: None when none are.
+    let rolls = |hash: &str| -> Option<Outcome> {
+        let stale: Vec<&ValkeyNode> = state
             .members
             .iter()
             .filter(|n| !is_current(n, hash))
-            .collect()
+            .collect();
+        if stale.is_empty() {
+            return None;
+        }
+        let mut shards: Vec<i32> = stale.iter().map(|n| n.spec.shard).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        Some(Outcome::Rolls {
+            members: stale.len(),
+            of: state.members.len(),
+            shards,
+        })
     };
     let outcome = match (before_hash, after_hash) {
         (Ok(b), Ok(a)) if a == b => return None,
-        (Ok(_), Ok(a)) => {
-            let stale = stale(&a);
-            if stale.is_empty() {
-                return None;
-            }
-            let mut shards: Vec<i32> = stale.iter().map(|n| n.spec.shard).collect();
-            shards.sort_unstable();
-            shards.dedup();
-            Outcome::Rolls {
-                members: stale.len(),
-                of: state.members.len(),
-                shards,
-            }
-        }
+        (Ok(_), Ok(a)) => rolls(&a)?,
         (Ok(_), Err(e)) => Outcome::Blocks {
             message: e.to_string(),
         },
-        (Err(_), Ok(a)) => {
-            let stale = stale(&a);
-            if stale.is_empty() {
-                Outcome::Unblocks { members: 0 }
-            } else {
-                let mut shards: Vec<i32> = stale.iter().map(|n| n.spec.shard).collect();
-                shards.sort_unstable();
-                shards.dedup();
-                Outcome::Rolls {
-                    members: stale.len(),
-                    of: state.members.len(),
-                    shards,
-                }
-            }
-        }
+        (Err(_), Ok(a)) => rolls(&a).unwrap_or(Outcome::Unblocks { members: 0 }),
         (Err(b), Err(a)) if a == b => return None,
         (Err(_), Err(a)) => Outcome::Blocks {
             message: a.to_string(),

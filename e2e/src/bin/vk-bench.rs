@@ -33,6 +33,8 @@
 //!   each, reconciles per minute at rest.
 //!
 //! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet]
+//! [--render] (`--render` measures nothing and writes the report again from figures.json,
+//! after a change to its text).
 
 use std::time::{Duration, Instant};
 
@@ -837,16 +839,18 @@ async fn measure_rollout(client: &Client) -> anyhow::Result<report::Rollout> {
     })
 }
 
-const USAGE: &str =
-    "usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet]";
+const USAGE: &str = "usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet] \
+     [--render: measure nothing, write docs/benchmarks.md again from figures.json]";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let mut runs = 3usize;
     let mut only: Option<String> = None;
+    let mut render_only = false;
     while let Some(a) = args.next() {
         match a.as_str() {
+            "--render" => render_only = true,
             "--runs" => runs = args.next().context("--runs needs a value")?.parse()?,
             "--only" => only = Some(args.next().context("--only needs a value")?),
             other => bail!("unknown argument {other:?}; {USAGE}"),
@@ -856,7 +860,7 @@ async fn main() -> anyhow::Result<()> {
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
         .join(" ");
-    let wanted = |what: &str| only.as_deref().is_none_or(|o| o == what);
+    let wanted = |what: &str| !render_only && only.as_deref().is_none_or(|o| o == what);
     let client = client().await?;
     let mut measured = report::Report::default();
     if wanted("formation") {

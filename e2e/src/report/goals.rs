@@ -119,7 +119,7 @@ impl Report {
                 1.3,
             ),
             ratio(
-                "Key-by-key slot move ÷ `valkey-cli --cluster reshard`",
+                "Key-by-key slot move (whole scale-out when not timed alone) ÷ `valkey-cli --cluster reshard`",
                 self.slot_move.as_ref().and_then(SlotMove::key_by_key_ratio),
                 1.3,
             ),

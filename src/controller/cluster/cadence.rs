@@ -5,9 +5,9 @@
 //! looking. A fixed 2 s poll made every fast step of a formation wait up to 2 s for the next
 //! look (a 3 x 1 cluster took ~6 s longer than forming it by hand); a fixed fast poll would
 //! hammer a fleet whose clusters wait minutes for something slow. So the poll follows the
-//! wait: a wait that just began is looked at again in 200 ms, one that has lasted `t` in
+//! wait: a wait that just began is looked at again in 100 ms, one that has lasted `t` in
 //! `t / 8` (what it costs is an eighth of what it already took), at most every 2 s. A step
-//! that acted, or a wait for something else, starts again at 200 ms.
+//! that acted, or a wait for something else, starts again at 100 ms.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::plan::Plan;
 
-/// The quickest look: gossip between members on one network settles in about this.
-const QUICKEST: Duration = Duration::from_millis(200);
+/// The quickest look: Valkey's cluster cron (gossip, failover steps) ticks every 100 ms.
+const QUICKEST: Duration = Duration::from_millis(100);
 /// The calmest look while something changes (the former fixed interval).
 const CALMEST: Duration = Duration::from_secs(2);
 /// Entries older than this are dropped (a cluster deleted mid-change leaves one behind).
@@ -76,7 +76,11 @@ mod tests {
     #[test]
     fn a_fresh_wait_is_looked_at_quickly_and_a_long_one_calmly() {
         assert_eq!(poll_interval(Duration::ZERO), QUICKEST);
-        assert_eq!(poll_interval(Duration::from_secs(1)), QUICKEST);
+        assert_eq!(poll_interval(Duration::from_millis(800)), QUICKEST);
+        assert_eq!(
+            poll_interval(Duration::from_secs(1)),
+            Duration::from_millis(125)
+        );
         assert_eq!(
             poll_interval(Duration::from_secs(4)),
             Duration::from_millis(500)

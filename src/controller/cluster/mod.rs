@@ -145,25 +145,21 @@ pub async fn reconcile(
         .as_ref()
         .and_then(tls::TlsProgress::look_again_in)
         .map(Duration::from_secs);
-    let after = look_again_in(&cctx, &cluster, &plan, &topology, &acl_progress);
-    if after >= CALM_LOOK {
-        // Nothing to do until the next look: its connections are not kept open meanwhile
-        // (ones another task is using stay; see `FredDriver::close_idle`).
-        driver.close_idle(Duration::ZERO).await;
-    }
+    let look = (&plan, &topology, &acl_progress);
+    let after = look_again_in(&cctx, &cluster, driver.as_ref(), look).await;
     Ok(Requeue::requeue(
         tls_wait.map_or(after, |tls| after.min(tls)),
     ))
 }
 
-/// How soon to look at the cluster again (see [`Look`]); a changing cluster's wait is
-/// followed in `cctx.waits`, a calm one's forgotten.
-fn look_again_in(
+/// How soon to look at the cluster again (see [`Look`]), from this round's plan, topology
+/// and ACL progress; a changing cluster's wait is followed in `cctx.waits`, a calm one's
+/// forgotten and its connections closed until then.
+async fn look_again_in(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
-    plan: &Plan,
-    topology: &Topology,
-    acl_progress: &acl::AclProgress,
+    driver: &crate::driver::FredDriver,
+    (plan, topology, acl_progress): (&Plan, &Topology, &acl::AclProgress),
 ) -> Duration {
     let key = object_key(cluster);
     match next_look(plan, topology, acl_progress) {
@@ -178,6 +174,11 @@ fn look_again_in(
         }
         Look::Calm(after) => {
             cctx.waits.settled(&key);
+            if after >= CALM_LOOK {
+                // Nothing to do until the next look: its connections are not kept open
+                // meanwhile (ones another task is using stay; see `FredDriver::close_idle`).
+                driver.close_idle(Duration::ZERO).await;
+            }
             after
         }
     }
