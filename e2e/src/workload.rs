@@ -265,19 +265,24 @@ impl Writer {
                     {
                         Ok(()) if replicated => match replicas_acknowledging(&valkey, slot).await {
                             Ok(n) if n >= 1 => Ok(()),
-                            Ok(_) => Err(()),
-                            Err(_) => Err(()),
+                            Ok(_) => Err("no replica acknowledged it".to_string()),
+                            Err(e) => Err(format!("WAIT: {e}")),
                         },
                         Ok(()) => Ok(()),
-                        Err(_) => Err(()),
+                        Err(e) => Err(e.to_string()),
                     };
                     match written {
                         Ok(()) => break,
-                        Err(()) => {
+                        Err(why) => {
                             report.failed_attempts += 1;
                             failures += 1;
                             if last_ack.elapsed() > Duration::from_secs(120) {
-                                bail!("writes stalled for 2 minutes");
+                                bail!(
+                                    "writes stalled for 2 minutes ({} writes acknowledged \
+                                     before): {key} (slot {slot}) failed {failures} time(s), \
+                                     last: {why}",
+                                    report.acknowledged.len()
+                                );
                             }
                             // What an application does when its client gives up: connect again
                             // (through the client Service's name with TLS; plaintext clients

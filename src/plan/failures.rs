@@ -186,6 +186,47 @@ pub(super) fn replace_failed(a: &Answered) -> Option<Plan> {
     (!actions.is_empty()).then(|| Plan::new(Phase::Degraded, actions, notes.join("; ")))
 }
 
+/// 2c. Silent primaries Valkey cannot replace by itself. Valkey promotes a replica only with
+///     a majority of slot-owning primaries voting; a node down with two of three primaries
+///     on it leaves no majority, and their shards would refuse writes until the pods are
+///     declared gone (minutes). So once both sides agree a silent primary is down (every
+///     member that answers flags it failing, and Kubernetes reports its pod not Ready:
+///     failing readiness probe, or its node stopped reporting), its most up-to-date replica
+///     takes over (`TAKEOVER`). With a majority left, Valkey's own failover does it.
+pub(super) fn take_over_from_silent_primaries(a: &Answered) -> Option<Plan> {
+    let live: BTreeSet<NodeId> = a.members.iter().map(|m| m.view.id.clone()).collect();
+    if failover_mode(&a.slot_owners, &live) != FailoverMode::Takeover {
+        return None;
+    }
+    let down: Vec<(&Member, NodeId)> = silent_members(a.observed.topology)
+        .into_iter()
+        .filter_map(|m| Some((m, m.node_id.clone()?)))
+        .filter(|(m, id)| {
+            m.pod_not_ready
+                && a.slot_owners.contains(id)
+                && a.members.iter().all(|peer| peer.view.failing.contains(id))
+        })
+        .collect();
+    let mut actions = Vec::new();
+    let mut notes = Vec::new();
+    for (silent, id) in down {
+        let Some(best) = most_up_to_date(&a.members, &id) else {
+            continue;
+        };
+        notes.push(format!(
+            "shard {}: its primary {} is down (its pod is not Ready and every member flags it \
+             failing) and too few primaries are left for Valkey to fail over; promoting {}",
+            silent.shard, silent.name, best.name
+        ));
+        actions.push(Action::Failover {
+            member: best.addr.clone(),
+            shard: best.shard,
+            mode: FailoverMode::Takeover,
+        });
+    }
+    (!actions.is_empty()).then(|| Plan::new(Phase::Degraded, actions, notes.join("; ")))
+}
+
 /// Failovers to the most up-to-date replica of each slot-owning primary that is no longer
 /// `live`, with a note per promotion.
 fn promote_orphaned_replicas(a: &Answered, live: &BTreeSet<NodeId>) -> (Vec<Action>, Vec<String>) {

@@ -122,6 +122,7 @@ mod tests {
             failed_migration: None,
             atomic_migration: true,
             repl_offset: 0,
+            failing: Default::default(),
         }
     }
 

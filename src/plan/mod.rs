@@ -61,6 +61,9 @@ pub struct MemberView {
     pub atomic_migration: bool,
     /// Replication offset (`master_repl_offset`): on replicas, how much of the stream they have.
     pub repl_offset: i64,
+    /// Node ids this member's Valkey flags as failing (`fail?`: no answer within
+    /// `cluster-node-timeout`; `fail`: a majority of primaries agreed).
+    pub failing: BTreeSet<NodeId>,
 }
 
 /// An atomic slot migration job in progress, seen from its source.
@@ -116,6 +119,9 @@ pub struct Member {
     pub view: Option<MemberView>,
     /// Why its pod does not run, when Kubernetes says (ImagePullBackOff, Unschedulable, ...).
     pub pod_problem: Option<String>,
+    /// Kubernetes reports its pod not Ready: its readiness probe fails, or its node stopped
+    /// reporting and the node lifecycle controller marked the node's pods not Ready.
+    pub pod_not_ready: bool,
     /// Its Valkey is gone for good and will not come back under its identity (the process
     /// died and is not restarted in place, or the pod was lost and is not recreated): never
     /// waited for; its shard's replica takes over and a new member replaces it.
@@ -134,6 +140,7 @@ impl Member {
             addr: None,
             view: None,
             pod_problem: None,
+            pod_not_ready: false,
             gone: None,
         }
     }
@@ -398,10 +405,13 @@ fn plan_stages(topology: &Topology) -> Plan {
     // no scale-in, no rollout step).
     let holding = !failures::silent_members(topology).is_empty();
     let answered = Answered::new(observed, holding);
-    let after_answers: [fn(&Answered) -> Option<Plan>; 13] = [
+    let after_answers: [fn(&Answered) -> Option<Plan>; 14] = [
         // 2b. Failures: a member that lost its identity is replaced; a shard whose primary is
         //     gone for good is taken over by its most up-to-date replica at once.
         failures::replace_failed,
+        // 2c. Silent primaries too many for Valkey to fail over (no majority left) are taken
+        //     over once Kubernetes and every answering member agree they are down.
+        failures::take_over_from_silent_primaries,
         // 3. Everybody knows everybody (meet through a seed, then wait for gossip).
         formation::introduce,
         // 3b. Shards beyond spec.shards whose slots have all moved away retire (scale-in).

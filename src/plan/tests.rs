@@ -76,8 +76,10 @@ impl Sim {
                         failed_migration: None,
                         atomic_migration: true,
                         repl_offset: 0,
+                        failing: BTreeSet::new(),
                     }),
                     pod_problem: None,
+                    pod_not_ready: false,
                     gone: None,
                 })
                 .collect(),
@@ -726,6 +728,105 @@ fn nothing_is_forced_while_a_member_does_not_answer() {
     let p = plan(&t);
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     assert_eq!(p.phase, Phase::Degraded);
+}
+
+/// A formed 3 x 1 cluster with the primaries of shards 1 and 2 silent (their node is down):
+/// the one primary left is no majority. The flags say whether Kubernetes reports their pods
+/// not Ready and whether the answering members flag them failing. Returns their replicas.
+fn two_primaries_down(pod_not_ready: bool, flagged_failing: bool) -> (Topology, Vec<MemberAddr>) {
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    let mut t = sim.topology(3, 1);
+    let silent: Vec<NodeId> = ["c-1-0", "c-2-0"]
+        .iter()
+        .map(|n| sim.nodes[*n].id.clone())
+        .collect();
+    for m in &mut t.members {
+        if m.name == "c-1-0" || m.name == "c-2-0" {
+            assert!(!m.view.as_ref().unwrap().slots.is_empty(), "a primary");
+            m.view = None;
+            m.pod_not_ready = pod_not_ready;
+        } else if flagged_failing {
+            m.view.as_mut().unwrap().failing = silent.iter().cloned().collect();
+        }
+    }
+    let replicas = t
+        .members
+        .iter()
+        .filter(|m| {
+            m.view
+                .as_ref()
+                .and_then(|v| v.primary_id.as_ref())
+                .is_some_and(|p| silent.contains(p))
+        })
+        .map(|m| m.addr.clone().unwrap())
+        .collect();
+    (t, replicas)
+}
+
+#[test]
+fn primaries_too_many_for_valkey_to_fail_over_are_taken_over_once_everybody_agrees() {
+    let (t, replicas) = two_primaries_down(true, true);
+    assert_eq!(replicas.len(), 2);
+    let p = plan(&t);
+    assert_eq!(p.phase, Phase::Degraded);
+    let promoted: Vec<(&MemberAddr, FailoverMode)> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Failover { member, mode, .. } => Some((member, *mode)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        promoted,
+        replicas
+            .iter()
+            .map(|r| (r, FailoverMode::Takeover))
+            .collect::<Vec<_>>(),
+        "{}",
+        p.message
+    );
+    assert!(
+        p.message.contains("its primary c-1-0 is down") && p.message.contains("promoting c-1-1"),
+        "{}",
+        p.message
+    );
+}
+
+#[test]
+fn a_silent_primary_is_not_taken_over_on_one_sides_word() {
+    // Valkey's members still reach it (a network problem between it and the operator only),
+    // or Kubernetes still reports its pod Ready: wait.
+    for (pod_not_ready, flagged_failing) in [(true, false), (false, true), (false, false)] {
+        let (t, _) = two_primaries_down(pod_not_ready, flagged_failing);
+        let p = plan(&t);
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Failover { .. })),
+            "pod not ready {pod_not_ready}, flagged {flagged_failing}: {:?}",
+            p.actions
+        );
+    }
+}
+
+#[test]
+fn with_a_majority_left_valkey_fails_over_by_itself() {
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    let mut t = sim.topology(3, 1);
+    let silent = sim.nodes["c-0-0"].id.clone();
+    for m in &mut t.members {
+        if m.name == "c-0-0" {
+            m.view = None;
+            m.pod_not_ready = true;
+        } else {
+            m.view.as_mut().unwrap().failing = [silent.clone()].into();
+        }
+    }
+    let p = plan(&t);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
 
 #[test]

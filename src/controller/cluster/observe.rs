@@ -48,6 +48,18 @@ pub fn running_address(pod: &Pod) -> Option<MemberAddr> {
         .map(|ip| MemberAddr::new(ip.clone(), CLIENT_PORT))
 }
 
+/// Kubernetes reports the pod not Ready (`Ready` condition `False`): its readiness probe
+/// fails, or its node stopped reporting and the node lifecycle controller marked it. (For a
+/// silent member its holds-data gate is not the cause: the gate is written only from what a
+/// member answers.)
+pub fn not_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "False")
+}
+
 /// Whether a member holds its shard's data: a primary owning slots, or a replica whose link
 /// to its primary is up and whose initial sync is done. An empty member (new, replacing a lost
 /// one, or retiring) does not, whatever its container says.
@@ -86,15 +98,19 @@ pub fn gone(node: &ValkeyNode, pod: Option<&Pod>) -> Option<String> {
         return had_identity
             .then(|| "its pod was lost (deleted, evicted or its node removed)".into());
     };
-    if let Some(deleted) = &pod.metadata.deletion_timestamp {
-        // Deleted, yet still there well past its grace period: its kubelet does not answer
+    if let Some(deadline) = &pod.metadata.deletion_timestamp {
+        // Deleted, yet still there well past its grace period (the API server sets the
+        // deletion timestamp to the end of the grace period): its kubelet does not answer
         // (node down or cut off). Whatever runs there is not coming back as this member.
         let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30);
-        let waited = k8s_openapi::jiff::Timestamp::now()
-            .duration_since(deleted.0)
+        let past_grace = k8s_openapi::jiff::Timestamp::now()
+            .duration_since(deadline.0)
             .as_secs();
-        return (waited > grace + STUCK_TERMINATING_MARGIN_SECS).then(|| {
-            format!("its pod has been terminating for {waited} s; its node does not answer")
+        return (past_grace > STUCK_TERMINATING_MARGIN_SECS).then(|| {
+            format!(
+                "its pod has been terminating for {} s; its node does not answer",
+                grace + past_grace
+            )
         });
     }
     let status = pod.status.as_ref()?;
@@ -131,32 +147,7 @@ pub fn view(obs: &MemberObservation, now: i64) -> MemberView {
             idle_secs: u64::try_from(now - j.last_update_time.max(j.last_ack_time)).unwrap_or(0),
         })
         .collect();
-    let failed_migration = obs
-        .migrations
-        .iter()
-        .max_by_key(|j| j.create_time)
-        .filter(|j| matches!(j.state, MigrationState::Failed | MigrationState::Cancelled))
-        .map(|j| {
-            format!(
-                "{} of {} {}: {}",
-                if j.operation == MigrationOperation::Export {
-                    "export"
-                } else {
-                    "import"
-                },
-                j.slot_ranges
-                    .iter()
-                    .map(format_range)
-                    .collect::<Vec<_>>()
-                    .join(","),
-                if j.state == MigrationState::Failed {
-                    "failed"
-                } else {
-                    "was cancelled"
-                },
-                j.message
-            )
-        });
+    let failed_migration = last_failed_migration(obs);
     MemberView {
         id: obs.id.clone(),
         is_primary: !is_replica,
@@ -193,7 +184,42 @@ pub fn view(obs: &MemberObservation, now: i64) -> MemberView {
         failed_migration,
         atomic_migration: obs.server.version >= ATOMIC_MIGRATION_SINCE,
         repl_offset: obs.replication.repl_offset,
+        failing: obs
+            .nodes
+            .iter()
+            .filter(|n| n.is_failing())
+            .map(|n| n.id.clone())
+            .collect(),
     }
+}
+
+/// Why this member's most recent slot migration job failed or was cancelled, when it did.
+fn last_failed_migration(obs: &MemberObservation) -> Option<String> {
+    obs.migrations
+        .iter()
+        .max_by_key(|j| j.create_time)
+        .filter(|j| matches!(j.state, MigrationState::Failed | MigrationState::Cancelled))
+        .map(|j| {
+            format!(
+                "{} of {} {}: {}",
+                if j.operation == MigrationOperation::Export {
+                    "export"
+                } else {
+                    "import"
+                },
+                j.slot_ranges
+                    .iter()
+                    .map(format_range)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                if j.state == MigrationState::Failed {
+                    "failed"
+                } else {
+                    "was cancelled"
+                },
+                j.message
+            )
+        })
 }
 
 /// Why a pod does not run, as Kubernetes reports it: a waiting container's reason and message
@@ -303,6 +329,7 @@ pub async fn members(
                         .and_then(|s| s.message.clone())
                         .filter(|m| pod.is_none() && crate::controller::node::says_why_no_pod(m))
                 }),
+                pod_not_ready: pod.as_deref().is_some_and(not_ready),
                 gone: gone(node, pod.as_deref()),
             },
             pod: pod.map(|p| p.name_any()),
@@ -487,14 +514,19 @@ mod tests {
                     .unwrap(),
             )
         };
-        pod.metadata.deletion_timestamp = Some(ago(10));
+        // The deletion timestamp is the end of the grace period: 20 s into it...
+        pod.metadata.deletion_timestamp = Some(ago(-10));
         assert_eq!(
             gone(&node(Some(false), Some("abc")), Some(&pod)),
             None,
             "still in grace"
         );
-        pod.metadata.deletion_timestamp = Some(ago(60));
+        // ... 10 s past it (within the margin)...
+        pod.metadata.deletion_timestamp = Some(ago(10));
+        assert_eq!(gone(&node(Some(false), Some("abc")), Some(&pod)), None);
+        // ... 20 s past it: 50 s since the deletion.
+        pod.metadata.deletion_timestamp = Some(ago(20));
         let why = gone(&node(Some(false), Some("abc")), Some(&pod)).unwrap();
-        assert!(why.contains("terminating for 6"), "{why}");
+        assert!(why.contains("terminating for 50 s"), "{why}");
     }
 }
