@@ -1,6 +1,7 @@
 //! Members lost for good, the ways a platform team loses them: a pod evicted through the
 //! PodDisruptionBudget, a pod deleted while its node is NotReady (it stays Terminating: no
-//! kubelet confirms), and a Node object deleted while its machine is down (the pod garbage
+//! kubelet confirms; that node held two of the three primaries, too many for Valkey to fail
+//! over by itself), and a Node object deleted while its machine is down (the pod garbage
 //! collector removes its pods). Each time the operator promotes the lost primary's replica and
 //! replaces the member, on the menu's default settings (no `appendonly`), while the verifying
 //! writer runs; every write confirmed on a replica before the fault survives.
@@ -101,41 +102,121 @@ async fn primary_off_the_operators_node(
         if avoid.contains(&node) {
             continue;
         }
-        let ip = pods
-            .get(&m.pod)
-            .await?
-            .status
-            .and_then(|s| s.pod_ip)
-            .context("pod IP")?;
-        let driver = valkey_e2e::valkey::operator_driver(client, ns, NAME).await?;
-        driver
-            .command(
-                &MemberAddr::new(ip, 6379),
-                "CLUSTER FAILOVER",
-                vec![Value::from("CLUSTER"), Value::from("FAILOVER")],
-            )
-            .await?;
+        promote(client, ns, &m).await?;
         println!(
             "moved shard {}'s primary off the operator's node: {}",
             m.shard, m.name
         );
-        wait_for(
-            "the status to show the new primary",
-            Duration::from_secs(60),
-            Duration::from_millis(500),
-            || {
-                let name = m.name.clone();
-                async move {
-                    let primaries =
-                        safety::members_with(client, ns, NAME, NodeRole::Primary).await?;
-                    Ok(primaries.iter().any(|p| p.name == name).then_some(()))
-                }
-            },
-        )
-        .await?;
         return Ok((m, node));
     }
     bail!("every member shares a node with the operator ({avoid:?})")
+}
+
+/// Two primaries on one node the operator does not run on, with that node: a node holding a
+/// primary and a replica of another shard gets that replica promoted (`CLUSTER FAILOVER`).
+async fn two_primaries_on_one_node(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<(Vec<Member>, String)> {
+    let avoid = operator_nodes(client).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let primaries = safety::members_with(client, ns, NAME, NodeRole::Primary).await?;
+    let replicas = safety::members_with(client, ns, NAME, NodeRole::Replica).await?;
+    let mut on_node: Vec<(String, Member)> = Vec::new();
+    for p in &primaries {
+        on_node.push((node_of(&pods, &p.pod).await?, p.clone()));
+    }
+    for (node, p) in &on_node {
+        let others: Vec<Member> = on_node
+            .iter()
+            .filter(|(n, o)| n == node && o.name != p.name)
+            .map(|(_, o)| o.clone())
+            .collect();
+        if !avoid.contains(node) && !others.is_empty() {
+            println!(
+                "{node} holds two primaries already: {} and {}",
+                p.name, others[0].name
+            );
+            return Ok((vec![p.clone(), others[0].clone()], node.clone()));
+        }
+    }
+    for (node, p) in on_node {
+        if avoid.contains(&node) {
+            continue;
+        }
+        for r in replicas.iter().filter(|r| r.shard != p.shard) {
+            if node_of(&pods, &r.pod).await? != node {
+                continue;
+            }
+            promote(client, ns, r).await?;
+            println!(
+                "{node} holds two primaries: {} (shard {}) and {} (shard {})",
+                p.name, p.shard, r.name, r.shard
+            );
+            return Ok((vec![p.clone(), r.clone()], node));
+        }
+    }
+    bail!("no node besides the operator's ({avoid:?}) holds a primary and another shard's replica")
+}
+
+/// `CLUSTER FAILOVER` on replica `m`, until the status shows it as its shard's primary.
+async fn promote(client: &Client, ns: &str, m: &Member) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let ip = pods
+        .get(&m.pod)
+        .await?
+        .status
+        .and_then(|s| s.pod_ip)
+        .context("pod IP")?;
+    let driver = valkey_e2e::valkey::operator_driver(client, ns, NAME).await?;
+    driver
+        .command(
+            &MemberAddr::new(ip, 6379),
+            "CLUSTER FAILOVER",
+            vec![Value::from("CLUSTER"), Value::from("FAILOVER")],
+        )
+        .await?;
+    wait_for(
+        "the status to show the new primary",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let name = m.name.clone();
+            async move {
+                let primaries = safety::members_with(client, ns, NAME, NodeRole::Primary).await?;
+                Ok(primaries.iter().any(|p| p.name == name).then_some(()))
+            }
+        },
+    )
+    .await
+}
+
+/// Every shard of the `silent` primaries has another member as its primary (the status keeps
+/// a silent member's last role, so the old one is still listed as a primary too).
+async fn promoted_elsewhere(client: &Client, ns: &str, silent: &[Member]) -> anyhow::Result<()> {
+    wait_for(
+        "replicas of the silent primaries promoted",
+        Duration::from_secs(150),
+        Duration::from_millis(500),
+        || async move {
+            let primaries = safety::members_with(client, ns, NAME, NodeRole::Primary).await?;
+            let waiting: Vec<&str> = silent
+                .iter()
+                .filter(|s| {
+                    !primaries
+                        .iter()
+                        .any(|p| p.shard == s.shard && p.name != s.name)
+                })
+                .map(|s| s.name.as_str())
+                .collect();
+            if waiting.is_empty() {
+                Ok(Some(()))
+            } else {
+                bail!("no other primary yet for the shards of {waiting:?}")
+            }
+        },
+    )
+    .await
 }
 
 /// The members (ValkeyNode names) whose pods run on `node`.
@@ -189,14 +270,24 @@ async fn members_evicted_stranded_or_on_a_deleted_node_are_replaced_without_loss
     healed(&client, &ns.name, NAME, SHAPE, &[&primary.name], t).await?;
     none_missing(&client, &ns.name, "evicted").await?;
 
-    // 2. Deleted while its node is down: the pod stays Terminating, nothing confirms it.
+    // 2. A node down with two of the three primaries on it: too few primaries are left for
+    //    Valkey to fail over, so the operator promotes their replicas once Kubernetes says the
+    //    node is down. Then one of them is deleted while the node is down: the pod stays
+    //    Terminating, nothing confirms it, and it is replaced.
     confirm(&client, &ns.name, "stranded").await?;
-    let (primary, node) = primary_off_the_operators_node(&client, &ns.name).await?;
+    let (silent, node) = two_primaries_on_one_node(&client, &ns.name).await?;
     let stopped = StartNodes(vec![node.clone()]);
     faults::stop_node(&node)?;
     let t = Instant::now();
     node_ready_is(&client, &node, "Unknown").await?;
     println!("{node} NotReady {:?} after it stopped", t.elapsed());
+    promoted_elsewhere(&client, &ns.name, &silent).await?;
+    println!(
+        "shards {:?} have new primaries {:?} after their node stopped",
+        silent.iter().map(|m| m.shard).collect::<Vec<_>>(),
+        t.elapsed()
+    );
+    let primary = &silent[0];
     pods.delete(&primary.pod, &Default::default()).await?;
     let t = Instant::now();
     replaced(
