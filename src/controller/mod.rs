@@ -24,7 +24,7 @@ use crate::api::{
 };
 use crate::driver::fred::FredDriver;
 use crate::driver::{Credentials, DriverConfig, TlsSettings};
-use crate::resolve::Catalog;
+use crate::resolve::Menu;
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
 
@@ -35,13 +35,13 @@ pub const NODE_MANAGER: &str = "valkey-operator/node";
 /// The platform team's menu as the reflector stores hold it: resolution reads memory, not
 /// the API, on every reconcile.
 #[derive(Clone)]
-pub struct StoreCatalog {
+pub struct MenuStores {
     pub configs: Store<ValkeyConfig>,
     pub images: Store<ValkeyImage>,
     pub roles: Store<ValkeyRole>,
 }
 
-impl Catalog for StoreCatalog {
+impl Menu for MenuStores {
     fn config(&self, name: &str) -> Option<ValkeyConfigSpec> {
         self.configs
             .get(&ObjectRef::new(name))
@@ -65,7 +65,7 @@ pub struct Context {
     /// The operator's own namespace: where each cluster's operator credentials are kept, out
     /// of reach of the tenant namespace's editors.
     pub operator_namespace: String,
-    pub catalog: StoreCatalog,
+    pub menu: MenuStores,
     pub settings: Settings,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
@@ -87,7 +87,7 @@ impl Context {
     pub fn new(
         client: Client,
         operator_namespace: String,
-        catalog: StoreCatalog,
+        menu: MenuStores,
         settings: Settings,
         metrics: Arc<Metrics>,
         election: Option<leader::Election>,
@@ -102,7 +102,7 @@ impl Context {
         Context {
             client,
             operator_namespace,
-            catalog,
+            menu,
             settings,
             recorder,
             metrics,

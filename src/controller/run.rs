@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -22,7 +22,7 @@ use tracing::info;
 use crate::api::constants::{LABEL_APP_MANAGED_BY, LABEL_CLUSTER, MANAGER};
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
 use crate::controller::cluster::{self, ClusterContext};
-use crate::controller::{Context, Error, StoreCatalog, node, object_key};
+use crate::controller::{Context, Error, MenuStores, node, object_key};
 use crate::resolve::{MenuRef, menu_refs};
 use crate::settings::Settings;
 use crate::telemetry::{ClusterFigures, ClusterKey, ClusterLabel, Metrics, StateLabel};
@@ -40,7 +40,7 @@ pub async fn run(
     let (roles, role_changes) = reflect::<ValkeyRole>(&client, watcher::Config::default());
     let (nodes, node_changes) = reflect::<ValkeyNode>(&client, watcher::Config::default());
     let (pods, pod_changes) = reflect_trimmed::<Pod>(&client, managed(), forget_pod_spec);
-    let catalog = StoreCatalog {
+    let menu = MenuStores {
         configs,
         images,
         roles,
@@ -48,7 +48,7 @@ pub async fn run(
     let ctx = Arc::new(Context::new(
         client.clone(),
         operator_namespace,
-        catalog.clone(),
+        menu.clone(),
         settings,
         metrics.clone(),
         election,
@@ -57,7 +57,7 @@ pub async fn run(
     let cluster_controller = cluster_controller(&client, node_changes, pod_changes);
     let cluster_controller = follow_menu(
         cluster_controller,
-        &catalog,
+        &menu,
         config_changes,
         image_changes,
         role_changes,
@@ -197,7 +197,7 @@ fn cluster_controller(
 /// image reaches the clusters using it.
 fn follow_menu(
     controller: Controller<ValkeyCluster>,
-    catalog: &StoreCatalog,
+    menu: &MenuStores,
     config_changes: impl Stream<Item = Result<ValkeyConfig, watcher::Error>> + Send + 'static,
     image_changes: impl Stream<Item = Result<ValkeyImage, watcher::Error>> + Send + 'static,
     role_changes: impl Stream<Item = Result<ValkeyRole, watcher::Error>> + Send + 'static,
@@ -206,13 +206,10 @@ fn follow_menu(
     controller
         .watches_stream(
             config_changes,
-            menu_mapper(&clusters, catalog, MenuRef::Config),
+            menu_mapper(&clusters, menu, MenuRef::Config),
         )
-        .watches_stream(
-            image_changes,
-            menu_mapper(&clusters, catalog, MenuRef::Image),
-        )
-        .watches_stream(role_changes, menu_mapper(&clusters, catalog, MenuRef::Role))
+        .watches_stream(image_changes, menu_mapper(&clusters, menu, MenuRef::Image))
+        .watches_stream(role_changes, menu_mapper(&clusters, menu, MenuRef::Role))
 }
 
 /// Reconciles a TLS cluster when the Secret its `spec.tls.secretRef` names appears, changes
@@ -258,23 +255,23 @@ fn clusters_naming_secret(
 /// clusters whose resolution reads it.
 fn menu_mapper<K: ResourceExt>(
     clusters: &Store<ValkeyCluster>,
-    catalog: &StoreCatalog,
+    menu: &MenuStores,
     menu_ref: fn(String) -> MenuRef,
 ) -> impl Fn(K) -> Vec<ObjectRef<ValkeyCluster>> + Send + Sync + 'static {
-    let (clusters, catalog) = (clusters.clone(), catalog.clone());
-    move |changed: K| clusters_using(&clusters, &catalog, &menu_ref(changed.name_any()))
+    let (clusters, menu) = (clusters.clone(), menu.clone());
+    move |changed: K| clusters_using(&clusters, &menu, &menu_ref(changed.name_any()))
 }
 
 /// Clusters whose resolution reads `target`.
 fn clusters_using(
     clusters: &Store<ValkeyCluster>,
-    catalog: &StoreCatalog,
+    menu: &MenuStores,
     target: &MenuRef,
 ) -> Vec<ObjectRef<ValkeyCluster>> {
     clusters
         .state()
         .iter()
-        .filter(|c| menu_refs(catalog, &c.spec.config_ref, &c.spec.acl).contains(target))
+        .filter(|c| menu_refs(menu, &c.spec.config_ref, &c.spec.acl).contains(target))
         .map(|c| ObjectRef::from_obj(c.as_ref()))
         .collect()
 }
@@ -293,7 +290,7 @@ fn node_controller(client: &Client) -> Controller<ValkeyNode> {
 async fn reconcile_cluster(
     cluster: Arc<ValkeyCluster>,
     cctx: Arc<ClusterContext>,
-) -> Result<Requeue, Error> {
+) -> Result<Action, Error> {
     let key = format!("cluster/{}", object_key(cluster.as_ref()));
     let started = Instant::now();
     let result = cluster::reconcile(cluster, cctx.clone()).await;
@@ -307,7 +304,7 @@ async fn reconcile_cluster(
 }
 
 /// A member reconcile, timed and counted; success resets its failure backoff likewise.
-async fn reconcile_node(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+async fn reconcile_node(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Action, Error> {
     let key = format!("node/{}", object_key(node.as_ref()));
     let started = Instant::now();
     let result = node::reconcile(node, ctx.clone()).await;
@@ -322,7 +319,7 @@ async fn reconcile_node(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Requ
 /// its initial list: before, the menu looks empty and clusters would be reported Blocked
 /// for nothing.
 async fn mark_ready_once_synced(ctx: Arc<Context>, nodes: Store<ValkeyNode>, pods: Store<Pod>) {
-    let menu = &ctx.catalog;
+    let menu = &ctx.menu;
     let _ = tokio::join!(
         menu.configs.wait_until_ready(),
         menu.images.wait_until_ready(),

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::context::{Answered, AnsweredMember, Observed, names, short, slot_owners};
-use super::{Action, Member, Phase, Plan, Topology};
+use super::{Member, Phase, Plan, Step, Topology};
 use crate::api::Lifecycle;
 use crate::topology::{FailoverMode, NodeId};
 
@@ -49,7 +49,7 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
         .collect();
     let slot_owners = slot_owners(&answering);
     let live: BTreeSet<NodeId> = answering.iter().map(|m| m.view.id.clone()).collect();
-    let mut actions = Vec::new();
+    let mut steps = Vec::new();
     let mut notes = Vec::new();
     let mut retire = Vec::new();
     for g in gone {
@@ -70,16 +70,16 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
             "shard {}: its primary {} is gone ({reason}); promoting {}",
             g.shard, g.name, best.name
         ));
-        actions.push(Action::Failover {
+        steps.push(Step::Failover {
             member: best.addr.clone(),
             shard: best.shard,
             mode: failover_mode(&slot_owners, &live),
         });
     }
     if !retire.is_empty() {
-        actions.push(Action::MarkLeaving { names: retire });
+        steps.push(Step::MarkLeaving { names: retire });
     }
-    Some(Plan::new(Phase::Degraded, actions, notes.join("; ")))
+    Some(Plan::new(Phase::Degraded, steps, notes.join("; ")))
 }
 
 /// 2. Every member runs and answers. A replacement created for a spec that has since changed
@@ -97,7 +97,7 @@ pub(super) fn retire_abandoned(o: &Observed) -> Option<Plan> {
     (!abandoned.is_empty()).then(|| {
         Plan::new(
             o.changing.clone(),
-            vec![Action::MarkLeaving {
+            vec![Step::MarkLeaving {
                 names: abandoned.iter().map(|m| m.name.clone()).collect(),
             }],
             format!(
@@ -173,17 +173,17 @@ pub(super) fn replace_failed(a: &Answered) -> Option<Plan> {
             m.node_id.as_ref().is_some_and(|id| *id != m.view.id) && m.view.slots.is_empty()
         })
         .collect();
-    let (mut actions, mut notes) = promote_orphaned_replicas(a, &live);
+    let (mut steps, mut notes) = promote_orphaned_replicas(a, &live);
     if !lost.is_empty() {
         notes.push(format!(
             "retiring {} (lost its data and node id; a new member replaces it)",
             names(&lost)
         ));
-        actions.push(Action::MarkLeaving {
+        steps.push(Step::MarkLeaving {
             names: lost.iter().map(|m| m.name.clone()).collect(),
         });
     }
-    (!actions.is_empty()).then(|| Plan::new(Phase::Degraded, actions, notes.join("; ")))
+    (!steps.is_empty()).then(|| Plan::new(Phase::Degraded, steps, notes.join("; ")))
 }
 
 /// 2c. Silent primaries Valkey cannot replace by itself. Valkey promotes a replica only with
@@ -207,7 +207,7 @@ pub(super) fn take_over_from_silent_primaries(a: &Answered) -> Option<Plan> {
                 && a.members.iter().all(|peer| peer.view.failing.contains(id))
         })
         .collect();
-    let mut actions = Vec::new();
+    let mut steps = Vec::new();
     let mut notes = Vec::new();
     for (silent, id) in down {
         let Some(best) = most_up_to_date(&a.members, &id) else {
@@ -218,18 +218,18 @@ pub(super) fn take_over_from_silent_primaries(a: &Answered) -> Option<Plan> {
              failing) and too few primaries are left for Valkey to fail over; promoting {}",
             silent.shard, silent.name, best.name
         ));
-        actions.push(Action::Failover {
+        steps.push(Step::Failover {
             member: best.addr.clone(),
             shard: best.shard,
             mode: FailoverMode::Takeover,
         });
     }
-    (!actions.is_empty()).then(|| Plan::new(Phase::Degraded, actions, notes.join("; ")))
+    (!steps.is_empty()).then(|| Plan::new(Phase::Degraded, steps, notes.join("; ")))
 }
 
 /// Failovers to the most up-to-date replica of each slot-owning primary that is no longer
 /// `live`, with a note per promotion.
-fn promote_orphaned_replicas(a: &Answered, live: &BTreeSet<NodeId>) -> (Vec<Action>, Vec<String>) {
+fn promote_orphaned_replicas(a: &Answered, live: &BTreeSet<NodeId>) -> (Vec<Step>, Vec<String>) {
     let gone_owners: BTreeSet<&NodeId> = a
         .slot_owners
         .iter()
@@ -241,7 +241,7 @@ fn promote_orphaned_replicas(a: &Answered, live: &BTreeSet<NodeId>) -> (Vec<Acti
         .filter_map(|m| m.view.primary_id.as_ref())
         .filter(|p| gone_owners.contains(p))
         .collect();
-    let mut actions = Vec::new();
+    let mut steps = Vec::new();
     let mut notes = Vec::new();
     for gone in orphaned {
         let Some(best) = most_up_to_date(&a.members, gone) else {
@@ -253,13 +253,13 @@ fn promote_orphaned_replicas(a: &Answered, live: &BTreeSet<NodeId>) -> (Vec<Acti
             short(gone),
             best.name
         ));
-        actions.push(Action::Failover {
+        steps.push(Step::Failover {
             member: best.addr.clone(),
             shard: best.shard,
             mode: failover_mode(&a.slot_owners, live),
         });
     }
-    (actions, notes)
+    (steps, notes)
 }
 
 /// The replica of `primary` with the highest replication offset (by name on a tie).

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::context::{
     Answered, AnsweredMember, Observed, names, owned_slots, shard_leader, shard_primary,
 };
-use super::{Action, Phase, Plan, member_name};
+use super::{Phase, Plan, Step, member_name};
 use crate::api::Lifecycle;
 use crate::topology::NodeId;
 use crate::topology::slots::{SLOT_COUNT, count_slots, even_ranges, subtract};
@@ -29,12 +29,12 @@ pub(super) fn create_members(o: &Observed) -> Option<Plan> {
         for _ in have..o.per_shard {
             while used.contains(name(index).as_str())
                 || creates.iter().any(
-                    |a| matches!(a, Action::CreateNode { name: created, .. } if *created == name(index)),
+                    |a| matches!(a, Step::CreateNode { name: created, .. } if *created == name(index)),
                 )
             {
                 index += 1;
             }
-            creates.push(Action::CreateNode {
+            creates.push(Step::CreateNode {
                 name: name(index),
                 shard,
             });
@@ -63,11 +63,11 @@ pub(super) fn introduce(a: &Answered) -> Option<Plan> {
         .iter()
         .find(|m| !m.view.slots.is_empty())
         .or_else(|| a.members.iter().min_by(|x, y| x.name.cmp(&y.name)))?;
-    let meets: Vec<Action> = a
+    let meets: Vec<Step> = a
         .members
         .iter()
         .filter(|m| m.name != seed.name && !seed.view.known.contains(&m.view.id))
-        .map(|m| Action::Meet {
+        .map(|m| Step::Meet {
             via: seed.addr.clone(),
             target: m.addr.clone(),
         })
@@ -82,14 +82,14 @@ pub(super) fn introduce(a: &Answered) -> Option<Plan> {
     // The seed knows everybody; gossip spreads that in a second or three. Members that have
     // not heard of each other yet are introduced directly instead (a MEET while the
     // handshake is already under way is a no-op), at most MEETS_PER_ROUND per round.
-    let strangers: Vec<Action> = a
+    let strangers: Vec<Step> = a
         .members
         .iter()
         .flat_map(|m| {
             a.members
                 .iter()
                 .filter(|t| t.name != m.name && !m.view.known.contains(&t.view.id))
-                .map(|t| Action::Meet {
+                .map(|t| Step::Meet {
                     via: m.addr.clone(),
                     target: t.addr.clone(),
                 })
@@ -141,7 +141,7 @@ pub(super) fn assign_slots(a: &Answered) -> Option<Plan> {
                 .min_by(|x, y| x.name.cmp(&y.name))
         });
         if let Some(owner) = owner {
-            assigns.push(Action::AssignSlots {
+            assigns.push(Step::AssignSlots {
                 member: owner.addr.clone(),
                 ranges: unowned,
             });
@@ -182,7 +182,7 @@ pub(super) fn replicate(a: &Answered) -> Option<Plan> {
         let primary_id = &primary.view.id;
         for m in list.iter().filter(|m| m.name != primary.name) {
             if m.view.primary_id.as_ref() != Some(primary_id) {
-                replicates.push(Action::Replicate {
+                replicates.push(Step::Replicate {
                     member: m.addr.clone(),
                     primary: primary_id.clone(),
                 });
@@ -287,7 +287,7 @@ pub(super) fn mark_active(a: &Answered) -> Plan {
     }
     Plan::new(
         Phase::Ready,
-        vec![Action::MarkActive { names: joining }],
+        vec![Step::MarkActive { names: joining }],
         message,
     )
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::context::{Answered, AnsweredMember};
-use super::{Action, MIGRATION_IDLE_LIMIT_SECS, MoveMethod, MoveTarget, Phase, Plan};
+use super::{MIGRATION_IDLE_LIMIT_SECS, MoveMethod, MoveTarget, Phase, Plan, Step};
 use crate::topology::slots::range_len;
 use crate::topology::{MemberAddr, NodeId};
 
@@ -59,10 +59,10 @@ fn resume_key_moves(members: &[AnsweredMember]) -> Option<Plan> {
         }
     }
     let primaries = primaries(members);
-    let mut actions = Vec::new();
+    let mut steps = Vec::new();
     for (source, target, mut slots) in resume.into_values() {
         slots.sort_unstable();
-        actions.push(Action::MoveSlots {
+        steps.push(Step::MoveSlots {
             source: source.addr.clone(),
             source_id: source.view.id.clone(),
             method: MoveMethod::Keys,
@@ -75,15 +75,15 @@ fn resume_key_moves(members: &[AnsweredMember]) -> Option<Plan> {
         });
     }
     for (member, slots) in close.into_values() {
-        actions.push(Action::CloseSlots {
+        steps.push(Step::CloseSlots {
             member: member.addr.clone(),
             slots,
         });
     }
-    (!actions.is_empty()).then(|| {
+    (!steps.is_empty()).then(|| {
         Plan::new(
             Phase::Updating,
-            actions,
+            steps,
             "finishing slot moves that were interrupted",
         )
     })
@@ -125,7 +125,7 @@ fn primaries(members: &[AnsweredMember]) -> Vec<MemberAddr> {
 /// Atomic slot migration jobs: waited for, or cancelled when they made no progress for
 /// [`MIGRATION_IDLE_LIMIT_SECS`] (they are planned again).
 fn follow_atomic_jobs(members: &[AnsweredMember]) -> Option<Plan> {
-    let mut actions = Vec::new();
+    let mut steps = Vec::new();
     let mut waiting = Vec::new();
     for m in members {
         let exports = &m.view.exports;
@@ -136,7 +136,7 @@ fn follow_atomic_jobs(members: &[AnsweredMember]) -> Option<Plan> {
             .iter()
             .any(|j| j.idle_secs >= MIGRATION_IDLE_LIMIT_SECS)
         {
-            actions.push(Action::CancelSlotMigrations {
+            steps.push(Step::CancelSlotMigrations {
                 member: m.addr.clone(),
             });
             continue;
@@ -144,10 +144,10 @@ fn follow_atomic_jobs(members: &[AnsweredMember]) -> Option<Plan> {
         let slots: usize = exports.iter().flat_map(|j| &j.ranges).map(range_len).sum();
         waiting.push(format!("{slots} slot(s) from {}", m.name));
     }
-    if !actions.is_empty() {
+    if !steps.is_empty() {
         return Some(Plan::new(
             Phase::Updating,
-            actions,
+            steps,
             format!(
                 "cancelling slot migrations that made no progress for {MIGRATION_IDLE_LIMIT_SECS} s; they will be planned again"
             ),

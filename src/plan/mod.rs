@@ -174,9 +174,9 @@ pub struct Topology {
     pub migration: MigrationMethod,
 }
 
-/// One action on the world. A plan is a batch of independent actions that are safe together.
+/// One step on the world. A plan is a batch of independent steps that are safe together.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum Step {
     CreateNode {
         name: String,
         shard: usize,
@@ -293,7 +293,7 @@ impl Change {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     pub phase: Phase,
-    pub actions: Vec<Action>,
+    pub steps: Vec<Step>,
     /// What the cluster is doing or waiting for, in words for status.
     pub message: String,
     /// The kind of change this step is part of (set by [`plan`]).
@@ -301,7 +301,7 @@ pub struct Plan {
 }
 
 impl Plan {
-    fn new(phase: Phase, actions: Vec<Action>, message: impl Into<String>) -> Plan {
+    fn new(phase: Phase, steps: Vec<Step>, message: impl Into<String>) -> Plan {
         let change = match phase {
             Phase::Ready => Change::Settled,
             Phase::Forming => Change::Forming,
@@ -310,7 +310,7 @@ impl Plan {
         };
         Plan {
             phase,
-            actions,
+            steps,
             message: message.into(),
             change,
         }

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::context::{Answered, shard_leader};
-use super::{Action, MigrationMethod, MoveMethod, MoveTarget, Phase, Plan};
+use super::{MigrationMethod, MoveMethod, MoveTarget, Phase, Plan, Step};
 use crate::topology::MemberAddr;
 use crate::topology::slots::{SlotRange, count_slots, even_ranges, normalize, range_len};
 
@@ -118,10 +118,10 @@ pub(super) fn rebalance_shards(a: &Answered) -> Option<Plan> {
     if moves.is_empty() {
         return None;
     }
-    let (actions, failures) = move_batches(a, &moves)?;
+    let (steps, failures) = move_batches(a, &moves)?;
     Some(Plan::new(
         Phase::Updating,
-        actions,
+        steps,
         scaling_message(shards, &moves, &failures),
     ))
 }
@@ -129,7 +129,7 @@ pub(super) fn rebalance_shards(a: &Answered) -> Option<Plan> {
 /// One `MoveSlots` per source shard, from its leader to the leaders of the target shards
 /// (atomic when the source, every target and the cluster's migration method allow it), and
 /// the failed migrations being retried.
-fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<(Vec<Action>, Vec<String>)> {
+fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<(Vec<Step>, Vec<String>)> {
     let leader = |shard: usize| {
         a.by_shard
             .get(&shard)
@@ -156,7 +156,7 @@ fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<(Vec<Action>, Vec<St
         let ok = atomic_ok.entry(m.from).or_insert(true);
         *ok &= target.view.atomic_migration;
     }
-    let mut actions = Vec::new();
+    let mut steps = Vec::new();
     let mut failures = Vec::new();
     for (from, targets) in batches {
         let source = leader(from)?;
@@ -171,7 +171,7 @@ fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<(Vec<Action>, Vec<St
         if let Some(why) = &source.view.failed_migration {
             failures.push(format!("{}: {why}", source.name));
         }
-        actions.push(Action::MoveSlots {
+        steps.push(Step::MoveSlots {
             source: source.addr.clone(),
             source_id: source.view.id.clone(),
             method,
@@ -179,7 +179,7 @@ fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<(Vec<Action>, Vec<St
             primaries: primaries.clone(),
         });
     }
-    Some((actions, failures))
+    Some((steps, failures))
 }
 
 /// What is left to move, from which shards to which, and which failed migrations are retried.

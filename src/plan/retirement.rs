@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::context::{Answered, AnsweredMember, names};
-use super::{Action, Member, Phase, Plan};
+use super::{Member, Phase, Plan, Step};
 use crate::topology::{FailoverMode, NodeId};
 
 /// 3b. Shards beyond spec.shards whose slots have all moved away retire (scale-in). A drained
@@ -32,7 +32,7 @@ pub(super) fn retire_drained(a: &Answered) -> Option<Plan> {
     (!drained.is_empty()).then(|| {
         Plan::new(
             Phase::Updating,
-            vec![Action::MarkLeaving {
+            vec![Step::MarkLeaving {
                 names: drained.iter().map(|m| m.name.clone()).collect(),
             }],
             format!(
@@ -50,7 +50,7 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
     if o.leaving.is_empty() {
         return None;
     }
-    let mut actions = Vec::new();
+    let mut steps = Vec::new();
     for l in &o.leaving {
         if l.view.as_ref().is_some_and(|v| !v.slots.is_empty()) {
             let replacement = a
@@ -68,31 +68,31 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
                     ),
                 ));
             };
-            actions.push(Action::Failover {
+            steps.push(Step::Failover {
                 member: r.addr.clone(),
                 shard: l.shard,
                 mode: FailoverMode::Default,
             });
             continue;
         }
-        actions.extend(forget_or_delete(a, l));
+        steps.extend(forget_or_delete(a, l));
     }
     let message = match o.rollout_shard {
         Some(shard) => format!("{}: retiring {}", o.rollout_note(shard), names(&o.leaving)),
         None => format!("retiring {}", names(&o.leaving)),
     };
-    Some(Plan::new(Phase::Updating, actions, message))
+    Some(Plan::new(Phase::Updating, steps, message))
 }
 
 /// `CLUSTER FORGET` a leaving member on every member that still knows it; once none does,
 /// delete it.
-fn forget_or_delete(a: &Answered, leaving: &Member) -> Vec<Action> {
-    let forgets: Vec<Action> = match leaving.id() {
+fn forget_or_delete(a: &Answered, leaving: &Member) -> Vec<Step> {
+    let forgets: Vec<Step> = match leaving.id() {
         Some(id) => a
             .members
             .iter()
             .filter(|m| m.view.known.contains(&id))
-            .map(|m| Action::Forget {
+            .map(|m| Step::Forget {
                 via: m.addr.clone(),
                 node: id.clone(),
             })
@@ -100,7 +100,7 @@ fn forget_or_delete(a: &Answered, leaving: &Member) -> Vec<Action> {
         None => vec![],
     };
     if forgets.is_empty() {
-        return vec![Action::DeleteNode {
+        return vec![Step::DeleteNode {
             name: leaving.name.clone(),
         }];
     }
@@ -131,7 +131,7 @@ pub(super) fn retire_excess_replicas(a: &Answered) -> Option<Plan> {
     (!excess.is_empty()).then(|| {
         Plan::new(
             Phase::Updating,
-            vec![Action::MarkLeaving {
+            vec![Step::MarkLeaving {
                 names: excess.clone(),
             }],
             format!("retiring replica(s) {}", excess.join(", ")),
@@ -148,7 +148,7 @@ pub(super) fn forget_stale_entries(a: &Answered) -> Option<Plan> {
         .iter()
         .filter_map(Member::id)
         .collect();
-    let stale_entries: Vec<Action> = a
+    let stale_entries: Vec<Step> = a
         .members
         .iter()
         .flat_map(|m| {
@@ -156,7 +156,7 @@ pub(super) fn forget_stale_entries(a: &Answered) -> Option<Plan> {
                 .known
                 .iter()
                 .filter(|id| !claimed.contains(*id))
-                .map(|id| Action::Forget {
+                .map(|id| Step::Forget {
                     via: m.addr.clone(),
                     node: id.clone(),
                 })

@@ -3,7 +3,7 @@
 //! them, and the stale members retire.
 
 use super::context::{Answered, AnsweredMember, Observed, names, shard_leader};
-use super::{Action, Phase, Plan};
+use super::{Phase, Plan, Step};
 use crate::topology::FailoverMode;
 
 impl Observed<'_> {
@@ -54,7 +54,7 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
         };
         return Some(Plan::new(
             Phase::Updating,
-            vec![Action::Failover {
+            vec![Step::Failover {
                 member: target.addr.clone(),
                 shard,
                 mode: FailoverMode::Default,
@@ -68,7 +68,7 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
     let stale: Vec<AnsweredMember> = list.iter().copied().filter(|m| !m.current).collect();
     Some(Plan::new(
         Phase::Updating,
-        vec![Action::MarkLeaving {
+        vec![Step::MarkLeaving {
             names: stale.iter().map(|m| m.name.clone()).collect(),
         }],
         format!("{note}: retiring {}", names(&stale)),

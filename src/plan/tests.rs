@@ -93,9 +93,9 @@ impl Sim {
             .expect("known address")
     }
 
-    fn apply(&mut self, action: &Action) {
-        match action {
-            Action::CreateNode { name, shard } => {
+    fn apply(&mut self, step: &Step) {
+        match step {
+            Step::CreateNode { name, shard } => {
                 assert!(!self.nodes.contains_key(name), "node {name} created twice");
                 self.created += 1;
                 let i = self.created;
@@ -115,18 +115,18 @@ impl Sim {
                     },
                 );
             }
-            Action::Meet { via, target } => {
+            Step::Meet { via, target } => {
                 let target_id = self.by_addr(target).id.clone();
                 let via_id = self.by_addr(via).id.clone();
                 self.by_addr(via).known.insert(target_id);
                 self.by_addr(target).known.insert(via_id);
             }
-            Action::AssignSlots { member, ranges } => {
+            Step::AssignSlots { member, ranges } => {
                 let node = self.by_addr(member);
                 assert!(node.primary.is_none(), "slots assigned to a replica");
                 node.slots.extend(ranges.iter().cloned());
             }
-            Action::Replicate { member, primary } => {
+            Step::Replicate { member, primary } => {
                 let node = self.by_addr(member);
                 assert!(
                     node.slots.is_empty(),
@@ -134,12 +134,12 @@ impl Sim {
                 );
                 node.primary = Some(primary.clone());
             }
-            Action::MarkActive { names } => {
+            Step::MarkActive { names } => {
                 for name in names {
                     self.nodes.get_mut(name).unwrap().lifecycle = Lifecycle::Active;
                 }
             }
-            Action::MarkLeaving { names } => {
+            Step::MarkLeaving { names } => {
                 for name in names {
                     let n = self.nodes.get_mut(name).unwrap();
                     assert!(
@@ -149,7 +149,7 @@ impl Sim {
                     n.lifecycle = Lifecycle::Leaving;
                 }
             }
-            Action::Failover { member, .. } => {
+            Step::Failover { member, .. } => {
                 let node = self.by_addr(member).clone();
                 let old_id = node.primary.clone().expect("failover runs on a replica");
                 let old = self
@@ -168,7 +168,7 @@ impl Sim {
                 new.primary = None;
                 new.slots = slots;
             }
-            Action::MoveSlots {
+            Step::MoveSlots {
                 source,
                 source_id,
                 targets,
@@ -202,10 +202,10 @@ impl Sim {
                     src.primary = last;
                 }
             }
-            Action::CloseSlots { .. } | Action::CancelSlotMigrations { .. } => {
+            Step::CloseSlots { .. } | Step::CancelSlotMigrations { .. } => {
                 panic!("nothing is left open in the model")
             }
-            Action::Forget { via, node } => {
+            Step::Forget { via, node } => {
                 let n = self.by_addr(via);
                 assert_ne!(&n.id, node, "a member never forgets itself");
                 assert_ne!(
@@ -216,7 +216,7 @@ impl Sim {
                 n.known.remove(node);
                 n.banned.insert(node.clone());
             }
-            Action::DeleteNode { name } => {
+            Step::DeleteNode { name } => {
                 let n = self.nodes.remove(name).expect("deleted node exists");
                 assert!(
                     n.slots.is_empty(),
@@ -275,19 +275,19 @@ impl Sim {
     }
 }
 
-/// Runs the planner to completion, applying only `apply_first` actions of each plan when
+/// Runs the planner to completion, applying only `apply_first` steps of each plan when
 /// given (a crash after some of a batch), returning the number of rounds.
 fn form(sim: &mut Sim, shards: usize, replicas: usize, partial: impl Fn(usize) -> usize) -> usize {
     for round in 0..200 {
         let plan = plan(&sim.topology(shards, replicas));
-        if plan.phase == Phase::Ready && plan.actions.is_empty() {
+        if plan.phase == Phase::Ready && plan.steps.is_empty() {
             return round;
         }
         let n = partial(round)
-            .min(plan.actions.len())
-            .max(1.min(plan.actions.len()));
-        for action in plan.actions.iter().take(n) {
-            sim.apply(action);
+            .min(plan.steps.len())
+            .max(1.min(plan.steps.len()));
+        for step in plan.steps.iter().take(n) {
+            sim.apply(step);
         }
         sim.gossip();
     }
@@ -306,7 +306,7 @@ fn converge(
 ) -> usize {
     for round in 0..400 {
         let plan = plan(&sim.topology(shards, replicas));
-        if plan.phase == Phase::Ready && plan.actions.is_empty() {
+        if plan.phase == Phase::Ready && plan.steps.is_empty() {
             return round;
         }
         assert_ne!(
@@ -316,10 +316,10 @@ fn converge(
             plan.message
         );
         let n = partial(round)
-            .min(plan.actions.len())
-            .max(1.min(plan.actions.len()));
-        for action in plan.actions.iter().take(n) {
-            sim.apply(action);
+            .min(plan.steps.len())
+            .max(1.min(plan.steps.len()));
+        for step in plan.steps.iter().take(n) {
+            sim.apply(step);
             sim.assert_all_slots_owned();
         }
         sim.gossip();
@@ -426,14 +426,14 @@ fn formation_of_three_shards_with_one_replica() {
 #[test]
 fn members_that_have_not_heard_of_each_other_are_introduced_directly_not_left_to_gossip() {
     let mut sim = Sim::default();
-    for action in plan(&sim.topology(2, 1)).actions {
-        sim.apply(&action);
+    for step in plan(&sim.topology(2, 1)).steps {
+        sim.apply(&step);
     }
     // The seed meets everybody; nobody gossips (as if Valkey had not got round to it yet).
-    let meets = plan(&sim.topology(2, 1)).actions;
+    let meets = plan(&sim.topology(2, 1)).steps;
     assert_eq!(meets.len(), 3, "the seed meets the other three: {meets:?}");
-    for action in &meets {
-        sim.apply(action);
+    for step in &meets {
+        sim.apply(step);
     }
     let next = plan(&sim.topology(2, 1));
     assert!(
@@ -442,23 +442,16 @@ fn members_that_have_not_heard_of_each_other_are_introduced_directly_not_left_to
         next.message
     );
     // Each of the three non-seeds meets the two it does not know: 6 direct introductions.
-    assert_eq!(next.actions.len(), 6, "{:?}", next.actions);
-    assert!(
-        next.actions
-            .iter()
-            .all(|a| matches!(a, Action::Meet { .. }))
-    );
-    for action in &next.actions {
-        sim.apply(action);
+    assert_eq!(next.steps.len(), 6, "{:?}", next.steps);
+    assert!(next.steps.iter().all(|a| matches!(a, Step::Meet { .. })));
+    for step in &next.steps {
+        sim.apply(step);
     }
     let everyone: BTreeSet<NodeId> = sim.nodes.values().map(|n| n.id.clone()).collect();
     assert!(sim.nodes.values().all(|n| n.known == everyone));
     let after = plan(&sim.topology(2, 1));
     assert!(
-        after
-            .actions
-            .iter()
-            .all(|a| !matches!(a, Action::Meet { .. })),
+        after.steps.iter().all(|a| !matches!(a, Step::Meet { .. })),
         "nothing left to introduce: {after:?}"
     );
 }
@@ -466,7 +459,7 @@ fn members_that_have_not_heard_of_each_other_are_introduced_directly_not_left_to
 #[test]
 fn first_step_creates_every_member() {
     let p = plan(&Sim::default().topology(2, 2));
-    assert_eq!(p.actions.len(), 6);
+    assert_eq!(p.steps.len(), 6);
     assert_eq!(p.phase, Phase::Forming);
 }
 
@@ -477,7 +470,7 @@ fn unreachable_members_are_waited_for_by_name() {
     let mut t = sim.topology(1, 1);
     t.members[1].view = None;
     let p = plan(&t);
-    assert!(p.actions.is_empty());
+    assert!(p.steps.is_empty());
     assert_eq!(
         p.phase,
         Phase::Degraded,
@@ -492,7 +485,7 @@ fn a_formed_cluster_plans_nothing() {
     form(&mut sim, 3, 1, |_| usize::MAX);
     let p = plan(&sim.topology(3, 1));
     assert_eq!(p.phase, Phase::Ready);
-    assert!(p.actions.is_empty());
+    assert!(p.steps.is_empty());
     assert!(p.message.contains("16384"));
 }
 
@@ -510,7 +503,7 @@ fn roles_come_from_valkey_not_names() {
     n.primary = Some(b.id.clone());
     n.slots.clear();
     let p = plan(&sim.topology(1, 1));
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
     assert_eq!(p.phase, Phase::Ready);
 }
 
@@ -528,8 +521,8 @@ fn a_stalled_replacement_for_an_outdated_spec_is_retired_once_the_spec_changes_a
     t.members.push(Member::new("c-0-2", 0));
     let p = plan(&t);
     assert_eq!(
-        p.actions,
-        vec![Action::MarkLeaving {
+        p.steps,
+        vec![Step::MarkLeaving {
             names: vec!["c-0-1".into()]
         }]
     );
@@ -546,7 +539,7 @@ fn a_stalled_rollout_says_why_and_keeps_the_old_members() {
     stuck.pod_problem = Some("ImagePullBackOff: image not found".into());
     t.members.push(stuck);
     let p = plan(&t);
-    assert!(p.actions.is_empty());
+    assert!(p.steps.is_empty());
     assert_eq!(p.phase, Phase::Updating);
     assert!(p.message.contains("ImagePullBackOff"), "{}", p.message);
 }
@@ -617,8 +610,8 @@ fn a_stale_member_gets_a_replacement() {
     t.members[0].current = false;
     let p = plan(&t);
     assert_eq!(
-        p.actions,
-        vec![Action::CreateNode {
+        p.steps,
+        vec![Step::CreateNode {
             name: "c-0-1".into(),
             shard: 0
         }],
@@ -653,11 +646,11 @@ fn slots_of_a_failed_primary_are_never_given_to_its_empty_replacement() {
     }
     let p = plan(&t);
     assert!(
-        p.actions
+        p.steps
             .iter()
-            .all(|a| !matches!(a, Action::AssignSlots { .. } | Action::Replicate { .. })),
+            .all(|a| !matches!(a, Step::AssignSlots { .. } | Step::Replicate { .. })),
         "{:?}",
-        p.actions
+        p.steps
     );
     assert_eq!(p.phase, Phase::Degraded, "{}", p.message);
 }
@@ -684,14 +677,14 @@ fn a_member_that_lost_its_identity_is_replaced_and_its_replica_promoted_at_once(
     let p = plan(&t);
     assert_eq!(p.phase, Phase::Degraded);
     assert_eq!(
-        p.actions,
+        p.steps,
         vec![
-            Action::Failover {
+            Step::Failover {
                 member: replica,
                 shard: 0,
                 mode: FailoverMode::Force
             },
-            Action::MarkLeaving {
+            Step::MarkLeaving {
                 names: vec!["c-0-0".into()]
             }
         ],
@@ -706,15 +699,15 @@ fn without_a_majority_of_primaries_the_replica_takes_over() {
     let t = primary_pod_replaced(1);
     let p = plan(&t);
     assert!(
-        p.actions.iter().any(|a| matches!(
+        p.steps.iter().any(|a| matches!(
             a,
-            Action::Failover {
+            Step::Failover {
                 mode: FailoverMode::Takeover,
                 ..
             }
         )),
         "{:?}",
-        p.actions
+        p.steps
     );
 }
 
@@ -726,7 +719,7 @@ fn nothing_is_forced_while_a_member_does_not_answer() {
     let mut t = sim.topology(3, 1);
     t.members[0].view = None;
     let p = plan(&t);
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
     assert_eq!(p.phase, Phase::Degraded);
 }
 
@@ -771,10 +764,10 @@ fn primaries_too_many_for_valkey_to_fail_over_are_taken_over_once_everybody_agre
     let p = plan(&t);
     assert_eq!(p.phase, Phase::Degraded);
     let promoted: Vec<(&MemberAddr, FailoverMode)> = p
-        .actions
+        .steps
         .iter()
         .filter_map(|a| match a {
-            Action::Failover { member, mode, .. } => Some((member, *mode)),
+            Step::Failover { member, mode, .. } => Some((member, *mode)),
             _ => None,
         })
         .collect();
@@ -802,11 +795,9 @@ fn a_silent_primary_is_not_taken_over_on_one_sides_word() {
         let (t, _) = two_primaries_down(pod_not_ready, flagged_failing);
         let p = plan(&t);
         assert!(
-            !p.actions
-                .iter()
-                .any(|a| matches!(a, Action::Failover { .. })),
+            !p.steps.iter().any(|a| matches!(a, Step::Failover { .. })),
             "pod not ready {pod_not_ready}, flagged {flagged_failing}: {:?}",
-            p.actions
+            p.steps
         );
     }
 }
@@ -826,7 +817,7 @@ fn with_a_majority_left_valkey_fails_over_by_itself() {
         }
     }
     let p = plan(&t);
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
 }
 
 #[test]
@@ -860,13 +851,13 @@ fn the_most_up_to_date_replica_is_promoted() {
         .unwrap();
     let p = plan(&t);
     assert!(
-        p.actions.contains(&Action::Failover {
+        p.steps.contains(&Step::Failover {
             member: best,
             shard: 0,
             mode: FailoverMode::Force
         }),
         "{:?}",
-        p.actions
+        p.steps
     );
 }
 
@@ -887,7 +878,7 @@ fn rollout_progress_counts_shards_and_members() {
             );
             return;
         }
-        for a in &p.actions {
+        for a in &p.steps {
             sim.apply(a);
         }
         sim.gossip();
@@ -915,8 +906,8 @@ fn a_primary_gone_for_good_is_not_waited_for_its_replica_is_promoted_at_once() {
     let p = plan(&t);
     assert_eq!(p.phase, Phase::Degraded);
     assert_eq!(
-        p.actions,
-        vec![Action::Failover {
+        p.steps,
+        vec![Step::Failover {
             member: replica,
             shard: 0,
             mode: FailoverMode::Force
@@ -934,8 +925,8 @@ fn a_primary_gone_for_good_is_not_waited_for_its_replica_is_promoted_at_once() {
     // A single shard has no majority to vote: TAKEOVER.
     let p = plan(&primary_gone(1));
     assert!(matches!(
-        p.actions[..],
-        [Action::Failover {
+        p.steps[..],
+        [Step::Failover {
             mode: FailoverMode::Takeover,
             ..
         }]
@@ -949,7 +940,7 @@ fn a_gone_member_owning_no_slots_is_retired_and_replaced() {
     form(&mut sim, 3, 1, |_| usize::MAX);
     let primary = sim.nodes["c-0-0"].addr.clone();
     let replica = sim.nodes["c-0-1"].addr.clone();
-    sim.apply(&Action::Failover {
+    sim.apply(&Step::Failover {
         member: replica,
         shard: 0,
         mode: FailoverMode::Force,
@@ -966,8 +957,8 @@ fn a_gone_member_owning_no_slots_is_retired_and_replaced() {
     gone.gone = Some("its pod was lost".into());
     let p = plan(&t);
     assert_eq!(
-        p.actions,
-        vec![Action::MarkLeaving {
+        p.steps,
+        vec![Step::MarkLeaving {
             names: vec!["c-0-0".into()]
         }],
         "{}",
@@ -977,9 +968,9 @@ fn a_gone_member_owning_no_slots_is_retired_and_replaced() {
     t.members[0].lifecycle = Lifecycle::Leaving;
     let p = plan(&t);
     assert!(
-        matches!(&p.actions[..], [Action::CreateNode { shard: 0, .. }]),
+        matches!(&p.steps[..], [Step::CreateNode { shard: 0, .. }]),
         "{:?}",
-        p.actions
+        p.steps
     );
 }
 
@@ -998,7 +989,7 @@ fn a_gone_replica_is_retired_without_touching_its_primary() {
     replica.addr = None;
     replica.gone = Some("its Valkey process exited (OOMKilled, exit code 137)".into());
     let p = plan(&t);
-    assert_eq!(p.actions, vec![Action::MarkLeaving { names: vec![name] }]);
+    assert_eq!(p.steps, vec![Step::MarkLeaving { names: vec![name] }]);
 }
 
 #[test]
@@ -1007,7 +998,7 @@ fn a_gone_primary_without_an_answering_replica_is_reported_not_forced() {
     t.members[1].view = None;
     t.members[1].addr = None;
     let p = plan(&t);
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
     assert!(
         p.message.contains("no replica of it answers"),
         "{}",
@@ -1032,12 +1023,12 @@ fn a_silent_member_does_not_stall_the_rest_of_the_cluster() {
     let mut last = None;
     for _ in 0..50 {
         let p = plan(&topology(&sim));
-        for a in &p.actions {
+        for a in &p.steps {
             match a {
-                Action::Forget { node, .. } => {
+                Step::Forget { node, .. } => {
                     assert_ne!(node, &silent_id, "forgot the silent member")
                 }
-                Action::MarkLeaving { names } => {
+                Step::MarkLeaving { names } => {
                     assert!(
                         !names.contains(&"c-0-1".to_string()),
                         "retired the silent member"
@@ -1048,7 +1039,7 @@ fn a_silent_member_does_not_stall_the_rest_of_the_cluster() {
             sim.apply(a);
         }
         sim.gossip();
-        if p.actions.is_empty() {
+        if p.steps.is_empty() {
             last = Some(p);
             break;
         }
@@ -1081,16 +1072,14 @@ fn a_silent_member_holds_rollouts_and_slot_moves() {
     for _ in 0..50 {
         let p = plan(&t);
         assert!(
-            !p.actions
-                .iter()
-                .any(|a| matches!(a, Action::MoveSlots { .. })),
+            !p.steps.iter().any(|a| matches!(a, Step::MoveSlots { .. })),
             "moved slots with a member silent: {:?}",
-            p.actions
+            p.steps
         );
-        if p.actions.is_empty() {
+        if p.steps.is_empty() {
             break;
         }
-        for a in &p.actions {
+        for a in &p.steps {
             sim.apply(a);
         }
         sim.gossip();
@@ -1130,9 +1119,9 @@ fn open_slots_seen_on_replicas_are_settled_on_primaries_only() {
         }
     }
     let p = plan(&t);
-    assert_eq!(p.actions.len(), 1, "{:?}", p.actions);
-    match &p.actions[0] {
-        Action::MoveSlots {
+    assert_eq!(p.steps.len(), 1, "{:?}", p.steps);
+    match &p.steps[0] {
+        Step::MoveSlots {
             source: from,
             targets,
             ..
@@ -1154,10 +1143,10 @@ fn changes_until_settled(sim: &mut Sim, shards: usize, replicas: usize) -> Vec<C
         if seen.last() != Some(&p.change) {
             seen.push(p.change);
         }
-        if p.phase == Phase::Ready && p.actions.is_empty() {
+        if p.phase == Phase::Ready && p.steps.is_empty() {
             return seen;
         }
-        for a in &p.actions {
+        for a in &p.steps {
             sim.apply(a);
         }
         sim.gossip();
@@ -1239,13 +1228,13 @@ fn a_silent_primary_does_not_hold_up_replacing_a_gone_one() {
             "{}",
             p.message
         );
-        if p.actions
+        if p.steps
             .iter()
-            .any(|a| matches!(a, Action::DeleteNode { name } if name == "c-1-0"))
+            .any(|a| matches!(a, Step::DeleteNode { name } if name == "c-1-0"))
         {
             return;
         }
-        for a in &p.actions {
+        for a in &p.steps {
             sim.apply(a);
         }
         sim.gossip();

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::api::{ValkeyCluster, ValkeyNode, ZoneSpread};
 use crate::controller::cluster::build::{desired_node_spec, spec_hash};
 use crate::controller::cluster::observe::is_current;
-use crate::resolve::{Catalog, MenuRef, menu_refs};
+use crate::resolve::{Menu, MenuRef, menu_refs};
 
 /// A cluster and its members (ValkeyNodes), as read.
 pub struct ClusterState<'a> {
@@ -78,8 +78,8 @@ impl Impact {
 pub fn impact(
     change: String,
     clusters: &[ClusterState<'_>],
-    before: &impl Catalog,
-    after: &impl Catalog,
+    before: &impl Menu,
+    after: &impl Menu,
     max_concurrent_rollouts: Option<usize>,
 ) -> Impact {
     let mut out: Vec<ClusterImpact> = clusters
@@ -115,10 +115,10 @@ pub fn rollout_order(rolling: Vec<String>, limit: Option<usize>) -> Vec<Vec<Stri
 
 fn desired_hash(
     state: &ClusterState<'_>,
-    catalog: &impl Catalog,
+    menu: &impl Menu,
 ) -> Result<String, crate::resolve::ResolveError> {
     let running = state.members.iter().map(|n| n.spec.version.as_str());
-    let resolved = crate::controller::cluster::resolve(state.cluster, catalog, running)?;
+    let resolved = crate::controller::cluster::resolve(state.cluster, menu, running)?;
     Ok(spec_hash(&desired_node_spec(
         state.cluster,
         &resolved.config,
@@ -128,8 +128,8 @@ fn desired_hash(
 
 fn cluster_impact(
     state: &ClusterState<'_>,
-    before: &impl Catalog,
-    after: &impl Catalog,
+    before: &impl Menu,
+    after: &impl Menu,
 ) -> Option<ClusterImpact> {
     let before_hash = desired_hash(state, before);
     let after_hash = desired_hash(state, after);
@@ -173,15 +173,11 @@ fn cluster_impact(
 
 /// The clusters whose resolution reads `menu_ref` (`impact` without a proposed change: any
 /// change to the image, or to a config's imageRef, resources or settings, rolls them).
-pub fn readers(
-    clusters: &[ClusterState<'_>],
-    catalog: &impl Catalog,
-    menu_ref: &MenuRef,
-) -> Vec<String> {
+pub fn readers(clusters: &[ClusterState<'_>], menu: &impl Menu, menu_ref: &MenuRef) -> Vec<String> {
     let mut keys: Vec<String> = clusters
         .iter()
         .filter(|c| {
-            menu_refs(catalog, &c.cluster.spec.config_ref, &c.cluster.spec.acl).contains(menu_ref)
+            menu_refs(menu, &c.cluster.spec.config_ref, &c.cluster.spec.acl).contains(menu_ref)
         })
         .map(|c| {
             format!(
@@ -255,12 +251,12 @@ mod tests {
     use super::*;
     use crate::api::ValkeyClusterSpec;
     use crate::controller::cluster::build;
-    use crate::resolve::MapCatalog;
-    use crate::resolve::chain::tests::{config, image, seed_catalog};
+    use crate::resolve::MenuMap;
+    use crate::resolve::chain::tests::{config, image, seed_menu};
 
     /// The seed menu plus a second image and config (`other` on `valkey-8`).
-    fn menu() -> MapCatalog {
-        let mut c = seed_catalog();
+    fn menu() -> MenuMap {
+        let mut c = seed_menu();
         c.images.insert("valkey-8".into(), image("8.1.4"));
         c.configs
             .insert("other".into(), config(None, Some("valkey-8")));
@@ -285,9 +281,9 @@ mod tests {
         c
     }
 
-    /// Its members as the operator created them from `catalog`.
-    fn members(cluster: &ValkeyCluster, catalog: &MapCatalog) -> Vec<ValkeyNode> {
-        let resolved = crate::controller::cluster::resolve(cluster, catalog, []).unwrap();
+    /// Its members as the operator created them from `menu`.
+    fn members(cluster: &ValkeyCluster, menu: &MenuMap) -> Vec<ValkeyNode> {
+        let resolved = crate::controller::cluster::resolve(cluster, menu, []).unwrap();
         let spec = build::desired_node_spec(cluster, &resolved.config, ZoneSpread::BestEffort);
         (0..2)
             .flat_map(|shard| (0..2).map(move |i| (shard, i)))
@@ -298,7 +294,7 @@ mod tests {
             .collect()
     }
 
-    fn run(before: &MapCatalog, after: &MapCatalog, limit: Option<usize>) -> Impact {
+    fn run(before: &MenuMap, after: &MenuMap, limit: Option<usize>) -> Impact {
         let clusters = [
             cluster("team-a", "large-1", "large"),
             cluster("team-b", "standard-1", "standard"),
@@ -348,7 +344,7 @@ mod tests {
     }
 
     /// The clusters that roll, by key.
-    fn rolled(before: &MapCatalog, after: &MapCatalog) -> Vec<String> {
+    fn rolled(before: &MenuMap, after: &MenuMap) -> Vec<String> {
         run(before, after, None)
             .clusters
             .iter()
@@ -428,7 +424,7 @@ mod tests {
 
     #[test]
     fn without_a_change_the_readers_of_the_object_are_listed() {
-        let catalog = menu();
+        let menu = menu();
         let clusters = [
             cluster("team-a", "large-1", "large"),
             cluster("team-c", "other-1", "other"),
@@ -441,7 +437,7 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            readers(&states, &catalog, &MenuRef::Config("standard".into())),
+            readers(&states, &menu, &MenuRef::Config("standard".into())),
             ["team-a/large-1 (0 members)"]
         );
     }

@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
 use crate::api::{ValkeyConfig, ValkeyImage};
-use crate::resolve::{MapCatalog, MenuRef};
+use crate::resolve::{MenuMap, MenuRef};
 
 /// Exit code when `impact` finds members that would be replaced.
 pub const EXIT_WOULD_ROLL: i32 = 3;
@@ -149,8 +149,8 @@ async fn run_resolve_config(
     output: Output,
     name: &str,
 ) -> anyhow::Result<i32> {
-    let catalog = read::catalog(client).await?;
-    let report = resolve::config_report(&catalog, name)
+    let menu = read::menu(client).await?;
+    let report = resolve::config_report(&menu, name)
         .map_err(|e| anyhow::anyhow!("ValkeyConfig {name} does not resolve: {e}"))?;
     emit(output, &report, resolve::text)?;
     Ok(0)
@@ -163,20 +163,15 @@ async fn run_resolve_cluster(
     ns: &str,
     name: &str,
 ) -> anyhow::Result<i32> {
-    let catalog = read::catalog(client).await?;
+    let menu = read::menu(client).await?;
     let live = read::cluster(client, ns, name).await?;
     let acl_file = read::acl_file(client, ns, name).await;
-    let report = resolve::cluster_report(
-        &catalog,
-        &live.cluster,
-        &live.members,
-        acl_file.as_deref(),
-    )
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "ValkeyCluster {ns}/{name} does not resolve (the operator reports it Blocked): {e}"
-        )
-    })?;
+    let report = resolve::cluster_report(&menu, &live.cluster, &live.members, acl_file.as_deref())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "ValkeyCluster {ns}/{name} does not resolve (the operator reports it Blocked): {e}"
+            )
+        })?;
     emit(output, &report, resolve::text)?;
     Ok(0)
 }
@@ -193,7 +188,7 @@ async fn run_impact(
                 namespace.clone()
             }
         },
-        read::catalog(client).await?,
+        read::menu(client).await?,
     );
     let clusters = read::clusters(client, namespace.as_deref()).await?;
     let states: Vec<impact::ClusterState<'_>> = clusters
@@ -220,7 +215,7 @@ fn readers_of(
     output: Output,
     command: &ImpactCommand,
     states: &[impact::ClusterState<'_>],
-    before: &MapCatalog,
+    before: &MenuMap,
 ) -> anyhow::Result<i32> {
     let (kind, menu_ref) = match command {
         ImpactCommand::Image { name, .. } => ("ValkeyImage", MenuRef::Image(name.clone())),
@@ -261,8 +256,8 @@ async fn run_status(
     name: &str,
 ) -> anyhow::Result<i32> {
     let live = read::cluster(client, ns, name).await?;
-    let catalog = read::catalog(client).await.ok();
-    let desired_hash = catalog.as_ref().and_then(|c| {
+    let menu = read::menu(client).await.ok();
+    let desired_hash = menu.as_ref().and_then(|c| {
         resolve::cluster_report(c, &live.cluster, &live.members, None)
             .ok()
             .and_then(|r| r.spec_hash)
@@ -297,8 +292,8 @@ pub fn split_key(key: &str, default_ns: &str) -> (String, String) {
 /// The menu with the proposed change, and its description; `None` when no change was given.
 pub fn proposed(
     command: &ImpactCommand,
-    before: &MapCatalog,
-) -> anyhow::Result<Option<(String, MapCatalog)>> {
+    before: &MenuMap,
+) -> anyhow::Result<Option<(String, MenuMap)>> {
     let mut after = before.clone();
     match command {
         ImpactCommand::Image {

@@ -11,11 +11,11 @@ use kube::{Api, Client, ResourceExt};
 use crate::api::constants::LABEL_CLUSTER;
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
 use crate::controller::names;
-use crate::resolve::MapCatalog;
+use crate::resolve::MenuMap;
 use crate::resolve::conf::ACL_FILE_KEY;
 
 /// The platform's menu (every ValkeyConfig, ValkeyImage and ValkeyRole).
-pub async fn catalog(client: &Client) -> anyhow::Result<MapCatalog> {
+pub async fn menu(client: &Client) -> anyhow::Result<MenuMap> {
     let lp = ListParams::default();
     let configs = Api::<ValkeyConfig>::all(client.clone())
         .list(&lp)
@@ -29,7 +29,7 @@ pub async fn catalog(client: &Client) -> anyhow::Result<MapCatalog> {
         .list(&lp)
         .await
         .context("cannot list ValkeyRoles")?;
-    Ok(MapCatalog::from_objects(configs, images, roles))
+    Ok(MenuMap::from_objects(configs, images, roles))
 }
 
 /// A cluster and its members.

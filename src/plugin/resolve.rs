@@ -17,7 +17,7 @@ use crate::controller::node::build::spec_valkey_conf;
 use crate::resolve::acl::{OperatorUserHashes, render_acl_file_hashed, render_user};
 use crate::resolve::chain::chain_as_far_as_it_resolves;
 use crate::resolve::conf::{MemberConf, OPERATOR_DEFAULTS, render_valkey_conf};
-use crate::resolve::{Catalog, ResolveError, merge_bindings, resolve_config, resolve_roles};
+use crate::resolve::{Menu, ResolveError, merge_bindings, resolve_config, resolve_roles};
 
 /// Shown instead of the hash of an operator password the reader cannot see.
 pub const UNKNOWN_HASH: &str = "<unknown: the ACL Secret is not readable>";
@@ -99,17 +99,17 @@ fn field(value: String, mut setters: Vec<String>) -> Field {
 
 /// The report for `resolve config <name>`: no cluster, so no cluster-level bindings and no
 /// TLS; the ACL file is not shown (it holds the operator's users of a given cluster).
-pub fn config_report(catalog: &impl Catalog, name: &str) -> Result<Report, ResolveError> {
-    let resolved = resolve_config(catalog, name)?;
+pub fn config_report(menu: &impl Menu, name: &str) -> Result<Report, ResolveError> {
+    let resolved = resolve_config(menu, name)?;
     let bindings = merge_bindings(&resolved.acl, &[])?;
-    let roles = resolve_roles(catalog, &bindings)?;
+    let roles = resolve_roles(menu, &bindings)?;
     let conf = render_valkey_conf(&MemberConf {
         settings: &resolved.valkey,
         tls: false,
         version: &resolved.image.version,
     });
     let mut report = layout(
-        catalog,
+        menu,
         format!("ValkeyConfig {name}"),
         name,
         &resolved,
@@ -131,13 +131,13 @@ pub fn config_report(catalog: &impl Catalog, name: &str) -> Result<Report, Resol
 /// `live_acl_file` is the ACL Secret's `users.acl` when readable: the hashes of the operator's
 /// own passwords are taken from it (they are all the file holds of them).
 pub fn cluster_report(
-    catalog: &impl Catalog,
+    menu: &impl Menu,
     cluster: &ValkeyCluster,
     members: &[ValkeyNode],
     live_acl_file: Option<&str>,
 ) -> Result<Report, ResolveError> {
     let running = members.iter().map(|n| n.spec.version.as_str());
-    let resolved = crate::controller::cluster::resolve(cluster, catalog, running)?;
+    let resolved = crate::controller::cluster::resolve(cluster, menu, running)?;
     let config = &resolved.config;
     let (bindings, roles) = &resolved.acl_file_inputs;
     // Zone spread is not part of the spec hash nor of valkey.conf: any value renders the same.
@@ -161,7 +161,7 @@ pub fn cluster_report(
         cluster.metadata.name.clone().unwrap_or_default()
     );
     let mut report = layout(
-        catalog,
+        menu,
         subject,
         &cluster.spec.config_ref,
         config,
@@ -178,7 +178,7 @@ pub fn cluster_report(
 
 #[allow(clippy::too_many_arguments)]
 fn layout(
-    catalog: &impl Catalog,
+    menu: &impl Menu,
     subject: String,
     config_ref: &str,
     resolved: &crate::resolve::ResolvedConfig,
@@ -187,7 +187,7 @@ fn layout(
     roles: &BTreeMap<String, crate::api::ValkeyRoleSpec>,
     valkey_conf: String,
 ) -> Report {
-    let chain = chain_as_far_as_it_resolves(catalog, config_ref);
+    let chain = chain_as_far_as_it_resolves(menu, config_ref);
     let mut settings: BTreeMap<String, Field> = resolved
         .valkey
         .iter()
@@ -317,10 +317,10 @@ mod tests {
     use crate::api::{ValkeyClusterSpec, ValkeyRoleSpec};
     use crate::controller::cluster::build;
     use crate::resolve::acl::{OperatorCredentials, render_acl_file};
-    use crate::resolve::chain::tests::{binding, seed_catalog};
+    use crate::resolve::chain::tests::{binding, seed_menu};
 
-    fn with_roles() -> crate::resolve::MapCatalog {
-        let mut c = seed_catalog();
+    fn with_roles() -> crate::resolve::MenuMap {
+        let mut c = seed_menu();
         c.roles.insert(
             "rw".into(),
             ValkeyRoleSpec {
@@ -386,9 +386,9 @@ mod tests {
 
     #[test]
     fn a_cluster_renders_exactly_the_configmap_and_acl_file_of_the_operator() {
-        let (catalog, cluster) = (with_roles(), cluster());
+        let (menu, cluster) = (with_roles(), cluster());
         // What the operator writes: the node's ConfigMap and the ACL Secret's file.
-        let resolved = crate::controller::cluster::resolve(&cluster, &catalog, []).unwrap();
+        let resolved = crate::controller::cluster::resolve(&cluster, &menu, []).unwrap();
         let spec = build::desired_node_spec(&cluster, &resolved.config, ZoneSpread::Required);
         let mut node = build::node(&cluster, "my-cluster-0-0", 0, &spec).unwrap();
         node.metadata.uid = Some("node-uid".into());
@@ -399,7 +399,7 @@ mod tests {
         };
         let acl_file = render_acl_file(bindings, roles, &credentials);
 
-        let r = cluster_report(&catalog, &cluster, &[node.clone()], Some(&acl_file)).unwrap();
+        let r = cluster_report(&menu, &cluster, &[node.clone()], Some(&acl_file)).unwrap();
         assert_eq!(
             r.valkey_conf,
             crate::controller::node::build::config_map(&node)

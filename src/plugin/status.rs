@@ -330,7 +330,7 @@ mod tests {
         ZoneSpread,
     };
     use crate::controller::cluster::build;
-    use crate::resolve::chain::tests::seed_catalog;
+    use crate::resolve::chain::tests::seed_menu;
 
     #[test]
     fn status_shows_members_progress_target_slots_and_the_last_events() {
@@ -370,7 +370,7 @@ mod tests {
             ],
             ..Default::default()
         });
-        let resolved = crate::controller::cluster::resolve(&cluster, &seed_catalog(), []).unwrap();
+        let resolved = crate::controller::cluster::resolve(&cluster, &seed_menu(), []).unwrap();
         let spec = build::desired_node_spec(&cluster, &resolved.config, ZoneSpread::BestEffort);
         let mut stale = spec.clone();
         stale.version = "8.1.4".into();

@@ -5,7 +5,7 @@
 //! Cluster-level ACL bindings are added to the config's, and usernames must be unique across
 //! the merged set.
 //!
-//! Pure: the caller hands in a [`Catalog`] (reflector stores in the controller, maps in tests).
+//! Pure: the caller hands in a [`Menu`] (reflector stores in the controller, maps in tests).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,29 +14,29 @@ use crate::api::constants::MAX_CONFIG_CHAIN_DEPTH;
 use crate::api::{AclBinding, Resources, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec};
 
 /// Where resolution reads the platform team's menu from.
-pub trait Catalog {
+pub trait Menu {
     fn config(&self, name: &str) -> Option<ValkeyConfigSpec>;
     fn image(&self, name: &str) -> Option<ValkeyImageSpec>;
     fn role(&self, name: &str) -> Option<ValkeyRoleSpec>;
 }
 
-/// A catalog held in maps: tests, and snapshots.
+/// A menu held in maps: tests, and snapshots.
 #[derive(Clone, Debug, Default)]
-pub struct MapCatalog {
+pub struct MenuMap {
     pub configs: BTreeMap<String, ValkeyConfigSpec>,
     pub images: BTreeMap<String, ValkeyImageSpec>,
     pub roles: BTreeMap<String, ValkeyRoleSpec>,
 }
 
-impl MapCatalog {
-    /// The catalog of listed menu objects, keyed by name.
+impl MenuMap {
+    /// The menu of listed menu objects, keyed by name.
     pub fn from_objects(
         configs: impl IntoIterator<Item = crate::api::ValkeyConfig>,
         images: impl IntoIterator<Item = crate::api::ValkeyImage>,
         roles: impl IntoIterator<Item = crate::api::ValkeyRole>,
-    ) -> MapCatalog {
+    ) -> MenuMap {
         use kube::ResourceExt as _;
-        MapCatalog {
+        MenuMap {
             configs: configs
                 .into_iter()
                 .map(|c| (c.name_any(), c.spec))
@@ -47,7 +47,7 @@ impl MapCatalog {
     }
 }
 
-impl Catalog for MapCatalog {
+impl Menu for MenuMap {
     fn config(&self, name: &str) -> Option<ValkeyConfigSpec> {
         self.configs.get(name).cloned()
     }
@@ -243,10 +243,7 @@ impl fmt::Display for ResolveError {
 impl std::error::Error for ResolveError {}
 
 /// Walks the chain from `config_ref` to its root and merges it.
-pub fn resolve_config(
-    catalog: &impl Catalog,
-    config_ref: &str,
-) -> Result<ResolvedConfig, ResolveError> {
+pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConfig, ResolveError> {
     let mut chain: Vec<String> = Vec::new();
     let mut specs: Vec<ValkeyConfigSpec> = Vec::new();
     let mut next = Some((config_ref.to_string(), Referrer::Cluster));
@@ -259,7 +256,7 @@ pub fn resolve_config(
             chain.push(name);
             return Err(ResolveError::TooDeep { chain });
         }
-        let spec = catalog
+        let spec = menu
             .config(&name)
             .ok_or_else(|| ResolveError::ConfigNotFound {
                 name: name.clone(),
@@ -280,7 +277,7 @@ pub fn resolve_config(
         .ok_or_else(|| ResolveError::NoImageRef {
             chain: chain.clone(),
         })?;
-    let image = catalog
+    let image = menu
         .image(&image_ref)
         .ok_or_else(|| ResolveError::ImageNotFound {
             image: image_ref.clone(),
@@ -373,7 +370,7 @@ pub fn check_binding(binding: &AclBinding) -> Result<(), ResolveError> {
 
 /// Looks up every role the bindings name.
 pub fn resolve_roles(
-    catalog: &impl Catalog,
+    menu: &impl Menu,
     bindings: &[AclBinding],
 ) -> Result<BTreeMap<String, ValkeyRoleSpec>, ResolveError> {
     let mut roles = BTreeMap::new();
@@ -383,8 +380,7 @@ pub fn resolve_roles(
                 continue;
             }
             let role =
-                catalog
-                    .role(&permission.role_ref)
+                menu.role(&permission.role_ref)
                     .ok_or_else(|| ResolveError::RoleNotFound {
                         role: permission.role_ref.clone(),
                         username: binding.username.clone(),
@@ -408,7 +404,7 @@ pub enum MenuRef {
 /// than the limit ends it. What the webhook and the watch mapping need when the whole chain
 /// does not resolve.
 pub fn chain_as_far_as_it_resolves(
-    catalog: &impl Catalog,
+    menu: &impl Menu,
     config_ref: &str,
 ) -> Vec<(String, Option<ValkeyConfigSpec>)> {
     let mut chain: Vec<(String, Option<ValkeyConfigSpec>)> = Vec::new();
@@ -417,7 +413,7 @@ pub fn chain_as_far_as_it_resolves(
         if chain.iter().any(|(n, _)| *n == name) || chain.len() > MAX_CONFIG_CHAIN_DEPTH {
             break;
         }
-        let spec = catalog.config(&name);
+        let spec = menu.config(&name);
         next = spec.as_ref().and_then(|s| s.base_ref.clone());
         chain.push((name, spec));
     }
@@ -427,8 +423,8 @@ pub fn chain_as_far_as_it_resolves(
 /// The config-level ACL bindings a cluster naming `config_ref` gets: those of the nearest
 /// config on the chain that sets `acl` (a child's `acl` replaces its base's), as far as the
 /// chain resolves.
-pub fn config_bindings(catalog: &impl Catalog, config_ref: &str) -> Vec<AclBinding> {
-    chain_as_far_as_it_resolves(catalog, config_ref)
+pub fn config_bindings(menu: &impl Menu, config_ref: &str) -> Vec<AclBinding> {
+    chain_as_far_as_it_resolves(menu, config_ref)
         .into_iter()
         .find_map(|(_, spec)| spec.and_then(|s| s.acl))
         .unwrap_or_default()
@@ -438,14 +434,14 @@ pub fn config_bindings(catalog: &impl Catalog, config_ref: &str) -> Vec<AclBindi
 /// (including a missing one), the image, and the roles of its bindings. A change to any of
 /// them must reconcile the cluster; used to map watch events to clusters.
 pub fn menu_refs(
-    catalog: &impl Catalog,
+    menu: &impl Menu,
     config_ref: &str,
     cluster_bindings: &[AclBinding],
 ) -> std::collections::BTreeSet<MenuRef> {
     let mut refs = std::collections::BTreeSet::new();
     let mut image_found = false;
     let mut config_acl: Option<Vec<AclBinding>> = None;
-    for (name, spec) in chain_as_far_as_it_resolves(catalog, config_ref) {
+    for (name, spec) in chain_as_far_as_it_resolves(menu, config_ref) {
         refs.insert(MenuRef::Config(name));
         let Some(spec) = spec else {
             break;
@@ -504,8 +500,8 @@ pub(crate) mod tests {
     }
 
     /// The seed's example menu: valkey-9-0, standard, large (inherits standard).
-    pub(crate) fn seed_catalog() -> MapCatalog {
-        let mut c = MapCatalog::default();
+    pub(crate) fn seed_menu() -> MenuMap {
+        let mut c = MenuMap::default();
         c.images.insert("valkey-9-0".into(), image("9.0.0"));
         let mut standard = config(None, Some("valkey-9-0"));
         standard.resources = Some(Resources {
@@ -529,7 +525,7 @@ pub(crate) mod tests {
 
     #[test]
     fn menu_refs_list_chain_image_and_roles_including_missing_links() {
-        let mut c = seed_catalog();
+        let mut c = seed_menu();
         c.configs.get_mut("standard").unwrap().acl = Some(vec![binding("app", "rw")]);
         let refs = menu_refs(&c, "large", &[binding("batch", "ro")]);
         assert_eq!(
@@ -548,7 +544,7 @@ pub(crate) mod tests {
 
     #[test]
     fn child_inherits_image_and_settings_from_base() {
-        let r = resolve_config(&seed_catalog(), "large").unwrap();
+        let r = resolve_config(&seed_menu(), "large").unwrap();
         assert_eq!(r.chain, vec!["large", "standard"]);
         assert_eq!(r.image_ref, "valkey-9-0");
         assert_eq!(r.image.version, "9.0.0");
@@ -556,23 +552,23 @@ pub(crate) mod tests {
 
     #[test]
     fn valkey_settings_merge_per_key_child_wins() {
-        let r = resolve_config(&seed_catalog(), "large").unwrap();
+        let r = resolve_config(&seed_menu(), "large").unwrap();
         assert_eq!(r.valkey["maxmemory"], "12gb");
         assert_eq!(r.valkey["maxmemory-policy"], "allkeys-lru");
     }
 
     #[test]
     fn fields_set_on_the_child_win() {
-        let r = resolve_config(&seed_catalog(), "large").unwrap();
+        let r = resolve_config(&seed_menu(), "large").unwrap();
         assert_eq!(r.resources.cpu.as_deref(), Some("4"));
         assert_eq!(r.resources.memory.as_deref(), Some("16Gi"));
-        let r = resolve_config(&seed_catalog(), "standard").unwrap();
+        let r = resolve_config(&seed_menu(), "standard").unwrap();
         assert_eq!(r.resources.memory.as_deref(), Some("2Gi"));
     }
 
     #[test]
     fn resources_merge_per_field_and_default_when_unset() {
-        let mut c = seed_catalog();
+        let mut c = seed_menu();
         let mut only_memory = config(Some("standard"), None);
         only_memory.resources = Some(Resources {
             cpu: None,
@@ -592,7 +588,7 @@ pub(crate) mod tests {
 
     #[test]
     fn image_ref_is_the_first_found_from_the_child_up() {
-        let mut c = seed_catalog();
+        let mut c = seed_menu();
         c.images.insert("valkey-9-1".into(), image("9.1.2"));
         c.configs
             .insert("newer".into(), config(Some("large"), Some("valkey-9-1")));
@@ -603,7 +599,7 @@ pub(crate) mod tests {
 
     #[test]
     fn acl_on_a_child_replaces_the_base_bindings() {
-        let mut c = seed_catalog();
+        let mut c = seed_menu();
         c.configs.get_mut("standard").unwrap().acl =
             Some(vec![binding("app", "rw"), binding("metrics", "ro")]);
         c.configs.get_mut("large").unwrap().acl = Some(vec![binding("batch", "rw")]);
@@ -625,7 +621,7 @@ pub(crate) mod tests {
 
     #[test]
     fn missing_config_blocks_naming_the_cluster_reference() {
-        let err = resolve_config(&seed_catalog(), "huge").unwrap_err();
+        let err = resolve_config(&seed_menu(), "huge").unwrap_err();
         assert_eq!(
             err,
             ResolveError::ConfigNotFound {
@@ -641,7 +637,7 @@ pub(crate) mod tests {
 
     #[test]
     fn missing_base_blocks_naming_the_child_and_its_base() {
-        let mut c = seed_catalog();
+        let mut c = seed_menu();
         c.configs.get_mut("standard").unwrap().base_ref = Some("base".into());
         let err = resolve_config(&c, "large").unwrap_err();
         assert_eq!(
@@ -652,7 +648,7 @@ pub(crate) mod tests {
 
     #[test]
     fn cycle_blocks_and_lists_the_loop() {
-        let mut c = MapCatalog::default();
+        let mut c = MenuMap::default();
         c.configs.insert("a".into(), config(Some("b"), Some("img")));
         c.configs.insert("b".into(), config(Some("a"), None));
         let err = resolve_config(&c, "a").unwrap_err();
@@ -667,7 +663,7 @@ pub(crate) mod tests {
 
     #[test]
     fn chains_resolve_up_to_ten_levels_and_no_deeper() {
-        let mut c = MapCatalog::default();
+        let mut c = MenuMap::default();
         c.images.insert("img".into(), image("9.0.0"));
         // c0 -> c1 -> ... -> c9: ten configs.
         for i in 0..10 {
@@ -686,7 +682,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_chain_without_image_ref_blocks() {
-        let mut c = MapCatalog::default();
+        let mut c = MenuMap::default();
         c.configs.insert("a".into(), config(Some("b"), None));
         c.configs.insert("b".into(), config(None, None));
         let err = resolve_config(&c, "a").unwrap_err();
@@ -700,7 +696,7 @@ pub(crate) mod tests {
 
     #[test]
     fn image_ref_naming_no_image_blocks() {
-        let mut c = seed_catalog();
+        let mut c = seed_menu();
         c.images.clear();
         let err = resolve_config(&c, "large").unwrap_err();
         assert_eq!(
@@ -738,7 +734,7 @@ pub(crate) mod tests {
 
     #[test]
     fn bindings_naming_a_missing_role_block() {
-        let mut c = seed_catalog();
+        let mut c = seed_menu();
         c.roles.insert(
             "rw".into(),
             ValkeyRoleSpec {
@@ -762,7 +758,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_resolution_to_an_older_major_than_members_run_is_refused() {
-        let c = seed_catalog();
+        let c = seed_menu();
         let resolved = resolve_config(&c, "standard").unwrap(); // valkey 9.0.0
         assert_eq!(
             refuse_major_downgrade(&resolved, ["9.1.2", "9.0.0"]),

@@ -6,6 +6,6 @@ pub mod conf;
 pub mod tls;
 
 pub use chain::{
-    Catalog, MapCatalog, MenuRef, ResolveError, ResolvedConfig, menu_refs, merge_bindings,
+    Menu, MenuMap, MenuRef, ResolveError, ResolvedConfig, menu_refs, merge_bindings,
     refuse_major_downgrade, resolve_config, resolve_roles,
 };

@@ -147,7 +147,7 @@ impl AclProgress {
     }
 }
 
-/// The ACL step, after the plan's actions: every running member loads `acl_file` (the one
+/// The ACL step, after the plan's steps: every running member loads `acl_file` (the one
 /// just applied), and an Event says when a new revision is loaded everywhere or refused.
 pub async fn load(
     ctx: &Context,

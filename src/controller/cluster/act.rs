@@ -1,5 +1,5 @@
-//! Act step: carries out the plan's actions in order, one function per [`Action`] kind. The
-//! dispatch names every variant and destructures every field, so an action (or a field)
+//! Act step: carries out the plan's steps in order, one function per [`Step`] kind. The
+//! dispatch names every variant and destructures every field, so a step (or a field)
 //! added to the plan does not compile until it is carried out here.
 
 use kube::Api;
@@ -13,7 +13,7 @@ use crate::controller::{Context, Error, object_key};
 use crate::driver::migrate::{KeyMove, move_slot_by_keys};
 use crate::driver::parse::NodeId;
 use crate::driver::{ClusterDriver, FailoverMode, MemberAddr, SetSlot, SlotMigrationRequest};
-use crate::plan::{self, Action, MoveMethod, MoveTarget};
+use crate::plan::{self, MoveMethod, MoveTarget, Step};
 use crate::topology::slots::SlotRange;
 
 /// Slots a key-by-key move handles per reconcile, so one reconcile stays short; the rest is
@@ -55,27 +55,27 @@ impl<'a> Actor<'a> {
     }
 }
 
-/// Carries out `actions` in order; the first that fails ends the reconcile (it is planned
+/// Carries out `steps` in order; the first that fails ends the reconcile (it is planned
 /// again from what the world then looks like).
-pub async fn carry_out(actor: &Actor<'_>, actions: &[Action]) -> Result<(), Error> {
-    for action in actions {
-        dispatch(actor, action).await?;
+pub async fn carry_out(actor: &Actor<'_>, steps: &[Step]) -> Result<(), Error> {
+    for step in steps {
+        dispatch(actor, step).await?;
     }
     Ok(())
 }
 
-async fn dispatch(a: &Actor<'_>, action: &Action) -> Result<(), Error> {
-    match action {
-        Action::CreateNode { name, shard } => create_node(a, name, *shard).await,
-        Action::Meet { via, target } => meet(a, via, target).await,
-        Action::AssignSlots { member, ranges } => assign_slots(a, member, ranges).await,
-        Action::Replicate { member, primary } => replicate(a, member, primary).await,
-        Action::Failover {
+async fn dispatch(a: &Actor<'_>, step: &Step) -> Result<(), Error> {
+    match step {
+        Step::CreateNode { name, shard } => create_node(a, name, *shard).await,
+        Step::Meet { via, target } => meet(a, via, target).await,
+        Step::AssignSlots { member, ranges } => assign_slots(a, member, ranges).await,
+        Step::Replicate { member, primary } => replicate(a, member, primary).await,
+        Step::Failover {
             member,
             shard,
             mode,
         } => failover(a, member, *shard, *mode).await,
-        Action::MoveSlots {
+        Step::MoveSlots {
             source,
             source_id,
             method,
@@ -85,12 +85,12 @@ async fn dispatch(a: &Actor<'_>, action: &Action) -> Result<(), Error> {
             MoveMethod::Atomic => move_slots_atomic(a, source, targets).await,
             MoveMethod::Keys => move_slots_by_keys(a, source, source_id, targets, primaries).await,
         },
-        Action::CloseSlots { member, slots } => close_slots(a, member, slots).await,
-        Action::CancelSlotMigrations { member } => cancel_slot_migrations(a, member).await,
-        Action::MarkActive { names } => mark_active(a, names).await,
-        Action::MarkLeaving { names } => mark_leaving(a, names).await,
-        Action::Forget { via, node } => forget(a, via, node).await,
-        Action::DeleteNode { name } => delete_node(a, name).await,
+        Step::CloseSlots { member, slots } => close_slots(a, member, slots).await,
+        Step::CancelSlotMigrations { member } => cancel_slot_migrations(a, member).await,
+        Step::MarkActive { names } => mark_active(a, names).await,
+        Step::MarkLeaving { names } => mark_leaving(a, names).await,
+        Step::Forget { via, node } => forget(a, via, node).await,
+        Step::DeleteNode { name } => delete_node(a, name).await,
     }
 }
 

@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use tracing::info;
@@ -23,7 +23,7 @@ pub async fn cluster_objects(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
     resolved: &Resolved,
-) -> Result<ControlFlow<Requeue, (OperatorCredentials, String)>, Error> {
+) -> Result<ControlFlow<Action, (OperatorCredentials, String)>, Error> {
     let ctx = &cctx.ctx;
     match apply_cluster_objects(ctx, cluster, resolved).await {
         Ok(applied) => Ok(ControlFlow::Continue(applied)),
@@ -35,9 +35,7 @@ pub async fn cluster_objects(
                 message: &err.to_string(),
             };
             status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
-            Ok(ControlFlow::Break(Requeue::requeue(Duration::from_secs(
-                30,
-            ))))
+            Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(30))))
         }
         Err(err) => Err(err),
     }

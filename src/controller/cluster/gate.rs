@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use kube::Resource;
-use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Action;
 
 use super::status;
 use crate::api::ValkeyCluster;
@@ -17,14 +17,14 @@ use crate::controller::{Context, Error, object_key};
 pub async fn may_proceed(
     ctx: &Context,
     cluster: &ValkeyCluster,
-) -> Result<ControlFlow<Requeue>, Error> {
+) -> Result<ControlFlow<Action>, Error> {
     if cluster.meta().deletion_timestamp.is_some() {
         forget_deleted(ctx, cluster).await;
-        return Ok(ControlFlow::Break(Requeue::await_change()));
+        return Ok(ControlFlow::Break(Action::await_change()));
     }
     if !ctx.menu_synced.load(std::sync::atomic::Ordering::Acquire) {
         // The menu stores are still listing: resolving now would report false Blocked states.
-        return Ok(ControlFlow::Break(Requeue::requeue(Duration::from_secs(1))));
+        return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(1))));
     }
     if let Some(election) = &ctx.election {
         crate::controller::leader::verify_still_leading(&ctx.client, election).await?;
@@ -33,7 +33,7 @@ pub async fn may_proceed(
     // that reconciles at once).
     if status::is_paused(cluster) {
         status::publish(ctx, cluster, status::paused(cluster)).await?;
-        return Ok(ControlFlow::Break(Requeue::await_change()));
+        return Ok(ControlFlow::Break(Action::await_change()));
     }
     Ok(ControlFlow::Continue(()))
 }

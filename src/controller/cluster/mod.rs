@@ -10,7 +10,7 @@
 //! | apply | `apply.rs`, operator passwords in `credentials.rs` | yes |
 //! | observe | `observe.rs`; what is seen is written onto the member pods by `pods.rs` | yes |
 //! | plan | `crate::plan` (pure); the maxConcurrentRollouts gate in `rollout.rs` | status when waiting |
-//! | act | `act.rs` (one function per plan action), ACL loading in `acl.rs`, certificate reload in `tls.rs` | yes |
+//! | act | `act.rs` (one function per plan step), ACL loading in `acl.rs`, certificate reload in `tls.rs` | yes |
 //! | status | `status.rs` | yes |
 //! | next look (poll as the wait goes) | `cadence.rs` (pure interval; the waits in memory) | no |
 
@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use tracing::warn;
@@ -76,7 +76,7 @@ macro_rules! or_stop {
 pub async fn reconcile(
     cluster: Arc<ValkeyCluster>,
     cctx: Arc<ClusterContext>,
-) -> Result<Requeue, Error> {
+) -> Result<Action, Error> {
     let ctx = &cctx.ctx;
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
@@ -121,7 +121,7 @@ pub async fn reconcile(
     // Act on the plan; then every running member loads the ACL file just applied.
     let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), &namespace);
     let actor = act::Actor::new(ctx, &cluster, &node_api, driver.as_ref(), &desired_spec);
-    act::carry_out(&actor, &plan.actions).await?;
+    act::carry_out(&actor, &plan.steps).await?;
     let acl_progress = acl::load(ctx, &cluster, driver.as_ref(), &observed, &acl_file).await;
     // TLS: every running member serves the certificate just copied (reloaded without restart).
     let tls_progress = match &tls {
@@ -147,7 +147,7 @@ pub async fn reconcile(
         .map(Duration::from_secs);
     let look = (&plan, &topology, &acl_progress);
     let after = look_again_in(&cctx, &cluster, driver.as_ref(), look).await;
-    Ok(Requeue::requeue(
+    Ok(Action::requeue(
         tls_wait.map_or(after, |tls| after.min(tls)),
     ))
 }
@@ -167,7 +167,7 @@ async fn look_again_in(
             let waited = cctx.waits.waited(
                 &key,
                 cadence::wait_fingerprint(plan),
-                !plan.actions.is_empty(),
+                !plan.steps.is_empty(),
                 std::time::Instant::now(),
             );
             cadence::poll_interval(waited)
@@ -201,13 +201,13 @@ enum Look {
 
 /// When to look at the cluster again, from what this round planned and saw.
 fn next_look(plan: &Plan, topology: &Topology, acl_progress: &acl::AclProgress) -> Look {
-    let settled = plan.phase == Phase::Ready && plan.actions.is_empty();
+    let settled = plan.phase == Phase::Ready && plan.steps.is_empty();
     let unanswered: Vec<&Member> = topology
         .members
         .iter()
         .filter(|m| m.view.is_none())
         .collect();
-    let waiting_on_pods = plan.actions.is_empty()
+    let waiting_on_pods = plan.steps.is_empty()
         && !unanswered.is_empty()
         && unanswered.iter().all(|m| m.pod_problem.is_some());
     look_for(settled, waiting_on_pods, acl_progress)
@@ -251,14 +251,14 @@ pub fn error_policy(
     cluster: Arc<ValkeyCluster>,
     error: &Error,
     cctx: Arc<ClusterContext>,
-) -> Requeue {
+) -> Action {
     let key = object_key(cluster.as_ref());
     let retry = cctx.ctx.failure_backoff(&format!("cluster/{key}"));
     warn!(cluster = %key, error = %error, retry_in = ?retry, "reconcile failed");
     cctx.ctx
         .metrics
         .reconcile_failed("cluster", error.metric_label());
-    Requeue::requeue(retry)
+    Action::requeue(retry)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Action;
 use tracing::info;
 
 use super::{ClusterContext, cluster_nodes, status};
@@ -27,17 +27,17 @@ pub struct Resolved {
     ),
 }
 
-/// Resolve step (pure over the catalog): config chain, bindings, roles; never to an older major
+/// Resolve step (pure over the menu): config chain, bindings, roles; never to an older major
 /// version than a member runs (`running`).
 pub fn resolve<'a>(
     cluster: &ValkeyCluster,
-    catalog: &impl crate::resolve::Catalog,
+    menu: &impl crate::resolve::Menu,
     running: impl IntoIterator<Item = &'a str>,
 ) -> Result<Resolved, ResolveError> {
-    let config = resolve_config(catalog, &cluster.spec.config_ref)?;
+    let config = resolve_config(menu, &cluster.spec.config_ref)?;
     refuse_major_downgrade(&config, running)?;
     let bindings = merge_bindings(&config.acl, &cluster.spec.acl)?;
-    let roles = resolve_roles(catalog, &bindings)?;
+    let roles = resolve_roles(menu, &bindings)?;
     Ok(Resolved {
         config,
         acl_file_inputs: (bindings, roles),
@@ -50,12 +50,12 @@ pub fn resolve<'a>(
 pub async fn or_block(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
-) -> Result<ControlFlow<Requeue, Resolved>, Error> {
+) -> Result<ControlFlow<Action, Resolved>, Error> {
     let ctx = &cctx.ctx;
     let namespace = cluster.namespace().unwrap_or_default();
     let members = cluster_nodes(&cctx.nodes, &namespace, &cluster.name_any());
     let running = members.iter().map(|n| n.spec.version.as_str());
-    match resolve(cluster, &ctx.catalog, running) {
+    match resolve(cluster, &ctx.menu, running) {
         Ok(resolved) => Ok(ControlFlow::Continue(resolved)),
         Err(err) => {
             info!(cluster = %object_key(cluster), reason = err.reason(), "blocked: {err}");
@@ -65,9 +65,7 @@ pub async fn or_block(
                 message: &err.to_string(),
             };
             status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
-            Ok(ControlFlow::Break(Requeue::requeue(Duration::from_secs(
-                60,
-            ))))
+            Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(60))))
         }
     }
 }

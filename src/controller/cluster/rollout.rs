@@ -4,7 +4,7 @@
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Action;
 
 use super::status;
 use crate::api::ValkeyCluster;
@@ -18,7 +18,7 @@ pub async fn admit(
     cluster: &ValkeyCluster,
     topology: &Topology,
     plan: &Plan,
-) -> Result<ControlFlow<Requeue>, Error> {
+) -> Result<ControlFlow<Action>, Error> {
     let key = object_key(cluster);
     let stale = topology.members.iter().any(|m| !m.current);
     ctx.metrics.rollout(&key, stale);
@@ -30,9 +30,7 @@ pub async fn admit(
         if let Err(rolling) = ctx.admit_rollout(&key, started) {
             let waiting = status::waiting_for_rollout_slot(cluster, rolling);
             status::publish(ctx, cluster, waiting).await?;
-            return Ok(ControlFlow::Break(Requeue::requeue(Duration::from_secs(
-                10,
-            ))));
+            return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(10))));
         }
     }
     Ok(ControlFlow::Continue(()))

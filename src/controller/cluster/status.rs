@@ -392,7 +392,7 @@ fn node_status(o: &Observed, plan: &Plan, observed: &[Observed]) -> ClusterNodeS
             .version
             .clone()
             .or_else(|| Some(o.node.spec.version.clone())),
-        // Marked active by this round's actions, after it was observed.
+        // Marked active by this round's steps, after it was observed.
         lifecycle: Some(if marked_active(plan, &o.member.name) {
             Lifecycle::Active
         } else {
@@ -403,10 +403,10 @@ fn node_status(o: &Observed, plan: &Plan, observed: &[Observed]) -> ClusterNodeS
     }
 }
 
-/// The plan has a `MarkActive` action naming this member.
+/// The plan has a `MarkActive` step naming this member.
 fn marked_active(plan: &Plan, member: &str) -> bool {
-    plan.actions.iter().any(|a| match a {
-        crate::plan::Action::MarkActive { names } => names.iter().any(|n| n == member),
+    plan.steps.iter().any(|a| match a {
+        crate::plan::Step::MarkActive { names } => names.iter().any(|n| n == member),
         _ => false,
     })
 }

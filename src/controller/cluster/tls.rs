@@ -8,7 +8,7 @@
 //! Secret changes only its content, never a member's spec or pod. The Secrets are watched
 //! (see `run.rs`), so creating or fixing the Secret unblocks the cluster by itself.
 //!
-//! **Reload** (after the plan's actions): the kubelet refreshes the members' Secret volume
+//! **Reload** (after the plan's steps): the kubelet refreshes the members' Secret volume
 //! some time after the copy changes (about a minute at most with its default sync period).
 //! For every running member the operator reads the certificate it serves (a verified TLS
 //! handshake); a member serving another certificate than the copy holds gets
@@ -25,7 +25,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use rustls::pki_types::UnixTime;
@@ -58,7 +58,7 @@ pub struct ClusterTls {
 pub async fn certificate(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
-) -> Result<ControlFlow<Requeue, Option<ClusterTls>>, Error> {
+) -> Result<ControlFlow<Action, Option<ClusterTls>>, Error> {
     let Some(spec) = &cluster.spec.tls else {
         return Ok(ControlFlow::Continue(None));
     };
@@ -104,9 +104,7 @@ pub async fn certificate(
     };
     status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
     // The Secret watch reconciles as soon as it appears or changes; this is a fallback.
-    Ok(ControlFlow::Break(Requeue::requeue(Duration::from_secs(
-        60,
-    ))))
+    Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(60))))
 }
 
 /// A Secret's data as bytes per key (`stringData` is folded into `data` by the API server).

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
@@ -23,16 +23,16 @@ use crate::controller::{Context, Error, NODE_MANAGER, object_key};
     skip_all,
     fields(controller = "node", object = %object_key(node.as_ref()))
 )]
-pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Action, Error> {
     if node.metadata.deletion_timestamp.is_some() {
-        return Ok(Requeue::await_change());
+        return Ok(Action::await_change());
     }
     let namespace = node.namespace().unwrap_or_default();
     let name = node.name_any();
     let clusters: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     let Some(cluster) = clusters.get_opt(&node.spec.cluster_name).await? else {
         // Its cluster is gone; garbage collection removes the node shortly.
-        return Ok(Requeue::await_change());
+        return Ok(Action::await_change());
     };
     let annotations = cluster.spec.pod_annotations.clone();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -69,7 +69,7 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Reque
         }
         Some(_) => {}
     }
-    Ok(Requeue::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(Duration::from_secs(300)))
 }
 
 /// Applies the member's ConfigMap. A ConfigMap or Pod of the member's name that this member
@@ -80,7 +80,7 @@ async fn apply_config_map(
     node: &ValkeyNode,
     cluster: &ValkeyCluster,
     existing_pod: Option<&Pod>,
-) -> Result<Option<Requeue>, Error> {
+) -> Result<Option<Action>, Error> {
     let namespace = node.namespace().unwrap_or_default();
     let node_uid = node.metadata.uid.as_deref();
     let taken = match existing_pod.map(|p| ensure_ours(p, node_uid)) {
@@ -96,7 +96,7 @@ async fn apply_config_map(
             let note = format!("member {}: {message}", node.name_any());
             crate::controller::cluster::status::warning(ctx, cluster, "NameTaken", &note).await;
         }
-        return Ok(Some(Requeue::requeue(Duration::from_secs(30))));
+        return Ok(Some(Action::requeue(Duration::from_secs(30))));
     }
     taken.map(|()| None)
 }
@@ -110,7 +110,7 @@ async fn create_pod(
     cluster: &ValkeyCluster,
     pods: &Api<Pod>,
     annotations: &std::collections::BTreeMap<String, String>,
-) -> Result<Option<Requeue>, Error> {
+) -> Result<Option<Action>, Error> {
     let pod = build::pod(node, annotations)?;
     match pods.create(&PostParams::default(), &pod).await {
         Ok(_) => {
@@ -127,7 +127,7 @@ async fn create_pod(
                 crate::controller::cluster::status::warning(ctx, cluster, "PodRefused", &note)
                     .await;
             }
-            Ok(Some(Requeue::requeue(Duration::from_secs(30))))
+            Ok(Some(Action::requeue(Duration::from_secs(30))))
         }
         Err(e) => Err(e.into()),
     }
@@ -180,12 +180,12 @@ fn refusal_patch(message: Option<&str>) -> StatusPatch<MessageOnly<'_>> {
     }
 }
 
-pub fn error_policy(node: Arc<ValkeyNode>, error: &Error, ctx: Arc<Context>) -> Requeue {
+pub fn error_policy(node: Arc<ValkeyNode>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = object_key(node.as_ref());
     let retry = ctx.failure_backoff(&format!("node/{key}"));
     warn!(node = %key, error = %error, retry_in = ?retry, "reconcile failed");
     ctx.metrics.reconcile_failed("node", error.metric_label());
-    Requeue::requeue(retry)
+    Action::requeue(retry)
 }
 
 #[cfg(test)]

@@ -18,15 +18,15 @@
 
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::{LookupError, Menu, allow_with_warnings, deny, lookup_warning};
+use super::{LookupError, MenuSnapshot, allow_with_warnings, deny, lookup_warning};
 use crate::api::ValkeyCluster;
-use crate::resolve::{MapCatalog, ResolveError, merge_bindings, resolve_config, resolve_roles};
+use crate::resolve::{MenuMap, ResolveError, merge_bindings, resolve_config, resolve_roles};
 
 /// The rule. `tls_secret`: whether the Secret `spec.tls.secretRef` names exists (`None`: not
 /// looked up).
 pub fn validate(
     req: &AdmissionRequest<ValkeyCluster>,
-    menu: &Menu,
+    menu: &MenuSnapshot,
     tls_secret: Option<&Result<bool, LookupError>>,
 ) -> AdmissionResponse {
     let Some(cluster) = req.object.as_ref() else {
@@ -51,14 +51,14 @@ pub fn validate(
         .into_iter()
         .chain(replicas_warning(cluster))
         .collect();
-    let catalog = match menu {
-        Ok(catalog) => catalog,
+    let listed = match menu {
+        Ok(listed) => listed,
         Err(error) => {
             warnings.push(lookup_warning(error));
             return allow_with_warnings(req, warnings);
         }
     };
-    if let Err(problem) = check_references(catalog, cluster, old, &mut warnings) {
+    if let Err(problem) = check_references(listed, cluster, old, &mut warnings) {
         return deny(req, problem.to_string(), warnings);
     }
     allow_with_warnings(req, warnings)
@@ -112,12 +112,12 @@ fn replicas_warning(cluster: &ValkeyCluster) -> Option<String> {
 /// resolve yet is a warning (the cluster stays Blocked until it does); Err: the reason to
 /// deny, a username clash this request's `spec.acl` introduces.
 fn check_references(
-    catalog: &MapCatalog,
+    menu: &MenuMap,
     cluster: &ValkeyCluster,
     old: Option<&ValkeyCluster>,
     warnings: &mut Vec<String>,
 ) -> Result<(), ResolveError> {
-    let config_bindings = match resolve_config(catalog, &cluster.spec.config_ref) {
+    let config_bindings = match resolve_config(menu, &cluster.spec.config_ref) {
         Ok(resolved) => resolved.acl,
         Err(e) => {
             warnings.push(format!(
@@ -125,12 +125,12 @@ fn check_references(
             ));
             // The config bindings as far as the chain resolves still count for the roles and
             // usernames below.
-            crate::resolve::chain::config_bindings(catalog, &cluster.spec.config_ref)
+            crate::resolve::chain::config_bindings(menu, &cluster.spec.config_ref)
         }
     };
     match merge_bindings(&config_bindings, &cluster.spec.acl) {
         Ok(merged) => {
-            if let Err(e) = resolve_roles(catalog, &merged) {
+            if let Err(e) = resolve_roles(menu, &merged) {
                 warnings.push(format!(
                     "{e}; the cluster stays Blocked until this is fixed"
                 ));
@@ -158,11 +158,11 @@ mod tests {
     use crate::api::{
         AclBinding, AclPermission, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec,
     };
-    use crate::resolve::MapCatalog;
+    use crate::resolve::MenuMap;
     use crate::webhook::admission::fixtures::{request, unreadable};
 
-    fn menu() -> MapCatalog {
-        let mut m = MapCatalog::default();
+    fn menu() -> MenuMap {
+        let mut m = MenuMap::default();
         m.images.insert(
             "valkey-9-0".into(),
             ValkeyImageSpec {

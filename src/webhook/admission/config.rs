@@ -19,10 +19,10 @@ use kube::ResourceExt;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::downgrade::{Verdict, downgrades, verdict};
-use super::{ClusterSummary, Clusters, Menu, allow_with_warnings, deny, lookup_warning};
+use super::{ClusterSummary, Clusters, MenuSnapshot, allow_with_warnings, deny, lookup_warning};
 use crate::api::ValkeyConfig;
 use crate::resolve::chain::{DEFAULT_MEMORY, chain_as_far_as_it_resolves, config_bindings};
-use crate::resolve::{Catalog, MapCatalog, ResolveError, resolve_config};
+use crate::resolve::{Menu, MenuMap, ResolveError, resolve_config};
 use crate::webhook::memory::{human_bytes, parse_quantity_bytes, parse_valkey_memory};
 
 /// `maxmemory` above this share of the container memory is warned about.
@@ -36,10 +36,10 @@ struct MemoryView {
     memory: (String, Option<String>),
 }
 
-fn memory_view(catalog: &impl Catalog, name: &str) -> MemoryView {
+fn memory_view(menu: &impl Menu, name: &str) -> MemoryView {
     let mut maxmemory = None;
     let mut memory = None;
-    for (current, spec) in chain_as_far_as_it_resolves(catalog, name) {
+    for (current, spec) in chain_as_far_as_it_resolves(menu, name) {
         let Some(spec) = spec else {
             break;
         };
@@ -124,8 +124,8 @@ struct UsernameClash<'a> {
 /// Clusters whose config chain passes through `name` and whose own usernames its resolved
 /// bindings would also bind, in `after` (the menu with this write) against `before`.
 fn username_clashes<'a>(
-    before: &impl Catalog,
-    after: &impl Catalog,
+    before: &impl Menu,
+    after: &impl Menu,
     name: &str,
     clusters: &'a [ClusterSummary],
 ) -> Vec<UsernameClash<'a>> {
@@ -171,7 +171,7 @@ fn name_clusters(clashes: &[&UsernameClash], verb: (&str, &str)) -> String {
 /// ground: a config that closes a cycle has no memory or bindings to compare.
 pub fn validate(
     req: &AdmissionRequest<ValkeyConfig>,
-    menu: &Menu,
+    menu: &MenuSnapshot,
     clusters: &Clusters,
 ) -> AdmissionResponse {
     let Some(config) = req.object.as_ref() else {
@@ -188,10 +188,10 @@ pub fn validate(
         return deny(req, problem, warnings);
     }
     warnings.extend(forced_setting_warnings(config));
-    let catalog = menu_after_write(menu, &name, config, &mut warnings);
-    let denial = check_chain(menu, &catalog, &name, config, &mut warnings)
-        .or_else(|| check_memory_rules(&catalog, &name, &mut warnings))
-        .or_else(|| check_clusters(menu, clusters, &catalog, &name, &mut warnings));
+    let after = menu_after_write(menu, &name, config, &mut warnings);
+    let denial = check_chain(menu, &after, &name, config, &mut warnings)
+        .or_else(|| check_memory_rules(&after, &name, &mut warnings))
+        .or_else(|| check_clusters(menu, clusters, &after, &name, &mut warnings));
     match denial {
         Some(message) => deny(req, message, warnings),
         None => allow_with_warnings(req, warnings),
@@ -214,33 +214,33 @@ fn forced_setting_warnings(config: &ValkeyConfig) -> Vec<String> {
 /// The menu as it will be once this write is stored (only this object when the menu could
 /// not be read, which is warned about).
 fn menu_after_write(
-    menu: &Menu,
+    menu: &MenuSnapshot,
     name: &str,
     config: &ValkeyConfig,
     warnings: &mut Vec<String>,
-) -> MapCatalog {
-    let mut catalog = match menu {
-        Ok(catalog) => catalog.clone(),
+) -> MenuMap {
+    let mut after = match menu {
+        Ok(after) => after.clone(),
         Err(error) => {
             warnings.push(lookup_warning(error));
-            MapCatalog::default()
+            MenuMap::default()
         }
     };
-    catalog.configs.insert(name.to_owned(), config.spec.clone());
-    catalog
+    after.configs.insert(name.to_owned(), config.spec.clone());
+    after
 }
 
 /// The inheritance chain: a cycle through this config is denied, any other resolution
 /// problem warned about; once it resolves, settings its Valkey version does not know are
 /// warned about.
 fn check_chain(
-    menu: &Menu,
-    catalog: &MapCatalog,
+    menu: &MenuSnapshot,
+    after: &MenuMap,
     name: &str,
     config: &ValkeyConfig,
     warnings: &mut Vec<String>,
 ) -> Option<String> {
-    match resolve_config(catalog, name) {
+    match resolve_config(after, name) {
         Ok(resolved) => warnings.extend(super::settings::unknown_settings(
             &resolved.image.version,
             config.spec.valkey.keys(),
@@ -260,19 +260,15 @@ fn check_chain(
 
 /// `maxmemory` against the container memory, for this config (may deny) and for the configs
 /// inheriting from it, which see the change too (warned about).
-fn check_memory_rules(
-    catalog: &MapCatalog,
-    name: &str,
-    warnings: &mut Vec<String>,
-) -> Option<String> {
-    match check_memory(name, &memory_view(catalog, name)) {
+fn check_memory_rules(after: &MenuMap, name: &str, warnings: &mut Vec<String>) -> Option<String> {
+    match check_memory(name, &memory_view(after, name)) {
         MemoryVerdict::Fine => {}
         MemoryVerdict::Warn(w) => warnings.push(w),
         MemoryVerdict::Deny(message) => return Some(message),
     }
-    for (child, _) in catalog.configs.iter().filter(|(n, _)| *n != name) {
-        let view = memory_view(catalog, child);
-        let through_this = crate::resolve::menu_refs(catalog, child, &[])
+    for (child, _) in after.configs.iter().filter(|(n, _)| *n != name) {
+        let view = memory_view(after, child);
+        let through_this = crate::resolve::menu_refs(after, child, &[])
             .contains(&crate::resolve::MenuRef::Config(name.to_owned()));
         if !through_this {
             continue;
@@ -291,9 +287,9 @@ fn check_memory_rules(
 /// must stay unique, and a repoint to an older image is warned within a major version and
 /// denied across one. Skipped without the menu (nothing to compare with).
 fn check_clusters(
-    menu: &Menu,
+    menu: &MenuSnapshot,
     clusters: &Clusters,
-    catalog: &MapCatalog,
+    after: &MenuMap,
     name: &str,
     warnings: &mut Vec<String>,
 ) -> Option<String> {
@@ -309,10 +305,10 @@ fn check_clusters(
             return None;
         }
     };
-    if let Some(denial) = check_usernames(before, catalog, name, clusters, warnings) {
+    if let Some(denial) = check_usernames(before, after, name, clusters, warnings) {
         return Some(denial);
     }
-    let moves = downgrades(before, catalog, clusters);
+    let moves = downgrades(before, after, clusters);
     match verdict(&format!("ValkeyConfig {name:?}"), &moves) {
         Verdict::Fine => None,
         Verdict::Warn(w) => {
@@ -326,8 +322,8 @@ fn check_clusters(
 /// Usernames merged with those of the clusters using this config must stay unique: a clash
 /// this change makes is denied, one that was there before is warned about.
 fn check_usernames(
-    before: &MapCatalog,
-    after: &MapCatalog,
+    before: &MenuMap,
+    after: &MenuMap,
     name: &str,
     clusters: &[ClusterSummary],
     warnings: &mut Vec<String>,
@@ -392,8 +388,8 @@ mod tests {
     }
 
     /// The sample menu: standard (2Gi, 1500mb) and large (inherits; 16Gi, 12gb).
-    fn menu() -> MapCatalog {
-        let mut m = MapCatalog::default();
+    fn menu() -> MenuMap {
+        let mut m = MenuMap::default();
         m.images.insert(
             "valkey-9-0".into(),
             ValkeyImageSpec {

@@ -17,7 +17,7 @@
 //! version any of the cluster's members runs (status), or what it resolved to before the write.
 
 use crate::driver::parse::Version;
-use crate::resolve::{Catalog, resolve_config};
+use crate::resolve::{Menu, resolve_config};
 
 use super::ClusterSummary;
 
@@ -38,8 +38,8 @@ impl Downgrade<'_> {
 
 /// The clusters that `after` (the menu with this write) moves to an older Valkey than they run.
 pub fn downgrades<'a>(
-    before: &impl Catalog,
-    after: &impl Catalog,
+    before: &impl Menu,
+    after: &impl Menu,
     clusters: &'a [ClusterSummary],
 ) -> Vec<Downgrade<'a>> {
     clusters
@@ -66,8 +66,8 @@ pub fn downgrades<'a>(
 }
 
 /// The Valkey version a config resolves to, when it resolves.
-fn resolved_version(catalog: &impl Catalog, config: &str) -> Option<Version> {
-    resolve_config(catalog, config)
+fn resolved_version(menu: &impl Menu, config: &str) -> Option<Version> {
+    resolve_config(menu, config)
         .ok()
         .and_then(|r| Version::parse(&r.image.version))
 }
@@ -122,7 +122,7 @@ pub enum Verdict {
 mod tests {
     use super::*;
     use crate::api::{ValkeyConfigSpec, ValkeyImageSpec};
-    use crate::resolve::MapCatalog;
+    use crate::resolve::MenuMap;
 
     fn image(version: &str) -> ValkeyImageSpec {
         ValkeyImageSpec {
@@ -143,8 +143,8 @@ mod tests {
         }
     }
 
-    fn menu(version: &str) -> MapCatalog {
-        let mut m = MapCatalog::default();
+    fn menu(version: &str) -> MenuMap {
+        let mut m = MenuMap::default();
         m.images.insert("valkey".into(), image(version));
         m.configs.insert("standard".into(), config("valkey"));
         m

@@ -8,13 +8,13 @@ use kube::ResourceExt;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::downgrade::{Verdict, downgrades, verdict};
-use super::{Clusters, Menu, allow_with_warnings, deny};
+use super::{Clusters, MenuSnapshot, allow_with_warnings, deny};
 use crate::api::ValkeyImage;
 
 /// The rule.
 pub fn validate(
     req: &AdmissionRequest<ValkeyImage>,
-    menu: &Menu,
+    menu: &MenuSnapshot,
     clusters: &Clusters,
 ) -> AdmissionResponse {
     let Some(image) = req.object.as_ref() else {
@@ -49,12 +49,12 @@ pub fn validate(
 mod tests {
     use super::*;
     use crate::api::{ValkeyConfigSpec, ValkeyImageSpec};
-    use crate::resolve::MapCatalog;
+    use crate::resolve::MenuMap;
     use crate::webhook::admission::ClusterSummary;
     use crate::webhook::admission::fixtures::{request, unreadable};
 
-    fn menu(version: &str) -> MapCatalog {
-        let mut m = MapCatalog::default();
+    fn menu(version: &str) -> MenuMap {
+        let mut m = MenuMap::default();
         m.images.insert(
             "valkey-9".into(),
             ValkeyImageSpec {

@@ -18,7 +18,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyRole};
-use crate::resolve::MapCatalog;
+use crate::resolve::MenuMap;
 
 /// Allow with the given warnings (none: plain allow).
 pub fn allow_with_warnings<K: Resource>(
@@ -63,7 +63,7 @@ impl From<kube::Error> for LookupError {
 
 /// The platform's menu (configs, images, roles) as the webhook reads it: a snapshot, or why it
 /// could not be read. A lookup failure never fails a request; it becomes a warning.
-pub type Menu = Result<MapCatalog, LookupError>;
+pub type MenuSnapshot = Result<MenuMap, LookupError>;
 
 /// A ValkeyCluster as the menu rules see it: which config it names, which usernames it binds
 /// in its own `spec.acl` (merged with its config's bindings, they must stay unique) and which
@@ -107,9 +107,9 @@ pub type Clusters = Result<Vec<ClusterSummary>, LookupError>;
 pub trait MenuSource: Send + Sync {
     /// The menu, possibly from a cache a few milliseconds behind the API server (advisory
     /// checks: ValkeyCluster warnings).
-    fn snapshot(&self) -> BoxFuture<'_, Menu>;
+    fn snapshot(&self) -> BoxFuture<'_, MenuSnapshot>;
     /// The menu as the API server has it now (checks that deny: ValkeyConfig cycles).
-    fn fresh_snapshot(&self) -> BoxFuture<'_, Menu> {
+    fn fresh_snapshot(&self) -> BoxFuture<'_, MenuSnapshot> {
         self.snapshot()
     }
     /// Every ValkeyCluster, as the API server has it now (a ValkeyConfig's bindings must not
@@ -150,7 +150,7 @@ pub struct ApiMenu {
 }
 
 impl MenuSource for ApiMenu {
-    fn snapshot(&self) -> BoxFuture<'_, Menu> {
+    fn snapshot(&self) -> BoxFuture<'_, MenuSnapshot> {
         Box::pin(async move {
             let lp = ListParams::default();
             let configs = Api::<ValkeyConfig>::all(self.client.clone());
@@ -161,7 +161,7 @@ impl MenuSource for ApiMenu {
             let (configs, images, roles) = tokio::time::timeout(self.timeout, lists)
                 .await
                 .map_err(|_| LookupError::Timeout(self.timeout))??;
-            Ok(MapCatalog::from_objects(configs, images, roles))
+            Ok(MenuMap::from_objects(configs, images, roles))
         })
     }
 
@@ -280,11 +280,11 @@ impl MenuSource for WatchedMenu {
         Box::pin(async move { Ok(clusters) })
     }
 
-    fn snapshot(&self) -> BoxFuture<'_, Menu> {
+    fn snapshot(&self) -> BoxFuture<'_, MenuSnapshot> {
         if !self.ready.load(std::sync::atomic::Ordering::Acquire) {
             return self.fallback.snapshot();
         }
-        let catalog = MapCatalog {
+        let menu = MenuMap {
             configs: self
                 .configs
                 .state()
@@ -304,15 +304,15 @@ impl MenuSource for WatchedMenu {
                 .map(|r| (r.name_any(), r.spec.clone()))
                 .collect(),
         };
-        Box::pin(async move { Ok(catalog) })
+        Box::pin(async move { Ok(menu) })
     }
 }
 
 /// A fixed menu and no clusters: tests, and a server without API access.
-pub struct FixedMenu(pub Menu);
+pub struct FixedMenu(pub MenuSnapshot);
 
 impl MenuSource for FixedMenu {
-    fn snapshot(&self) -> BoxFuture<'_, Menu> {
+    fn snapshot(&self) -> BoxFuture<'_, MenuSnapshot> {
         let menu = self.0.clone();
         Box::pin(async move { menu })
     }
