@@ -8,6 +8,7 @@
 //! Runs alone (`make e2e`'s serial group): stopping and deleting a node touches every suite.
 #![cfg(feature = "e2e")]
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
@@ -112,51 +113,49 @@ async fn primary_off_the_operators_node(
     bail!("every member shares a node with the operator ({avoid:?})")
 }
 
-/// Two primaries on one node the operator does not run on, with that node: a node holding a
-/// primary and a replica of another shard gets that replica promoted (`CLUSTER FAILOVER`).
+/// Two primaries on one node the operator does not run on, with that node: on a node holding
+/// members of two shards, those that are replicas are promoted (`CLUSTER FAILOVER`).
 async fn two_primaries_on_one_node(
     client: &Client,
     ns: &str,
 ) -> anyhow::Result<(Vec<Member>, String)> {
     let avoid = operator_nodes(client).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let primaries = safety::members_with(client, ns, NAME, NodeRole::Primary).await?;
-    let replicas = safety::members_with(client, ns, NAME, NodeRole::Replica).await?;
-    let mut on_node: Vec<(String, Member)> = Vec::new();
-    for p in &primaries {
-        on_node.push((node_of(&pods, &p.pod).await?, p.clone()));
-    }
-    for (node, p) in &on_node {
-        let others: Vec<Member> = on_node
-            .iter()
-            .filter(|(n, o)| n == node && o.name != p.name)
-            .map(|(_, o)| o.clone())
-            .collect();
-        if !avoid.contains(node) && !others.is_empty() {
-            println!(
-                "{node} holds two primaries already: {} and {}",
-                p.name, others[0].name
-            );
-            return Ok((vec![p.clone(), others[0].clone()], node.clone()));
+    let mut by_node: BTreeMap<String, Vec<(Member, NodeRole)>> = BTreeMap::new();
+    for role in [NodeRole::Primary, NodeRole::Replica] {
+        for m in safety::members_with(client, ns, NAME, role).await? {
+            let node = node_of(&pods, &m.pod).await?;
+            by_node.entry(node).or_default().push((m, role));
         }
     }
-    for (node, p) in on_node {
+    for (node, mut here) in by_node {
         if avoid.contains(&node) {
             continue;
         }
-        for r in replicas.iter().filter(|r| r.shard != p.shard) {
-            if node_of(&pods, &r.pod).await? != node {
-                continue;
+        // Primaries first, so a primary already there is kept; one member per shard.
+        here.sort_by_key(|(_, role)| *role != NodeRole::Primary);
+        let mut picked: Vec<(Member, NodeRole)> = Vec::new();
+        for (m, role) in here {
+            if picked.len() < 2 && picked.iter().all(|(p, _)| p.shard != m.shard) {
+                picked.push((m, role));
             }
-            promote(client, ns, r).await?;
-            println!(
-                "{node} holds two primaries: {} (shard {}) and {} (shard {})",
-                p.name, p.shard, r.name, r.shard
-            );
-            return Ok((vec![p.clone(), r.clone()], node));
         }
+        if picked.len() < 2 {
+            continue;
+        }
+        for (m, role) in &picked {
+            if *role == NodeRole::Replica {
+                promote(client, ns, m).await?;
+            }
+        }
+        let picked: Vec<Member> = picked.into_iter().map(|(m, _)| m).collect();
+        println!(
+            "{node} holds two primaries: {} (shard {}) and {} (shard {})",
+            picked[0].name, picked[0].shard, picked[1].name, picked[1].shard
+        );
+        return Ok((picked, node));
     }
-    bail!("no node besides the operator's ({avoid:?}) holds a primary and another shard's replica")
+    bail!("no node besides the operator's ({avoid:?}) holds members of two shards")
 }
 
 /// `CLUSTER FAILOVER` on replica `m`, until the status shows it as its shard's primary.

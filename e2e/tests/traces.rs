@@ -1,6 +1,7 @@
 //! OTLP traces on the local cluster: with `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set on the
 //! operator's Deployment, the operator pod posts OTLP/HTTP protobuf batches to a receiver this
-//! test runs on the bridge address, with a `reconcile` span naming the reconciled cluster and a
+//! test runs on the bridge address, with a `reconcile` span naming the reconciled cluster (and
+//! a child span per pipeline step it ran: `cluster.gate`, `cluster.resolve`, ...) and a
 //! `webhook` span naming the webhook path, under service name `valkey-operator`. Without the
 //! variable nothing is sent. Runs alone (it restarts the operator).
 #![cfg(feature = "e2e")]
@@ -93,13 +94,15 @@ async fn reconciles_and_webhook_requests_are_exported_over_otlp() -> anyhow::Res
                     let seen = [
                         contains(&all, "valkey-operator"),
                         contains(&all, "reconcile") && contains(&all, &object),
+                        // The pipeline's steps as child spans, up to where this one stops.
+                        contains(&all, "cluster.gate") && contains(&all, "cluster.resolve"),
                         contains(&all, "webhook") && contains(&all, "/validate/valkeycluster"),
                     ];
                     if seen.iter().all(|s| *s) {
                         Ok(Some(()))
                     } else {
                         anyhow::bail!(
-                            "{} batches, {} bytes; service/reconcile/webhook seen: {seen:?}",
+                            "{} batches, {} bytes; service/reconcile/steps/webhook seen: {seen:?}",
                             batches.len(),
                             all.len()
                         )

@@ -107,22 +107,11 @@ mod tests {
 
     fn view(id: &str, slots: Vec<SlotRange>, primary: Option<&str>) -> MemberView {
         MemberView {
-            id: NodeId(id.into()),
             is_primary: primary.is_none(),
             primary_id: primary.map(|p| NodeId(p.into())),
             slots,
-            cluster_owned: vec![],
-            known: Default::default(),
-            cluster_ok: true,
             replica_in_sync: primary.is_some(),
-            slot_owners: Default::default(),
-            migrating: vec![],
-            importing: vec![],
-            exports: vec![],
-            failed_migration: None,
-            atomic_migration: true,
-            repl_offset: 0,
-            failing: Default::default(),
+            ..MemberView::bare(id)
         }
     }
 

@@ -66,6 +66,31 @@ pub struct MemberView {
     pub failing: BTreeSet<NodeId>,
 }
 
+#[cfg(test)]
+impl MemberView {
+    /// A primary with id `id` that owns nothing and knows nobody: tests fill in the rest.
+    pub(crate) fn bare(id: &str) -> MemberView {
+        MemberView {
+            id: NodeId(id.into()),
+            is_primary: true,
+            primary_id: None,
+            slots: vec![],
+            cluster_owned: vec![],
+            known: BTreeSet::new(),
+            cluster_ok: true,
+            replica_in_sync: false,
+            slot_owners: BTreeSet::new(),
+            migrating: vec![],
+            importing: vec![],
+            exports: vec![],
+            failed_migration: None,
+            atomic_migration: true,
+            repl_offset: 0,
+            failing: BTreeSet::new(),
+        }
+    }
+}
+
 /// An atomic slot migration job in progress, seen from its source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExportJob {

@@ -149,6 +149,7 @@ impl AclProgress {
 
 /// The ACL step, after the plan's steps: every running member loads `acl_file` (the one
 /// just applied), and an Event says when a new revision is loaded everywhere or refused.
+#[tracing::instrument(name = "cluster.acl", skip_all)]
 pub async fn load(
     ctx: &Context,
     cluster: &ValkeyCluster,
@@ -178,10 +179,7 @@ pub async fn apply(
     observed: &[Observed],
     revision: &str,
 ) -> AclProgress {
-    let members: Vec<(String, Option<MemberAddr>)> = observed
-        .iter()
-        .map(|o| (o.member.name.clone(), o.member.addr.clone()))
-        .collect();
+    let members = super::observe::reachable_addresses(observed);
     apply_members(driver, cluster, &members, revision).await
 }
 

@@ -57,6 +57,7 @@ impl<'a> Actor<'a> {
 
 /// Carries out `steps` in order; the first that fails ends the reconcile (it is planned
 /// again from what the world then looks like).
+#[tracing::instrument(name = "cluster.act", skip_all, fields(steps = steps.len()))]
 pub async fn carry_out(actor: &Actor<'_>, steps: &[Step]) -> Result<(), Error> {
     for step in steps {
         dispatch(actor, step).await?;

@@ -19,6 +19,7 @@ use crate::resolve::acl::{OperatorCredentials, render_acl_file};
 /// Applies the cluster-wide objects; returns the operator's credentials and the rendered ACL
 /// file. A name taken by an object that is not this cluster's publishes Blocked
 /// (`ObjectsOwned` false) and stops the pipeline.
+#[tracing::instrument(name = "cluster.apply", skip_all)]
 pub async fn cluster_objects(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,

@@ -14,6 +14,7 @@ use crate::api::ValkeyCluster;
 use crate::controller::{Context, Error, object_key};
 
 /// `Continue` when the pipeline may run; otherwise when to look again.
+#[tracing::instrument(name = "cluster.gate", skip_all)]
 pub async fn may_proceed(
     ctx: &Context,
     cluster: &ValkeyCluster,

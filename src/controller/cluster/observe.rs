@@ -286,6 +286,7 @@ pub fn is_current(node: &ValkeyNode, desired_hash: &str) -> bool {
 }
 
 /// Observes every member; `desired_hash` is the spec hash members should carry.
+#[tracing::instrument(name = "cluster.observe", skip_all)]
 pub async fn members(
     driver: &dyn ClusterDriver,
     nodes: &[Arc<ValkeyNode>],
@@ -360,6 +361,24 @@ pub async fn members(
         }
     }))
     .await
+}
+
+/// (member name, client address) of every member, for the steps after the plan (ACL load,
+/// certificate reload); no address for a member whose pod does not run, or that did not
+/// answer this round while Kubernetes reports its pod not Ready (node down, probe failing):
+/// talking to it would only cost each step a connection timeout.
+pub fn reachable_addresses(observed: &[Observed]) -> Vec<(String, Option<MemberAddr>)> {
+    observed
+        .iter()
+        .map(|o| {
+            let m = &o.member;
+            let addr = m
+                .addr
+                .clone()
+                .filter(|_| m.view.is_some() || !m.pod_not_ready);
+            (m.name.clone(), addr)
+        })
+        .collect()
 }
 
 /// What the plan reads: the shape the spec asks for and the members as observed this round.
@@ -552,6 +571,39 @@ mod tests {
         // A member still joining is not Ready until it holds data: given the full limit.
         let joining = node(Some(false), Some("abc"));
         assert_eq!(observe_limit(&joining, Some(&down)), OBSERVE_LIMIT);
+    }
+
+    #[test]
+    fn members_kubernetes_reports_down_that_did_not_answer_are_left_out_after_the_plan() {
+        let member = |name: &str, answered: bool, pod_not_ready: bool| Observed {
+            node: Arc::new(node(Some(false), Some("abc"))),
+            member: Member {
+                addr: Some(MemberAddr::new(format!("10.0.0.{}", name.len()), 6379)),
+                view: answered.then(|| crate::plan::MemberView::bare("abc")),
+                pod_not_ready,
+                ..Member::new(name, 0)
+            },
+            pod: Some(name.into()),
+            role: None,
+            version: None,
+        };
+        let observed = [
+            member("answered", true, true),
+            member("silent-ready", false, false),
+            member("silent-down", false, true),
+        ];
+        let addrs: Vec<(String, bool)> = reachable_addresses(&observed)
+            .into_iter()
+            .map(|(n, a)| (n, a.is_some()))
+            .collect();
+        assert_eq!(
+            addrs,
+            [
+                ("answered".to_string(), true),
+                ("silent-ready".to_string(), true),
+                ("silent-down".to_string(), false)
+            ]
+        );
     }
 
     #[test]

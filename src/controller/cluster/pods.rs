@@ -16,6 +16,7 @@ use crate::controller::Context;
 use crate::controller::patch::StatusPatch;
 
 /// Brings every observed member's pod in line: holds-data gate first, then annotations.
+#[tracing::instrument(name = "cluster.pods", skip_all)]
 pub async fn sync(
     ctx: &Context,
     cluster: &ValkeyCluster,

@@ -47,6 +47,7 @@ pub fn resolve<'a>(
 /// Resolves the cluster against the menu and the versions its members run; a broken
 /// reference publishes Blocked (`ConfigResolved` false, naming the broken link) and stops the
 /// pipeline until a menu change or a minute later.
+#[tracing::instrument(name = "cluster.resolve", skip_all)]
 pub async fn or_block(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,

@@ -13,6 +13,7 @@ use crate::plan::{Change, Plan, Topology};
 
 /// Records whether the cluster has outdated members (and frees its rollout slot once it has
 /// none); a rolling-replacement step waits for a slot, saying so in the status.
+#[tracing::instrument(name = "cluster.admit", skip_all)]
 pub async fn admit(
     ctx: &Context,
     cluster: &ValkeyCluster,

@@ -440,6 +440,7 @@ fn replication_lag(member: &Observed, observed: &[Observed]) -> Option<i64> {
 
 /// Patches status (server-side apply on the status subresource) and emits an Event when the
 /// state changes.
+#[tracing::instrument(name = "cluster.status", skip_all)]
 pub async fn publish(
     ctx: &Context,
     cluster: &ValkeyCluster,
@@ -543,6 +544,7 @@ fn lifecycle_patch(lifecycle: Lifecycle) -> StatusPatch<ValkeyNodeStatus> {
 }
 
 /// Records each member's observed role, Valkey node id and pod in its ValkeyNode status.
+#[tracing::instrument(name = "cluster.node_statuses", skip_all)]
 pub async fn update_node_statuses(
     _ctx: &Context,
     api: &Api<ValkeyNode>,

@@ -55,6 +55,7 @@ pub struct ClusterTls {
 /// The certificate step: `None` for a plaintext cluster; for a TLS cluster the validated
 /// certificate, copied into `<cluster>-member-tls`. A missing or invalid Secret (or the copy's
 /// name taken by someone else's object) publishes Blocked and stops the pipeline.
+#[tracing::instrument(name = "cluster.certificate", skip_all)]
 pub async fn certificate(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
@@ -217,6 +218,7 @@ impl TlsProgress {
 }
 
 /// The reload step: every running member ends up serving `certificate` (see the module docs).
+#[tracing::instrument(name = "cluster.reload", skip_all)]
 pub async fn reload(
     ctx: &Context,
     cluster: &ValkeyCluster,
@@ -224,10 +226,7 @@ pub async fn reload(
     observed: &[Observed],
     tls: &ClusterTls,
 ) -> TlsProgress {
-    let members: Vec<(String, Option<MemberAddr>)> = observed
-        .iter()
-        .map(|o| (o.member.name.clone(), o.member.addr.clone()))
-        .collect();
+    let members = super::observe::reachable_addresses(observed);
     let files: Vec<(String, String)> = tls_file_settings()
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
