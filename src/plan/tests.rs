@@ -70,13 +70,7 @@ impl Sim {
                             .filter(|o| !o.slots.is_empty())
                             .map(|o| o.id.clone())
                             .collect(),
-                        migrating: vec![],
-                        importing: vec![],
-                        exports: vec![],
-                        failed_migration: None,
-                        atomic_migration: true,
-                        repl_offset: 0,
-                        failing: BTreeSet::new(),
+                        ..MemberView::bare(&n.id.0)
                     }),
                     pod_problem: None,
                     pod_not_ready: false,
