@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, ensure};
+use anyhow::{Context as _, bail, ensure};
 use fred::prelude::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, ResourceExt};
@@ -199,17 +199,34 @@ async fn impact_image_names_exactly_the_clusters_that_then_roll() -> anyhow::Res
         )
         .await?;
     }
-    let after: Vec<Vec<String>> =
-        futures::future::try_join_all(["a1", "a2", "b1"].map(|n| pod_uids(&client, &ns.name, n)))
-            .await?;
-    for i in 0..2 {
-        assert!(
-            after[i].iter().all(|uid| !before[i].contains(uid)),
-            "every member of a{} was replaced",
-            i + 1
-        );
+    // The status drops a retired member when its ValkeyNode is deleted; its pod goes after
+    // that (garbage collection, then Valkey's shutdown), so the old pods are waited for.
+    for (i, name) in ["a1", "a2"].into_iter().enumerate() {
+        let before = &before[i];
+        wait_for(
+            &format!("every member of {name} replaced (no pod from before left)"),
+            Duration::from_secs(90),
+            Duration::from_secs(1),
+            || async {
+                let left: Vec<String> = pod_uids(&client, &ns.name, name)
+                    .await?
+                    .into_iter()
+                    .filter(|uid| before.contains(uid))
+                    .collect();
+                if left.is_empty() {
+                    Ok(Some(()))
+                } else {
+                    bail!("pods from before still there: {left:?}")
+                }
+            },
+        )
+        .await?;
     }
-    assert_eq!(after[2], before[2], "b1 did not roll");
+    assert_eq!(
+        pod_uids(&client, &ns.name, "b1").await?,
+        before[2],
+        "b1 did not roll"
+    );
     let (code, text, _) = plugin(&args).await?;
     ensure!(
         code == 0,
