@@ -307,6 +307,9 @@ async fn status_mid_scale_shows_the_slots_left_to_move() -> anyhow::Result<()> {
     preload(&valkey).await?;
     let _ = valkey.quit().await;
 
+    // The plugin is built (the first call builds it: tens of seconds on a busy machine) before
+    // the scale-out starts, which moves these keys in about 30 s.
+    tokio::task::spawn_blocking(plugin_binary).await??;
     apply(&client, &ns.name, keyed(3)).await?;
     let key = format!("{}/scale", ns.name);
     let text = wait_for(
