@@ -53,11 +53,7 @@ pub fn running_address(pod: &Pod) -> Option<MemberAddr> {
 /// silent member its holds-data gate is not the cause: the gate is written only from what a
 /// member answers.)
 pub fn not_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "False")
+    pod_condition(pod, "Ready") == Some("False")
 }
 
 /// Whether a member holds its shard's data: a primary owning slots, or a replica whose link
@@ -69,13 +65,18 @@ pub fn holds_data(view: &MemberView) -> bool {
 
 /// The holds-data condition of a pod: `Some(true/false)` once set, `None` before.
 pub fn holds_data_condition(pod: &Pod) -> Option<bool> {
+    pod_condition(pod, crate::api::constants::CONDITION_HOLDS_DATA).map(|s| s == "True")
+}
+
+/// The status (`True`, `False`, `Unknown`) of the pod's condition of type `type_`, if it has it.
+fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
     pod.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == crate::api::constants::CONDITION_HOLDS_DATA)
-        .map(|c| c.status == "True")
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
 }
 
 /// How long one member's observation may take. An established member whose pod Kubernetes
