@@ -729,10 +729,11 @@ async fn measure_slot_move(client: &Client) -> anyhow::Result<report::SlotMove> 
         floor.seconds,
         slot_move / floor.seconds,
         by_key.whole_seconds,
-        floor
-            .key_by_key
-            .as_ref()
-            .map_or("n/a".into(), |k| format!("{:.2}", k.seconds)),
+        match &floor.key_by_key {
+            Some(Ok(k)) => format!("{:.2}", k.seconds),
+            Some(Err(why)) => format!("not-measured ({why})"),
+            None => "n/a".into(),
+        },
     );
     Ok(report::SlotMove {
         keys: PRELOADED as u64,
@@ -742,7 +743,7 @@ async fn measure_slot_move(client: &Client) -> anyhow::Result<report::SlotMove> 
         // The key-by-key phase alone leaves no record to time it by: only the whole
         // scale-out is measured for it.
         key_by_key_seconds: None,
-        reshard_floor_seconds: floor.key_by_key.map(|k| k.seconds),
+        reshard_floor_seconds: floor.key_by_key.and_then(Result::ok).map(|k| k.seconds),
         scale_out_atomic_seconds: atomic.whole_seconds,
         scale_out_key_by_key_seconds: Some(by_key.whole_seconds),
     })
