@@ -298,6 +298,17 @@ pub enum Error {
         namespace: String,
         name: String,
     },
+    /// The operator's credentials Secret of a formed cluster is gone (or is not this
+    /// cluster's): its members still hold the old passwords, so new ones would lock the
+    /// operator out for good. Nothing is regenerated; the cluster is blocked until it is back.
+    #[error(
+        "the operator's credentials Secret {namespace}/{name} for this cluster is {why}, and the cluster's members still use the passwords it held: the operator does not generate new ones (the members would refuse them) and changes nothing until it is back. Restore it from your backup (kubectl apply -f <backup of {namespace}/{name}>); see docs/operations.md, \"What to back up\""
+    )]
+    CredentialsMissing {
+        namespace: String,
+        name: String,
+        why: &'static str,
+    },
 }
 
 impl Error {
@@ -307,6 +318,7 @@ impl Error {
             Error::Driver(_) => "valkey",
             Error::Invalid(_) => "invalid",
             Error::NameTaken { .. } => "name_taken",
+            Error::CredentialsMissing { .. } => "credentials_missing",
         }
     }
 }

@@ -25,6 +25,31 @@ pub(super) fn silent_members(topology: &Topology) -> Vec<&Member> {
         .collect()
 }
 
+/// 0. A formed cluster none of whose established members answers (their node is down, or the
+///    operator cannot authenticate: its credentials were lost) is waited for, whatever else
+///    the spec asks: members created, introduced or given slots now could only form among
+///    themselves, a second cluster claiming the slots the silent one still serves.
+pub(super) fn wait_for_the_established(o: &Observed) -> Option<Plan> {
+    let established: Vec<&Member> = o
+        .topology
+        .members
+        .iter()
+        .filter(|m| m.lifecycle == Lifecycle::Active && m.gone.is_none() && m.node_id.is_some())
+        .collect();
+    if established.is_empty() || established.iter().any(|m| m.answered()) {
+        return None;
+    }
+    Some(Plan::new(
+        Phase::Degraded,
+        vec![],
+        format!(
+            "waiting for any of the cluster's {} established member(s) to answer ({}): nothing is created, introduced or given slots until one does, so no second cluster forms beside the one holding the data",
+            established.len(),
+            names(&established)
+        ),
+    ))
+}
+
 /// 2a. Members whose Valkey is gone for good (see [`Member::gone`]) are never waited for,
 ///     judged from the members that answer: a gone primary that still owns slots hands them
 ///     to its most up-to-date replica (`FORCE` with a majority of slot-owning primaries alive,
@@ -287,5 +312,73 @@ fn failover_mode(slot_owners: &BTreeSet<NodeId>, live: &BTreeSet<NodeId>) -> Fai
         FailoverMode::Force
     } else {
         FailoverMode::Takeover
+    }
+}
+
+#[cfg(test)]
+mod established_tests {
+    use super::*;
+    use crate::plan::{MemberView, MigrationMethod, plan};
+    use crate::topology::MemberAddr;
+    use crate::topology::slots::even_ranges;
+
+    /// Shard `shard`'s Active primary owning its even share of 3 shards, answering or not.
+    fn established(shard: usize, answering: bool) -> Member {
+        let id = format!("id{shard}");
+        let mut m = Member::new(format!("c-{shard}-0"), shard);
+        m.lifecycle = Lifecycle::Active;
+        m.node_id = Some(NodeId(id.clone()));
+        if answering {
+            m.addr = Some(MemberAddr::new(format!("10.0.0.{shard}"), 6379));
+            m.view = Some(MemberView {
+                slots: vec![even_ranges(3)[shard].clone()],
+                ..MemberView::bare(&id)
+            });
+        }
+        m
+    }
+
+    fn scaled_out(answering: bool) -> Topology {
+        Topology {
+            cluster: "c".into(),
+            shards: 4,
+            replicas_per_shard: 0,
+            members: (0..3).map(|s| established(s, answering)).collect(),
+            migration: MigrationMethod::Auto,
+        }
+    }
+
+    #[test]
+    fn no_member_is_created_while_no_established_member_answers() {
+        let p = plan(&scaled_out(false));
+        assert!(p.steps.is_empty(), "{p:?}");
+        assert_eq!(p.phase, Phase::Degraded);
+        assert!(p.message.contains("c-0-0, c-1-0, c-2-0"), "{}", p.message);
+        assert!(p.message.contains("no second cluster"), "{}", p.message);
+    }
+
+    #[test]
+    fn a_scale_out_goes_on_once_an_established_member_answers() {
+        let mut topology = scaled_out(false);
+        topology.members[1] = established(1, true);
+        let p = plan(&topology);
+        assert!(
+            p.steps
+                .iter()
+                .any(|s| matches!(s, Step::CreateNode { shard: 3, .. })),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn new_members_answering_alone_are_never_given_slots() {
+        // The new shard's member runs and answers; every established one is silent.
+        let mut topology = scaled_out(false);
+        let mut new = Member::new("c-3-0", 3);
+        new.addr = Some(MemberAddr::new("10.0.0.9", 6379));
+        new.view = Some(MemberView::bare("new"));
+        topology.members.push(new);
+        let p = plan(&topology);
+        assert!(p.steps.is_empty(), "{p:?}");
     }
 }

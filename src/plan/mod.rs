@@ -409,7 +409,9 @@ pub fn plan(topology: &Topology) -> Plan {
 fn plan_stages(topology: &Topology) -> Plan {
     let observed = Observed::new(topology);
     // Each stage returns the plan when it has something to do or wait for, `None` to go on.
-    let before_answers: [fn(&Observed) -> Option<Plan>; 4] = [
+    let before_answers: [fn(&Observed) -> Option<Plan>; 5] = [
+        // 0. A formed cluster none of whose established members answers changes nothing.
+        failures::wait_for_the_established,
         // 1. Every shard has its members (replacements for the rollout shard included).
         formation::create_members,
         // 2a. Members gone for good are never waited for: each gone primary's most up-to-date

@@ -9,7 +9,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{ClusterContext, Resolved, build, credentials, status};
 use crate::api::ValkeyCluster;
@@ -26,7 +26,8 @@ pub async fn cluster_objects(
     resolved: &Resolved,
 ) -> Result<ControlFlow<Action, (OperatorCredentials, String)>, Error> {
     let ctx = &cctx.ctx;
-    match apply_cluster_objects(ctx, cluster, resolved).await {
+    let formed = was_formed(cluster, &cctx.nodes);
+    match apply_cluster_objects(ctx, cluster, resolved, formed).await {
         Ok(applied) => Ok(ControlFlow::Continue(applied)),
         Err(err @ Error::NameTaken { .. }) => {
             info!(cluster = %object_key(cluster), "blocked: {err}");
@@ -38,6 +39,18 @@ pub async fn cluster_objects(
             status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
             Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(30))))
         }
+        Err(err @ Error::CredentialsMissing { .. }) => {
+            warn!(cluster = %object_key(cluster), "blocked: {err}");
+            let cause = status::Blocker {
+                condition: "CredentialsAvailable",
+                reason: "CredentialsMissing",
+                message: &err.to_string(),
+            };
+            status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+            // The Secret's return is what unblocks: the operator does not watch its own
+            // namespace's Secrets, so it looks again soon.
+            Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(10))))
+        }
         Err(err) => Err(err),
     }
 }
@@ -48,9 +61,10 @@ async fn apply_cluster_objects(
     ctx: &Context,
     cluster: &ValkeyCluster,
     resolved: &Resolved,
+    formed: bool,
 ) -> Result<(OperatorCredentials, String), Error> {
     let namespace = cluster.namespace().unwrap_or_default();
-    let credentials = credentials::ensure_operator_secret(ctx, cluster).await?;
+    let credentials = credentials::ensure_operator_secret(ctx, cluster, formed).await?;
     let (bindings, roles) = &resolved.acl_file_inputs;
     let acl_file = render_acl_file(bindings, roles, &credentials);
     apply(
@@ -68,6 +82,25 @@ async fn apply_cluster_objects(
         apply(ctx, &namespace, policy).await?;
     }
     Ok((credentials, acl_file))
+}
+
+/// Whether this cluster has members that may hold the operator's passwords: any ValkeyNode of
+/// it, or a status that lists members (the store may not have them yet after a restart).
+fn was_formed(
+    cluster: &ValkeyCluster,
+    nodes: &kube::runtime::reflector::Store<crate::api::ValkeyNode>,
+) -> bool {
+    let listed = cluster.status.as_ref().is_some_and(|s| !s.nodes.is_empty());
+    // A member of an earlier cluster of the same name, still being collected, is not this
+    // one's.
+    listed
+        || super::cluster_nodes(
+            nodes,
+            &cluster.namespace().unwrap_or_default(),
+            &cluster.name_any(),
+        )
+        .iter()
+        .any(|n| owned_by(n.as_ref(), cluster))
 }
 
 /// A namespaced object the operator creates and server-side applies.

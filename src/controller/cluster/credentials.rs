@@ -16,24 +16,29 @@ use crate::controller::{CLUSTER_MANAGER, Context, Error, names, object_key};
 use crate::resolve::acl::OperatorCredentials;
 
 /// The operator's passwords: generated once into a Secret in the operator's own namespace,
-/// then read back from it (never regenerated, or running members would lock the operator out).
+/// then read back from it. Never regenerated for a `formed` cluster (one with members): its
+/// members keep the passwords they started with, so new ones would lock the operator out for
+/// good; a missing Secret blocks it instead ([`Error::CredentialsMissing`]) until restored.
 /// Clusters created by earlier versions kept them in `<cluster>-operator` in their own
 /// namespace: those are moved over (and the tenant-readable copy deleted).
 pub async fn ensure_operator_secret(
     ctx: &Context,
     cluster: &ValkeyCluster,
+    formed: bool,
 ) -> Result<OperatorCredentials, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let uid = cluster.meta().uid.clone().unwrap_or_default();
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.operator_namespace);
     let secret_name = names::credentials_secret(&namespace, &cluster.name_any());
-    let existing = api.get_opt(&secret_name).await?.filter(|s| {
-        // One left by an earlier cluster of the same name is not this one's.
-        s.labels().get(build::CREDENTIALS_UID_LABEL) == Some(&uid)
-    });
-    if let Some(secret) = existing {
-        return read_credentials(&secret, &ctx.operator_namespace, &secret_name);
-    }
+    let found = api.get_opt(&secret_name).await?;
+    let restored = match found.as_ref().map(|s| secret_claim(s, &uid, formed)) {
+        Some(SecretClaim::Ours) => {
+            let secret = found.as_ref().expect("found");
+            return read_credentials(secret, &ctx.operator_namespace, &secret_name);
+        }
+        Some(SecretClaim::Restored) => found.as_ref(),
+        Some(SecretClaim::Foreign) | None => None,
+    };
     let legacy_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let legacy_name = names::operator_secret(&cluster.name_any());
     let legacy = match legacy_api.get_opt(&legacy_name).await? {
@@ -41,9 +46,21 @@ pub async fn ensure_operator_secret(
         Some(s) if ensure_ours(&s, Some(&uid)).is_ok() => Some(s),
         _ => None,
     };
-    let credentials = match &legacy {
-        Some(s) => read_credentials(s, &namespace, &legacy_name)?,
-        None => OperatorCredentials {
+    let credentials = match (restored, &legacy) {
+        (Some(s), _) => read_credentials(s, &ctx.operator_namespace, &secret_name)?,
+        (None, Some(s)) => read_credentials(s, &namespace, &legacy_name)?,
+        (None, None) if formed => {
+            return Err(Error::CredentialsMissing {
+                namespace: ctx.operator_namespace.clone(),
+                name: secret_name,
+                why: if found.is_some() {
+                    "labelled for another cluster (valkey.gomomento.com/cluster-uid)"
+                } else {
+                    "missing"
+                },
+            });
+        }
+        (None, None) => OperatorCredentials {
             operator_password: random_password(),
             replication_password: random_password(),
         },
@@ -55,11 +72,35 @@ pub async fn ensure_operator_secret(
         &Patch::Apply(&secret),
     )
     .await?;
+    if restored.is_some() {
+        info!(cluster = %object_key(cluster), "the operator's credentials Secret is back (restored without its labels): labelled again");
+    }
     if legacy.is_some() {
         info!(cluster = %object_key(cluster), "moved the operator's credentials out of the cluster's namespace");
         let _ = legacy_api.delete(&legacy_name, &Default::default()).await;
     }
     Ok(credentials)
+}
+
+/// Whose the credentials Secret found under this cluster's name is.
+#[derive(Debug, PartialEq, Eq)]
+enum SecretClaim {
+    /// Labelled with this cluster's uid.
+    Ours,
+    /// No uid label, and the cluster is formed: an admin restored it by hand (`kubectl create
+    /// secret`); its passwords are what the members hold, so it is taken and labelled.
+    Restored,
+    /// Labelled for another cluster (an earlier one of the same name), or unlabelled while
+    /// nothing was formed yet: never read.
+    Foreign,
+}
+
+fn secret_claim(secret: &Secret, uid: &str, formed: bool) -> SecretClaim {
+    match secret.labels().get(build::CREDENTIALS_UID_LABEL) {
+        Some(label) if label == uid => SecretClaim::Ours,
+        None if formed => SecretClaim::Restored,
+        _ => SecretClaim::Foreign,
+    }
 }
 
 /// Both passwords from `secret` (`namespace/name`, for the error that says how to recover).
@@ -83,7 +124,9 @@ fn read_credentials(
             })
             .ok_or_else(|| {
                 Error::Invalid(format!(
-                    "Secret {namespace}/{name} has no key {key}; delete it to have it regenerated"
+                    "Secret {namespace}/{name} has no key {key}; restore it from your backup with both {} and {} (a cluster whose members never started can have it regenerated: delete it)",
+                    build::OPERATOR_PASSWORD_KEY,
+                    build::REPLICATION_PASSWORD_KEY
                 ))
             })
     };
@@ -94,7 +137,9 @@ fn read_credentials(
 }
 
 /// Deletes credentials Secrets whose cluster no longer exists (there is no cross-namespace
-/// owner reference to do it). `live` holds the uids of every ValkeyCluster.
+/// owner reference to do it). `live` holds the uids of every ValkeyCluster in the cache; a
+/// Secret whose uid is not there is deleted only after a live read of its cluster proves it
+/// gone (a stale or still-filling cache would otherwise sweep a formed cluster's passwords).
 pub async fn sweep_credentials(
     client: &kube::Client,
     operator_namespace: &str,
@@ -112,15 +157,29 @@ pub async fn sweep_credentials(
         .list(&kube::api::ListParams::default().labels(&selector))
         .await?
     {
-        let uid = secret
-            .labels()
-            .get(build::CREDENTIALS_UID_LABEL)
-            .cloned()
-            .unwrap_or_default();
-        if !live.contains(&uid) {
-            api.delete(&secret.name_any(), &Default::default()).await?;
-            deleted += 1;
+        let labels = secret.labels();
+        let uid = labels.get(build::CREDENTIALS_UID_LABEL);
+        if uid.is_some_and(|uid| live.contains(uid)) {
+            continue;
         }
+        let owner = (
+            labels.get(build::CREDENTIALS_NAMESPACE_LABEL),
+            labels.get(crate::api::constants::LABEL_CLUSTER),
+        );
+        let current_uid = match owner {
+            (Some(namespace), Some(name)) => {
+                Api::<ValkeyCluster>::namespaced(client.clone(), namespace)
+                    .get_opt(name)
+                    .await?
+                    .and_then(|c| c.metadata.uid)
+            }
+            _ => None,
+        };
+        if current_uid.is_some() && current_uid.as_ref() == uid {
+            continue;
+        }
+        api.delete(&secret.name_any(), &Default::default()).await?;
+        deleted += 1;
     }
     Ok(deleted)
 }
@@ -132,4 +191,49 @@ fn random_password() -> String {
         .take(40)
         .map(char::from)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(uid: Option<&str>) -> Secret {
+        let mut s = Secret::default();
+        if let Some(uid) = uid {
+            s.metadata.labels =
+                Some([(build::CREDENTIALS_UID_LABEL.to_string(), uid.to_string())].into());
+        }
+        s
+    }
+
+    #[test]
+    fn a_formed_clusters_secret_is_never_replaced_only_read_or_restored() {
+        assert_eq!(
+            secret_claim(&secret(Some("u1")), "u1", true),
+            SecretClaim::Ours
+        );
+        assert_eq!(
+            secret_claim(&secret(Some("u1")), "u1", false),
+            SecretClaim::Ours
+        );
+        // Restored by hand without labels: the members' passwords, taken.
+        assert_eq!(
+            secret_claim(&secret(None), "u1", true),
+            SecretClaim::Restored
+        );
+        // Before any member exists an unlabelled Secret is nobody's word.
+        assert_eq!(
+            secret_claim(&secret(None), "u1", false),
+            SecretClaim::Foreign
+        );
+        // An earlier cluster's of the same name.
+        assert_eq!(
+            secret_claim(&secret(Some("u0")), "u1", true),
+            SecretClaim::Foreign
+        );
+        assert_eq!(
+            secret_claim(&secret(Some("u0")), "u1", false),
+            SecretClaim::Foreign
+        );
+    }
 }
