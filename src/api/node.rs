@@ -198,6 +198,11 @@ pub struct ValkeyNodeStatus {
     /// Human-readable detail about the current lifecycle step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Times this member's pod was started again because its Valkey exited before the member
+    /// ever joined the cluster (a bad setting, an image without TLS...): each next try waits
+    /// twice as long, from 10 s up to 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_failures: Option<i32>,
     /// `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

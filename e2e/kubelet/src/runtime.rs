@@ -1105,6 +1105,9 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
                 "StartError".to_string(),
                 Some(last_log_line(&ctx.log_file(&c.name))),
             )
+        } else if c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError") {
+            // As the kubelet does: the log's tail stands in for a termination message.
+            ("Error".to_string(), Some(log_tail(&ctx.log_file(&c.name))))
         } else {
             ("Error".to_string(), None)
         };
@@ -1181,6 +1184,19 @@ async fn supervise(ctx: Arc<PodCtx>, kind: Kind, idx: usize) -> Option<i32> {
             return None;
         }
     }
+}
+
+/// The last 80 lines of a container's log, at most 2048 bytes of them: what the kubelet puts
+/// in `terminated.message` under `terminationMessagePolicy: FallbackToLogsOnError`.
+fn log_tail(p: &Path) -> String {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+    let mut start = tail.len().saturating_sub(2048);
+    while !tail.is_char_boundary(start) {
+        start += 1;
+    }
+    tail[start..].to_string()
 }
 
 fn last_log_line(p: &Path) -> String {

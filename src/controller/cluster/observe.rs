@@ -22,6 +22,8 @@ use crate::plan::{ExportJob, Member, MemberView, MigrationMethod, Topology};
 pub struct Observed {
     pub node: Arc<ValkeyNode>,
     pub member: Member,
+    /// Its Valkey exited before the member ever joined (it is being started again).
+    pub start_failure: Option<String>,
     pub pod: Option<String>,
     pub role: Option<NodeRole>,
     pub version: Option<String>,
@@ -135,6 +137,11 @@ pub fn gone(node: &ValkeyNode, pod: Option<&Pod>) -> Option<String> {
                 grace + past_grace
             )
         });
+    }
+    if !had_identity {
+        // Exited before it ever joined: no identity, no data; the node controller starts
+        // it again (see `controller::node::start`), the cluster waits for it.
+        return None;
     }
     let status = pod.status.as_ref()?;
     if !matches!(status.phase.as_deref(), Some("Failed" | "Succeeded")) {
@@ -321,6 +328,10 @@ pub async fn members(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let view = observation.as_ref().map(|o| view(o, now));
+        let start_failure = pod
+            .as_deref()
+            .and_then(|p| crate::controller::node::start::failed_before_joining(node, p))
+            .map(|f| f.describe(k8s_openapi::jiff::Timestamp::now()));
         let role = view.as_ref().map(|v| {
             if v.primary_id.is_some() {
                 NodeRole::Replica
@@ -345,17 +356,23 @@ pub async fn members(
                     .map(crate::driver::parse::NodeId),
                 addr,
                 view,
-                pod_problem: pod.as_deref().and_then(pod_problem).or_else(|| {
-                    // No pod because the API server refuses it: the node controller says why.
-                    node.status
-                        .as_ref()
-                        .and_then(|s| s.message.clone())
-                        .filter(|m| pod.is_none() && crate::controller::node::says_why_no_pod(m))
-                }),
+                pod_problem: start_failure
+                    .clone()
+                    .or_else(|| pod.as_deref().and_then(pod_problem))
+                    .or_else(|| {
+                        // No pod because the API server refuses it: the node controller says why.
+                        node.status
+                            .as_ref()
+                            .and_then(|s| s.message.clone())
+                            .filter(|m| {
+                                pod.is_none() && crate::controller::node::says_why_no_pod(m)
+                            })
+                    }),
                 pod_not_ready: pod.as_deref().is_some_and(not_ready),
                 gone: gone(node, pod.as_deref()),
             },
             pod: pod.map(|p| p.name_any()),
+            start_failure,
             role,
             version: observation.as_ref().map(|o| o.server.version.to_string()),
             node: node.clone(),
@@ -524,6 +541,9 @@ mod tests {
             None
         );
         assert_eq!(gone(&node(None, Some("abc")), Some(&failed_pod())), None);
+        // Exited before it ever joined: started again by the node controller, never
+        // replaced (replacing it made hundreds of pods in minutes).
+        assert_eq!(gone(&node(Some(false), None), Some(&failed_pod())), None);
     }
 
     #[test]
@@ -585,6 +605,7 @@ mod tests {
                 ..Member::new(name, 0)
             },
             pod: Some(name.into()),
+            start_failure: None,
             role: None,
             version: None,
         };

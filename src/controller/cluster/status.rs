@@ -258,6 +258,7 @@ pub fn from_plan(
         observed_generation: generation,
         conditions: plan_conditions(plan, state, topology, acl, generation, &previous)
             .into_iter()
+            .chain([start_condition(observed, generation, &previous)])
             .chain(tls_conditions.into_iter().flatten())
             .collect(),
         endpoint: Some(endpoint(cluster)),
@@ -298,8 +299,13 @@ fn plan_conditions(
             crate::plan::degraded_reason(topology),
             plan.message.as_str(),
         )
-    } else {
+    } else if topology.members.iter().all(|m| m.view.is_some()) {
         ("Healthy", "every member the cluster has runs and answers")
+    } else {
+        (
+            "Healthy",
+            "no member that served is missing; new members are still starting",
+        )
     };
     let (acl_ok, acl_reason, acl_message) = acl.condition();
     [
@@ -344,6 +350,43 @@ fn plan_conditions(
             previous,
         ),
     ]
+}
+
+/// Condition type: some member's Valkey exits before it ever joins (it is started again
+/// with a growing backoff; see `controller::node::start`).
+pub const MEMBERS_FAILING_TO_START: &str = "MembersFailingToStart";
+
+/// `MembersFailingToStart`: True naming each such member and quoting Valkey's last log line.
+fn start_condition(
+    observed: &[Observed],
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Condition {
+    let failing: Vec<String> = observed
+        .iter()
+        .filter_map(|o| Some(format!("{}: {}", o.member.name, o.start_failure.as_ref()?)))
+        .collect();
+    if failing.is_empty() {
+        return condition(
+            MEMBERS_FAILING_TO_START,
+            false,
+            "NoneFailing",
+            "every member that was started is running",
+            generation,
+            previous,
+        );
+    }
+    condition(
+        MEMBERS_FAILING_TO_START,
+        true,
+        "ValkeyExitedAtStart",
+        &format!(
+            "{}; serving members keep serving. Fix what Valkey says (the config on the menu, the image) and the members are replaced",
+            failing.join("; ")
+        ),
+        generation,
+        previous,
+    )
 }
 
 /// TLS clusters: the certificate Secret was valid this round, and who serves it. None for a

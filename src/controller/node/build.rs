@@ -406,6 +406,9 @@ fn valkey_container(node: &ValkeyNode, namespace: &str, mounts: Vec<VolumeMount>
             ..Default::default()
         }),
         volume_mounts: Some(mounts),
+        // Valkey logs to stdout: the tail of its log becomes the termination message, so a
+        // member that exits at start says why in its pod's status (and the cluster's).
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             capabilities: Some(Capabilities {
@@ -730,6 +733,7 @@ mod tests {
                 {"name": "data", "mountPath": "/data"},
                 {"name": "tls", "mountPath": "/etc/valkey-tls", "readOnly": true},
             ],
+            "terminationMessagePolicy": "FallbackToLogsOnError",
             "securityContext": {
                 "allowPrivilegeEscalation": false,
                 "capabilities": {"drop": ["ALL"]},

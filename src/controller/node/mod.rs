@@ -3,6 +3,7 @@
 //! annotations (the cluster's `podAnnotations`) are patched live.
 
 pub mod build;
+pub mod start;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +59,9 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Actio
                 return Ok(wait);
             }
         }
+        Some(pod) if let Some(failure) = start::failed_before_joining(&node, &pod) => {
+            return start_again(&ctx, &node, &cluster, &pods, &failure).await;
+        }
         Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
             // Live change: the cluster's annotations on the running pod (added, changed and
             // removed). The cluster controller does the same on each of its reconciles, which
@@ -70,6 +74,46 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Actio
         Some(_) => {}
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// A member whose Valkey exited before it ever joined: once its backoff has passed, the
+/// failure is counted in its status, a warning Event names Valkey's last words, and the pod
+/// is deleted (the next reconcile creates it again, see [`reconcile`]).
+async fn start_again(
+    ctx: &Arc<Context>,
+    node: &ValkeyNode,
+    cluster: &ValkeyCluster,
+    pods: &Api<Pod>,
+    failure: &start::StartFailure,
+) -> Result<Action, Error> {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    if let Some(left) = failure.wait_left(now) {
+        return Ok(Action::requeue(left));
+    }
+    // Counted before the delete: a crash in between never retries without counting.
+    let api: Api<ValkeyNode> =
+        Api::namespaced(ctx.client.clone(), &node.namespace().unwrap_or_default());
+    let counted = StatusPatch {
+        status: crate::api::ValkeyNodeStatus {
+            start_failures: Some(failure.restarts + 1),
+            ..Default::default()
+        },
+    };
+    api.patch_status(
+        &node.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&counted),
+    )
+    .await?;
+    let note = format!("member {}: {}", node.name_any(), failure.describe(now));
+    warn!(node = %object_key(node), "{note}; starting its pod again");
+    crate::controller::cluster::status::warning(ctx, cluster, "MemberFailedToStart", &note).await;
+    match pods.delete(&node.name_any(), &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::requeue(Duration::from_secs(2)))
 }
 
 /// Applies the member's ConfigMap. A ConfigMap or Pod of the member's name that this member
