@@ -598,7 +598,10 @@ async fn reshard_floor(cli: &PathBuf, keys: usize) -> anyhow::Result<KeyByKeyFlo
             );
         }
     }
-    let nodes = cluster.driver.cluster_nodes(&cluster.primaries[0].0).await?;
+    let nodes = cluster
+        .driver
+        .cluster_nodes(&cluster.primaries[0].0)
+        .await?;
     let new_shards = &cluster.primaries[SHARDS..];
     let owned: Vec<SlotRange> = nodes
         .iter()
