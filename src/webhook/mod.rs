@@ -190,31 +190,12 @@ async fn validate_cluster(State(state): State<Arc<WebhookState>>, body: Bytes) -
     let started = Instant::now();
     match parse_review::<ValkeyCluster>(&body) {
         Ok(req) => {
-            // A TLS cluster's Secret is looked up on create and update (a missing one is
-            // warned about, never refused).
-            let tls_secret = req
-                .object
-                .as_ref()
-                .filter(|_| {
-                    matches!(
-                        req.operation,
-                        kube::core::admission::Operation::Create
-                            | kube::core::admission::Operation::Update
-                    )
-                })
-                .and_then(|c| c.spec.tls.as_ref().map(|t| t.secret_ref.clone()));
-            let namespace = req.namespace.clone().unwrap_or_default();
-            let (menu, secret) = tokio::join!(state.menu.snapshot(), async {
-                match &tls_secret {
-                    Some(name) => state.menu.secret_exists(&namespace, name).await,
-                    None => None,
-                }
-            });
+            let menu = state.menu.snapshot().await;
             respond(
                 &state.metrics,
                 "ValkeyCluster",
                 started,
-                admission::cluster::validate(&req, &menu, secret.as_ref()),
+                admission::cluster::validate(&req, &menu),
             )
         }
         Err(r) => r,
@@ -540,7 +521,10 @@ mod tests {
             flip in 0usize..4096,
             path in proptest::sample::select(vec!["/validate/valkeynode", "/validate/valkeycluster", "/validate/valkeyconfig", "/validate/valkeyrole", "/validate/valkeyimage", "/convert"]),
         ) {
-            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 let (status, _) = post(path, bytes).await;
                 proptest::prop_assert!(status.is_client_error(), "random bytes: {status}");
