@@ -624,7 +624,9 @@ async fn a_downgrade_repoint_is_warned_and_a_cross_major_one_refused() -> anyhow
     assert!(out.ok, "accepted: {}", out.stderr);
     assert!(
         out.stderr.contains("Warning:")
-            && out.stderr.contains("rolls 1 ValkeyCluster (9.1.2 -> 9.0.0) down")
+            && out
+                .stderr
+                .contains("rolls 1 ValkeyCluster (9.1.2 -> 9.0.0) down")
             && !out.stderr.contains(&named),
         "{}",
         out.stderr
