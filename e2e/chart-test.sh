@@ -14,7 +14,9 @@
 #      rules too), its queries parse, and its ConfigMap renders only when enabled;
 #   8. the persona ClusterRoles render by default with the chart's labels and are those of the
 #      plain manifests, which also carry the example bindings the e2e suites use;
-#   9. the checked-in plain manifests are what `make manifests` renders (no drift).
+#   9. the checked-in plain manifests are what `make manifests` renders (no drift);
+#  10. the operator's NetworkPolicy (webhook and admin ports only; its from lists; off switch)
+#      and the ValkeyNode DELETE rule in a failurePolicy: Ignore entry of its own.
 # Prints one line per check and a closing "N passed, N failed" line.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -58,8 +60,8 @@ no_ca_refused() {
 }
 check "no cert-manager and no caBundle: refused with what to set" no_ca_refused
 render --set webhook.certManager.enabled=false --set webhook.caBundle=Q0FDQQ== > "$tmp/plain.yaml"
-check "caBundle in 5 webhooks and 2 conversion webhooks, no cert-manager objects" \
-  bash -c "test \$(grep -c 'caBundle: Q0FDQQ==' '$tmp/plain.yaml') = 7 && ! grep -qE '^apiVersion: cert-manager.io|inject-ca-from:' '$tmp/plain.yaml'"
+check "caBundle in 6 webhooks and 2 conversion webhooks, no cert-manager objects" \
+  bash -c "test \$(grep -c 'caBundle: Q0FDQQ==' '$tmp/plain.yaml') = 8 && ! grep -qE '^apiVersion: cert-manager.io|inject-ca-from:' '$tmp/plain.yaml'"
 check "release namespace on every namespaced object and webhook service" \
   bash -c "! grep -n 'valkey-operator-system' '$tmp/plain.yaml' && test \$(grep -c 'namespace: ops' '$tmp/plain.yaml') -ge 14"
 
@@ -148,6 +150,60 @@ assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"], keys
 PY
 }
 check "monitoring on: ServiceMonitor on the metrics port, PrometheusRule = files/rules.yaml (5 alerts); 2 replicas: PDB and spread" operator_objects
+
+network_policy() { # default render: webhook port from anywhere, admin port kept; from/metricsFrom; off
+  cat > "$tmp/np-values.yaml" <<'YAML'
+webhook:
+  networkPolicy:
+    from: [{ipBlock: {cidr: 10.0.0.10/32}}]
+    metricsFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
+YAML
+  render -f "$tmp/np-values.yaml" > "$tmp/np-from.yaml" || return 1
+  render --set webhook.networkPolicy.enabled=false > "$tmp/np-off.yaml" || return 1
+  python3 - "$tmp/default.yaml" "$tmp/np-from.yaml" "$tmp/np-off.yaml" <<'PY2'
+import sys, yaml
+load = lambda f: [d for d in yaml.safe_load_all(open(f)) if d]
+def policy(docs):
+    (np,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert np["metadata"]["namespace"] == "ops"
+    assert all(pod_labels.get(k) == v for k, v in np["spec"]["podSelector"]["matchLabels"].items()), "selects the operator's pods"
+    assert np["spec"]["policyTypes"] == ["Ingress"], np["spec"]["policyTypes"]
+    webhook, admin = np["spec"]["ingress"]
+    assert webhook["ports"] == [{"protocol": "TCP", "port": 9443}], webhook
+    assert admin["ports"] == [{"protocol": "TCP", "port": 8080}], admin
+    return webhook, admin
+webhook, admin = policy(load(sys.argv[1]))
+assert "from" not in webhook and "from" not in admin, "by default: any address, these two ports only"
+webhook, admin = policy(load(sys.argv[2]))
+assert webhook["from"] == [{"ipBlock": {"cidr": "10.0.0.10/32"}}], webhook
+assert admin["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}], admin
+assert not [d for d in load(sys.argv[3]) if d["kind"] == "NetworkPolicy"], "webhook.networkPolicy.enabled=false still renders it"
+PY2
+}
+check "NetworkPolicy by default: ingress only to the webhook port (from webhook.networkPolicy.from, default any) and the admin port (metricsFrom)" network_policy
+node_delete_fails_open() { # namespace deletion never waits for the operator
+  python3 - "$tmp/default.yaml" <<'PY2'
+import sys, yaml
+(vwc,) = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ValidatingWebhookConfiguration"]
+nodes = [w for w in vwc["webhooks"] if any("valkeynodes" in r["resources"] for r in w["rules"])]
+assert len(nodes) == 2, [w["name"] for w in nodes]
+for w in nodes:
+    ops = {o for r in w["rules"] for o in r["operations"]}
+    if "DELETE" in ops:
+        assert ops == {"DELETE"} and w["failurePolicy"] == "Ignore", w
+    else:
+        assert w["failurePolicy"] == "Fail" and ops == {"CREATE", "UPDATE"}, w
+    (cond,) = w["matchConditions"]
+    for user in ("generic-garbage-collector", "namespace-controller", "system:kube-controller-manager"):
+        assert user in cond["expression"] and cond["expression"].startswith("!("), cond
+fail_closed = [w["name"] for w in vwc["webhooks"] if w["failurePolicy"] == "Fail"
+               and any("DELETE" in r["operations"] for r in w["rules"])]
+assert not fail_closed, "DELETE fail-closed: %s" % fail_closed
+PY2
+}
+check "ValkeyNode DELETE: own webhook entry, failurePolicy Ignore; no DELETE fail-closed; GC and namespace controller skipped" node_delete_fails_open
 DASHBOARD=$CHART/files/dashboard.json
 dashboard_valid() { # JSON, Grafana's shape, every query on the datasource variable, no overlapping panels
   python3 - "$DASHBOARD" <<'PY'

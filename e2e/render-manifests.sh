@@ -33,8 +33,8 @@ render "$OUT/manifests/rbac/product-team.yaml" \
   "Product teams: ClusterRoles valkey-product-team, valkey-menu-reader, valkey-viewer; example team-a." \
   personas/product-team.yaml
 render "$OUT/manifests/install/operator.yaml" \
-  "Settings ConfigMap, Deployment, metrics and webhook Services. Apply after manifests/rbac/." \
-  operator.yaml
+  "Settings ConfigMap, Deployment, metrics and webhook Services, NetworkPolicy. Apply after manifests/rbac/." \
+  operator.yaml networkpolicy.yaml
 render "$OUT/webhooks/validating.yaml" \
   "Validating admission; replace CA_BUNDLE_PLACEHOLDER with \`base64 -w0 ca.crt\` (certs/README.md)." \
   webhooks.yaml

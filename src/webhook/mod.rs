@@ -7,11 +7,13 @@
 //! - [`tls`]: the serving certificate, read from files and reloaded when they change.
 //! - [`admission`]: one pure `validate` per kind.
 //! - [`memory`]: Valkey memory units and Kubernetes quantities.
+//! - [`limits`]: one concurrency limit for every path, the body cap, the read deadlines.
 //! - [`router`]: the HTTP surface; a body that is not an AdmissionReview of the expected kind
 //!   gets a 4xx, never a crash.
 
 pub mod admission;
 pub mod conversion;
+pub mod limits;
 pub mod memory;
 pub mod tls;
 
@@ -35,9 +37,7 @@ use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRol
 use admission::MenuSource;
 use admission::node::NodePolicy;
 
-/// Largest review body accepted. The API server caps objects at 3 MiB; an UPDATE review carries
-/// the object twice plus request metadata.
-pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+pub use limits::{Limits, MAX_BODY_BYTES, MAX_CONCURRENT_REVIEWS};
 
 /// Default location of the serving certificate (where controller-runtime based operators and
 /// cert-manager examples mount it).
@@ -63,12 +63,16 @@ pub struct WebhookState {
     pub metrics: Arc<crate::telemetry::Metrics>,
 }
 
-/// Reviews handled at once; more wait their turn (the API server's own timeout, 5 s, bounds
-/// the wait). Reviews answer from memory in microseconds, so this only caps a flood.
-pub const MAX_CONCURRENT_REVIEWS: usize = 64;
-
-/// The HTTP surface.
+/// The HTTP surface, with the default [`Limits`].
 pub fn router(state: Arc<WebhookState>) -> Router {
+    router_with_limits(state, Arc::new(Limits::default()))
+}
+
+/// The HTTP surface. `limits` is one [`Limits`] for every route: the middleware is cloned per
+/// route, the semaphore inside it is shared, so the concurrency limit is global (a
+/// `tower::limit::ConcurrencyLimitLayer` applied with `Router::layer` would make one semaphore
+/// per route).
+pub fn router_with_limits(state: Arc<WebhookState>, limits: Arc<Limits>) -> Router {
     Router::new()
         .route("/validate/valkeynode", post(validate_node))
         .route("/validate/valkeycluster", post(validate_cluster))
@@ -77,10 +81,8 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .route("/validate/valkeyimage", post(validate_image))
         .route(crate::api::crd::CONVERSION_PATH, post(convert))
         .route("/healthz", get(|| async { "ok" }))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(tower::limit::ConcurrencyLimitLayer::new(
-            MAX_CONCURRENT_REVIEWS,
-        ))
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(limits, limits::admit))
         .with_state(state)
 }
 
@@ -188,31 +190,12 @@ async fn validate_cluster(State(state): State<Arc<WebhookState>>, body: Bytes) -
     let started = Instant::now();
     match parse_review::<ValkeyCluster>(&body) {
         Ok(req) => {
-            // A TLS cluster's Secret is looked up on create and update (a missing one is
-            // warned about, never refused).
-            let tls_secret = req
-                .object
-                .as_ref()
-                .filter(|_| {
-                    matches!(
-                        req.operation,
-                        kube::core::admission::Operation::Create
-                            | kube::core::admission::Operation::Update
-                    )
-                })
-                .and_then(|c| c.spec.tls.as_ref().map(|t| t.secret_ref.clone()));
-            let namespace = req.namespace.clone().unwrap_or_default();
-            let (menu, secret) = tokio::join!(state.menu.snapshot(), async {
-                match &tls_secret {
-                    Some(name) => state.menu.secret_exists(&namespace, name).await,
-                    None => None,
-                }
-            });
+            let menu = state.menu.snapshot().await;
             respond(
                 &state.metrics,
                 "ValkeyCluster",
                 started,
-                admission::cluster::validate(&req, &menu, secret.as_ref()),
+                admission::cluster::validate(&req, &menu),
             )
         }
         Err(r) => r,
@@ -296,9 +279,15 @@ pub async fn serve(settings: WebhookSettings, state: Arc<WebhookState>) -> anyho
     let config = tls.config.clone();
     let _reloader = tls.spawn_reloader(settings.reload_interval);
     info!(addr = %settings.addr, operator = %settings.operator_username, "webhook server listening (HTTPS)");
-    axum_server::bind_rustls(settings.addr, config)
-        .serve(router(state).into_make_service())
-        .await?;
+    let mut server = axum_server::bind_rustls(settings.addr, config)
+        .http1_only()
+        .first_request_timeout(limits::FIRST_REQUEST_TIMEOUT);
+    server
+        .http_builder()
+        .http1()
+        .header_read_timeout(limits::HEADER_READ_TIMEOUT)
+        .max_buf_size(limits::READ_BUFFER_BYTES);
+    server.serve(router(state).into_make_service()).await?;
     Ok(())
 }
 
@@ -532,7 +521,10 @@ mod tests {
             flip in 0usize..4096,
             path in proptest::sample::select(vec!["/validate/valkeynode", "/validate/valkeycluster", "/validate/valkeyconfig", "/validate/valkeyrole", "/validate/valkeyimage", "/convert"]),
         ) {
-            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 let (status, _) = post(path, bytes).await;
                 proptest::prop_assert!(status.is_client_error(), "random bytes: {status}");

@@ -11,24 +11,20 @@
 //! - Channel entries of the bindings (a string or `{pattern}`, which the schema cannot check)
 //!   must be printable-ASCII globs: denied otherwise.
 //! - More than 5 replicas per shard is accepted with a warning (Momento's API has no bound).
-//! - A TLS cluster whose `tls.secretRef` Secret does not exist (yet) is **accepted with a
-//!   warning** naming it: the cluster stays Blocked until it exists (cert-manager may well
-//!   create it a moment later).
+//! - Whether the `tls.secretRef` Secret exists is **not** looked up: an answer saying so would
+//!   tell anyone who can reach the webhook port (a forged review names any namespace) whether a
+//!   Secret exists in another tenant's namespace. The operator says it in the cluster's status
+//!   (`TlsCertificateValid=False`, `SecretMissing`), to those who may read it.
 //! - A menu that cannot be read never fails the request: accepted with a warning.
 
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::{LookupError, MenuSnapshot, allow_with_warnings, deny, lookup_warning};
+use super::{MenuSnapshot, allow_with_warnings, deny, lookup_warning};
 use crate::api::ValkeyCluster;
 use crate::resolve::{MenuMap, ResolveError, merge_bindings, resolve_config, resolve_roles};
 
-/// The rule. `tls_secret`: whether the Secret `spec.tls.secretRef` names exists (`None`: not
-/// looked up).
-pub fn validate(
-    req: &AdmissionRequest<ValkeyCluster>,
-    menu: &MenuSnapshot,
-    tls_secret: Option<&Result<bool, LookupError>>,
-) -> AdmissionResponse {
+/// The rule.
+pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &MenuSnapshot) -> AdmissionResponse {
     let Some(cluster) = req.object.as_ref() else {
         return allow_with_warnings(req, vec![]);
     };
@@ -46,11 +42,7 @@ pub fn validate(
         return deny(req, problem, vec![]);
     }
 
-    let namespace = req.namespace.clone().unwrap_or_default();
-    let mut warnings: Vec<String> = tls_secret_warning(&namespace, cluster, tls_secret)
-        .into_iter()
-        .chain(replicas_warning(cluster))
-        .collect();
+    let mut warnings: Vec<String> = replicas_warning(cluster).into_iter().collect();
     let listed = match menu {
         Ok(listed) => listed,
         Err(error) => {
@@ -78,24 +70,6 @@ fn tls_added_or_removed(old: &ValkeyCluster, cluster: &ValkeyCluster) -> Option<
         describe(&old.spec.tls),
         describe(&cluster.spec.tls)
     ))
-}
-
-/// A TLS cluster whose Secret does not exist (yet), or could not be looked up.
-fn tls_secret_warning(
-    namespace: &str,
-    cluster: &ValkeyCluster,
-    tls_secret: Option<&Result<bool, LookupError>>,
-) -> Option<String> {
-    let secret = &cluster.spec.tls.as_ref()?.secret_ref;
-    match tls_secret {
-        Some(Ok(false)) => Some(format!(
-            "TLS Secret {namespace}/{secret} (spec.tls.secretRef) does not exist yet; the cluster stays Blocked until it exists (with cert-manager: a Certificate with secretName {secret}, see docs/tls.md)"
-        )),
-        Some(Err(e)) => Some(format!(
-            "could not check that TLS Secret {namespace}/{secret} exists ({e}); the operator checks it when it reconciles"
-        )),
-        Some(Ok(true)) | None => None,
-    }
 }
 
 /// More than 5 replicas per shard: allowed (Momento's API has no bound), but costly.
@@ -210,7 +184,7 @@ mod tests {
     #[test]
     fn a_cluster_with_resolvable_references_is_accepted_without_warnings() {
         let req = request::<ValkeyCluster>("valkeycluster-create.json", |_| {});
-        let resp = validate(&req, &Ok(menu()), None);
+        let resp = validate(&req, &Ok(menu()));
         assert!(resp.allowed, "{:?}", resp.result);
         assert_eq!(resp.warnings, None);
     }
@@ -220,7 +194,7 @@ mod tests {
         let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
             v["request"]["object"]["spec"]["configRef"] = "not-yet-published".into()
         });
-        let resp = validate(&req, &Ok(menu()), None);
+        let resp = validate(&req, &Ok(menu()));
         assert!(resp.allowed);
         let warnings = resp.warnings.unwrap();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -237,7 +211,7 @@ mod tests {
         m.images.clear();
         m.roles.remove("readwrite");
         let req = request::<ValkeyCluster>("valkeycluster-create.json", |_| {});
-        let resp = validate(&req, &Ok(m), None);
+        let resp = validate(&req, &Ok(m));
         assert!(resp.allowed);
         let warnings = resp.warnings.unwrap().join("\n");
         assert!(
@@ -253,7 +227,7 @@ mod tests {
     #[test]
     fn a_menu_lookup_failure_accepts_with_a_warning() {
         let req = request::<ValkeyCluster>("valkeycluster-create.json", |_| {});
-        let resp = validate(&req, &Err(unreadable("connection refused")), None);
+        let resp = validate(&req, &Err(unreadable("connection refused")));
         assert!(resp.allowed);
         assert!(resp.warnings.unwrap()[0].contains("references were not checked"));
     }
@@ -262,7 +236,7 @@ mod tests {
     fn tls_cannot_be_added_or_removed_after_creation_but_its_secret_may_change() {
         // The fixture's old object has no TLS; the new one adds it.
         let req = request::<ValkeyCluster>("valkeycluster-update-tls.json", |_| {});
-        let resp = validate(&req, &Ok(menu()), None);
+        let resp = validate(&req, &Ok(menu()));
         assert!(!resp.allowed);
         assert!(
             resp.result
@@ -278,51 +252,18 @@ mod tests {
             req["object"] = req["oldObject"].clone();
             req["oldObject"] = new;
         });
-        assert!(!validate(&req, &Ok(menu()), None).allowed);
+        assert!(!validate(&req, &Ok(menu())).allowed);
         // An update that keeps TLS as it was is fine, even with the menu unreadable.
         let req = request::<ValkeyCluster>("valkeycluster-update-tls.json", |v| {
             v["request"]["oldObject"]["spec"]["tls"] =
                 v["request"]["object"]["spec"]["tls"].clone();
         });
-        assert!(validate(&req, &Err(unreadable("down")), None).allowed);
+        assert!(validate(&req, &Err(unreadable("down"))).allowed);
         // Another Secret: a rotation (Momento's operator allows it too).
         let req = request::<ValkeyCluster>("valkeycluster-update-tls.json", |v| {
             v["request"]["oldObject"]["spec"]["tls"] = serde_json::json!({"secretRef": "old-tls"});
         });
-        assert!(validate(&req, &Ok(menu()), None).allowed);
-    }
-
-    #[test]
-    fn a_tls_secret_that_does_not_exist_yet_is_warned_not_refused() {
-        let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
-            v["request"]["object"]["spec"]["tls"] = serde_json::json!({"secretRef": "cache-cert"});
-        });
-        let namespace = req.namespace.clone().unwrap_or_default();
-        let resp = validate(&req, &Ok(menu()), Some(&Ok(false)));
-        assert!(resp.allowed);
-        let warnings = resp.warnings.unwrap_or_default();
-        assert!(
-            warnings.iter().any(|w| w.contains(&format!(
-                "TLS Secret {namespace}/cache-cert (spec.tls.secretRef) does not exist yet"
-            ))),
-            "{warnings:?}"
-        );
-        let resp = validate(&req, &Ok(menu()), Some(&Ok(true)));
-        assert!(resp.allowed);
-        assert!(
-            resp.warnings
-                .unwrap_or_default()
-                .iter()
-                .all(|w| !w.contains("TLS Secret")),
-        );
-        let resp = validate(&req, &Ok(menu()), Some(&Err(unreadable("down"))));
-        assert!(resp.allowed);
-        assert!(
-            resp.warnings
-                .unwrap_or_default()
-                .iter()
-                .any(|w| w.contains("could not check that TLS Secret")),
-        );
+        assert!(validate(&req, &Ok(menu())).allowed);
     }
 
     #[test]
@@ -331,7 +272,7 @@ mod tests {
             v["request"]["object"]["spec"]["acl"][0]["permissions"][0]["channels"] =
                 serde_json::json!(["events:*", {"pattern": "has space"}]);
         });
-        let resp = validate(&req, &Ok(menu()), None);
+        let resp = validate(&req, &Ok(menu()));
         assert!(!resp.allowed);
         assert!(
             resp.result
@@ -345,7 +286,7 @@ mod tests {
                 serde_json::json!(["events:*", {"pattern": "orders:*"}]);
             v["request"]["object"]["spec"]["replicasPerShard"] = 8.into();
         });
-        let resp = validate(&req, &Ok(menu()), None);
+        let resp = validate(&req, &Ok(menu()));
         assert!(resp.allowed, "{}", resp.result.message);
         assert!(
             resp.warnings
@@ -360,7 +301,7 @@ mod tests {
         let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
             v["request"]["object"]["spec"]["acl"][0]["username"] = "metrics".into()
         });
-        let resp = validate(&req, &Ok(menu()), None);
+        let resp = validate(&req, &Ok(menu()));
         assert!(!resp.allowed);
         assert!(
             resp.result
@@ -378,6 +319,6 @@ mod tests {
             v["request"]["oldObject"] = v["request"]["object"].clone();
             v["request"]["object"] = serde_json::Value::Null;
         });
-        assert!(validate(&req, &Err(unreadable("down")), None).allowed);
+        assert!(validate(&req, &Err(unreadable("down"))).allowed);
     }
 }

@@ -152,18 +152,11 @@ fn username_clashes<'a>(
     clashes
 }
 
-/// `ValkeyClusters "ns/a", "ns/b", 3 more bind` (the verb agrees with the count).
-fn name_clusters(clashes: &[&UsernameClash], verb: (&str, &str)) -> String {
-    let names = clashes
-        .iter()
-        .map(|c| format!("\"{}/{}\"", c.cluster.namespace, c.cluster.name))
-        .collect();
-    let (noun, verb) = if clashes.len() == 1 {
-        ("ValkeyCluster", verb.0)
-    } else {
-        ("ValkeyClusters", verb.1)
-    };
-    format!("{noun} {} {verb}", super::name_some(names))
+/// `3 ValkeyClusters using it bind` (the verb agrees with the count; the clusters are counted,
+/// not named: see [`super::count_clusters`]).
+fn count_using(clashes: &[&UsernameClash], verb: (&str, &str)) -> String {
+    let verb = if clashes.len() == 1 { verb.0 } else { verb.1 };
+    format!("{} using it {verb}", super::count_clusters(clashes.len()))
 }
 
 /// The rule. Each check below adds its warnings and may return a denial; the first denial
@@ -309,7 +302,8 @@ fn check_clusters(
         return Some(denial);
     }
     let moves = downgrades(before, after, clusters);
-    match verdict(&format!("ValkeyConfig {name:?}"), &moves) {
+    let hint = super::impact_hint("config", name);
+    match verdict(&format!("ValkeyConfig {name:?}"), &hint, &moves) {
         Verdict::Fine => None,
         Verdict::Warn(w) => {
             warnings.push(w);
@@ -329,6 +323,7 @@ fn check_usernames(
     warnings: &mut Vec<String>,
 ) -> Option<String> {
     let clashes = username_clashes(before, after, name, clusters);
+    let hint = super::impact_hint("config", name);
     let mut usernames: Vec<&str> = clashes.iter().map(|c| c.username.as_str()).collect();
     usernames.sort_unstable();
     usernames.dedup();
@@ -341,19 +336,19 @@ fn check_usernames(
         if !new.is_empty() {
             denial.push(format!(
                 "{} ACL user {username:?} in spec.acl, and this change makes ValkeyConfig {name:?} bind it as well",
-                name_clusters(&new, ("already binds", "already bind"))
+                count_using(&new, ("already binds", "already bind"))
             ));
         }
         if !old.is_empty() {
             warnings.push(format!(
-                "{} ACL user {username:?} both in spec.acl and through ValkeyConfig {name:?} and stay Blocked until one of the bindings is renamed",
-                name_clusters(&old, ("binds", "bind"))
+                "{} ACL user {username:?} both in spec.acl and through ValkeyConfig {name:?} and stay Blocked until one of the bindings is renamed ({hint})",
+                count_using(&old, ("binds", "bind"))
             ));
         }
     }
     (!denial.is_empty()).then(|| {
         format!(
-            "{}: usernames must be unique once a cluster's bindings are merged with its config's (a clash blocks the cluster); use another username in this ValkeyConfig, or have those clusters rename theirs first",
+            "{}: usernames must be unique once a cluster's bindings are merged with its config's (a clash blocks the cluster); use another username in this ValkeyConfig, or have those clusters rename theirs first ({hint})",
             denial.join("; ")
         )
     })
@@ -636,7 +631,7 @@ mod tests {
         let clusters = vec![
             cluster("team-a", "orders", "large", &["app"]),
             cluster("team-b", "carts", "large", &["app", "batch"]),
-            cluster("team-c", "other", "standard", &["app"]),
+            cluster("team-c", "elsewhere", "standard", &["app"]),
         ];
         let resp = validate(
             &large_binding(&["metrics", "app"]),
@@ -647,13 +642,19 @@ mod tests {
         let message = &resp.result.message;
         assert!(
             message.contains(
-                "ValkeyClusters \"team-a/orders\", \"team-b/carts\" already bind ACL user \"app\" in spec.acl, and this change makes ValkeyConfig \"large\" bind it as well"
+                "2 ValkeyClusters using it already bind ACL user \"app\" in spec.acl, and this change makes ValkeyConfig \"large\" bind it as well"
             ),
             "{message}"
         );
         assert!(message.contains("use another username"), "{message}");
-        // team-c/other uses standard, which this write does not reach.
-        assert!(!message.contains("team-c"), "{message}");
+        assert!(
+            message.contains("`kubectl valkey impact config large` lists the clusters"),
+            "{message}"
+        );
+        // Nothing of the tenants: namespaces, cluster names, their other usernames.
+        for foreign in ["team-", "orders", "carts", "elsewhere", "batch"] {
+            assert!(!message.contains(foreign), "names {foreign:?}: {message}");
+        }
     }
 
     #[test]
@@ -671,7 +672,13 @@ mod tests {
         let clusters = vec![cluster("team-a", "orders", "large", &["app"])];
         let resp = validate(&req, &Ok(m.clone()), &Ok(clusters.clone()));
         assert!(!resp.allowed);
-        assert!(resp.result.message.contains("\"team-a/orders\""));
+        assert!(
+            resp.result
+                .message
+                .contains("1 ValkeyCluster using it already binds"),
+            "{}",
+            resp.result.message
+        );
         // "large" binding its own users shields its clusters from standard's.
         m.configs.get_mut("large").unwrap().acl = Some(vec![]);
         let resp = validate(&req, &Ok(m), &Ok(clusters));
@@ -706,9 +713,10 @@ mod tests {
         assert!(resp.allowed, "{:?}", resp.result);
         let w = resp.warnings.unwrap().join("\n");
         assert!(
-            w.contains("ValkeyCluster \"team-a/orders\" binds ACL user \"app\" both in spec.acl and through ValkeyConfig \"large\""),
+            w.contains("1 ValkeyCluster using it binds ACL user \"app\" both in spec.acl and through ValkeyConfig \"large\""),
             "{w}"
         );
+        assert!(!w.contains("team-a") && !w.contains("orders"), "{w}");
     }
 
     #[test]
@@ -724,7 +732,7 @@ mod tests {
     }
 
     #[test]
-    fn many_clashing_clusters_are_summarised() {
+    fn many_clashing_clusters_are_counted() {
         let clusters: Vec<_> = (0..8)
             .map(|i| cluster("team", &format!("c{i}"), "large", &["app"]))
             .collect();
@@ -733,7 +741,7 @@ mod tests {
         assert!(
             resp.result
                 .message
-                .contains("\"team/c4\", 3 more already bind"),
+                .contains("8 ValkeyClusters using it already bind"),
             "{}",
             resp.result.message
         );

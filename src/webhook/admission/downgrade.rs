@@ -72,33 +72,30 @@ fn resolved_version(menu: &impl Menu, config: &str) -> Option<Version> {
         .and_then(|r| Version::parse(&r.image.version))
 }
 
-/// `ValkeyCluster "ns/a" (9.1.2 -> 9.0.0)`, or several, the first five named.
+/// `2 ValkeyClusters (9.1.2 -> 9.0.0)`: counted with the version moves, never named (see
+/// [`super::count_clusters`]).
 fn describe(moves: &[&Downgrade]) -> String {
-    let listed: Vec<String> = moves
+    let versions: std::collections::BTreeSet<String> = moves
         .iter()
-        .map(|m| {
-            format!(
-                "\"{}/{}\" ({} -> {})",
-                m.cluster.namespace, m.cluster.name, m.from, m.to
-            )
-        })
+        .map(|m| format!("{} -> {}", m.from, m.to))
         .collect();
-    let noun = if moves.len() == 1 {
-        "ValkeyCluster"
-    } else {
-        "ValkeyClusters"
-    };
-    format!("{noun} {}", super::name_some(listed))
+    let versions: Vec<String> = versions.into_iter().collect();
+    format!(
+        "{} ({})",
+        super::count_clusters(moves.len()),
+        versions.join(", ")
+    )
 }
 
 /// What the webhook says about `moves`, made by a write to `subject` (e.g. `ValkeyImage "x"`):
-/// a denial when any crosses a major version, else a warning when there are any.
-pub fn verdict(subject: &str, moves: &[Downgrade]) -> Verdict {
+/// a denial when any crosses a major version, else a warning when there are any. `hint` says
+/// how to list the clusters ([`super::impact_hint`]).
+pub fn verdict(subject: &str, hint: &str, moves: &[Downgrade]) -> Verdict {
     let (refused, warned): (Vec<&Downgrade>, Vec<&Downgrade>) =
         moves.iter().partition(|m| m.crosses_major());
     if !refused.is_empty() {
         return Verdict::Deny(format!(
-            "{subject} would roll {} to an older major version of Valkey: a replica of the older version cannot load the data a primary of the newer one sends (Valkey 9 replicates in RDB format 80, which Valkey 8 and earlier refuse), so every replacement member would fail to sync and the rollout would stall with each shard one copy short. Keep the major version here; to run the older build, publish it as a new ValkeyImage and a ValkeyConfig for new clusters",
+            "{subject} would roll {} to an older major version of Valkey: a replica of the older version cannot load the data a primary of the newer one sends (Valkey 9 replicates in RDB format 80, which Valkey 8 and earlier refuse), so every replacement member would fail to sync and the rollout would stall with each shard one copy short. Keep the major version here; to run the older build, publish it as a new ValkeyImage and a ValkeyConfig for new clusters ({hint})",
             describe(&refused)
         ));
     }
@@ -106,7 +103,7 @@ pub fn verdict(subject: &str, moves: &[Downgrade]) -> Verdict {
         return Verdict::Fine;
     }
     Verdict::Warn(format!(
-        "{subject} rolls {} down to an older Valkey: every member is replaced (data is replicated to the older build first); settings only the newer version knows make the new members fail to start. Check that this is intended",
+        "{subject} rolls {} down to an older Valkey: every member is replaced (data is replicated to the older build first); settings only the newer version knows make the new members fail to start. Check that this is intended ({hint})",
         describe(&warned)
     ))
 }
@@ -165,13 +162,12 @@ mod tests {
         let clusters = [cluster("cart", "standard", &["9.1.2", "9.1.2"])];
         let moves = downgrades(&menu("9.1.2"), &menu("9.0.0"), &clusters);
         assert_eq!(moves.len(), 1);
-        let Verdict::Warn(w) = verdict("ValkeyImage \"valkey\"", &moves) else {
+        let Verdict::Warn(w) = verdict("ValkeyImage \"valkey\"", "the hint", &moves) else {
             panic!("a warning");
         };
-        assert!(
-            w.contains("ValkeyCluster \"shop/cart\" (9.1.2 -> 9.0.0)"),
-            "{w}"
-        );
+        assert!(w.contains("1 ValkeyCluster (9.1.2 -> 9.0.0)"), "{w}");
+        assert!(w.contains("(the hint)"), "{w}");
+        assert!(!w.contains("shop") && !w.contains("cart"), "no names: {w}");
     }
 
     #[test]
@@ -181,12 +177,15 @@ mod tests {
             cluster("other", "elsewhere", &["9.0.0"]),
         ];
         let moves = downgrades(&menu("9.0.0"), &menu("8.1.4"), &clusters);
-        let Verdict::Deny(d) = verdict("ValkeyImage \"valkey\"", &moves) else {
+        let Verdict::Deny(d) = verdict("ValkeyImage \"valkey\"", "", &moves) else {
             panic!("a denial");
         };
-        assert!(d.contains("\"shop/cart\" (9.0.0 -> 8.1.4)"), "{d}");
+        assert!(d.contains("1 ValkeyCluster (9.0.0 -> 8.1.4)"), "{d}");
         assert!(d.contains("RDB format 80"), "{d}");
-        assert!(!d.contains("other"), "{d}");
+        assert!(
+            !d.contains("other") && !d.contains("shop") && !d.contains("cart"),
+            "{d}"
+        );
     }
 
     #[test]
@@ -194,7 +193,7 @@ mod tests {
         let clusters = [cluster("cart", "standard", &["9.0.0"])];
         assert!(downgrades(&menu("9.0.0"), &menu("9.1.2"), &clusters).is_empty());
         assert!(downgrades(&menu("9.0.0"), &menu("9.0.0"), &clusters).is_empty());
-        assert_eq!(verdict("x", &[]), Verdict::Fine);
+        assert_eq!(verdict("x", "", &[]), Verdict::Fine);
     }
 
     #[test]
@@ -221,6 +220,7 @@ mod tests {
         assert!(matches!(
             verdict(
                 "ValkeyConfig \"standard\"",
+                "",
                 &downgrades(&before, &after, &clusters)
             ),
             Verdict::Deny(_)
@@ -228,16 +228,15 @@ mod tests {
     }
 
     #[test]
-    fn many_clusters_are_summarised() {
+    fn many_clusters_are_counted_not_named() {
         let clusters: Vec<_> = (0..8)
             .map(|i| cluster(&format!("c{i}"), "standard", &["9.1.2"]))
             .collect();
         let moves = downgrades(&menu("9.1.2"), &menu("9.1.0"), &clusters);
-        let Verdict::Warn(w) = verdict("ValkeyImage \"valkey\"", &moves) else {
+        let Verdict::Warn(w) = verdict("ValkeyImage \"valkey\"", "", &moves) else {
             panic!("a warning");
         };
-        assert!(w.contains("ValkeyClusters \"shop/c0\""), "{w}");
-        assert!(w.contains("3 more"), "{w}");
-        assert!(!w.contains("c7"), "{w}");
+        assert!(w.contains("8 ValkeyClusters (9.1.2 -> 9.1.0)"), "{w}");
+        assert!(!w.contains("shop") && !w.contains("c0"), "{w}");
     }
 }

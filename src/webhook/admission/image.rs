@@ -38,7 +38,8 @@ pub fn validate(
     let mut after = before.clone();
     after.images.insert(name.clone(), image.spec.clone());
     let moves = downgrades(before, &after, clusters);
-    match verdict(&format!("ValkeyImage {name:?}"), &moves) {
+    let hint = super::impact_hint("image", &name);
+    match verdict(&format!("ValkeyImage {name:?}"), &hint, &moves) {
         Verdict::Fine => allow_with_warnings(req, vec![]),
         Verdict::Warn(w) => allow_with_warnings(req, vec![w]),
         Verdict::Deny(message) => deny(req, message, vec![]),
@@ -101,10 +102,13 @@ mod tests {
         assert!(resp.allowed);
         let w = resp.warnings.unwrap().join("\n");
         assert!(
-            w.contains(
-                "ValkeyImage \"valkey-9\" rolls ValkeyCluster \"shop/cart\" (9.1.2 -> 9.0.0)"
-            ),
+            w.contains("ValkeyImage \"valkey-9\" rolls 1 ValkeyCluster (9.1.2 -> 9.0.0)"),
             "{w}"
+        );
+        assert!(w.contains("`kubectl valkey impact image valkey-9`"), "{w}");
+        assert!(
+            !w.contains("shop") && !w.contains("cart"),
+            "no tenant names: {w}"
         );
     }
 
@@ -115,6 +119,11 @@ mod tests {
         assert_eq!(resp.result.code, 403);
         assert!(
             resp.result.message.contains("(9.1.2 -> 8.1.4)"),
+            "{}",
+            resp.result.message
+        );
+        assert!(
+            !resp.result.message.contains("shop"),
             "{}",
             resp.result.message
         );

@@ -115,32 +115,6 @@ pub trait MenuSource: Send + Sync {
     /// Every ValkeyCluster, as the API server has it now (a ValkeyConfig's bindings must not
     /// clash with those of the clusters using it).
     fn clusters(&self) -> BoxFuture<'_, Clusters>;
-
-    /// Whether Secret `namespace/name` exists (a TLS cluster's `tls.secretRef`; only its
-    /// metadata is read). `None`: this source cannot tell (nothing is warned).
-    fn secret_exists<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Option<Result<bool, LookupError>>> {
-        let _ = (namespace, name);
-        Box::pin(async { None })
-    }
-}
-
-/// Reads whether a Secret exists, metadata only, bounded in time.
-async fn secret_exists_in(
-    client: &Client,
-    timeout: std::time::Duration,
-    namespace: &str,
-    name: &str,
-) -> Result<bool, LookupError> {
-    let api: Api<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>> =
-        Api::namespaced(client.clone(), namespace);
-    let found = tokio::time::timeout(timeout, api.get_metadata_opt(name))
-        .await
-        .map_err(|_| LookupError::Timeout(timeout))??;
-    Ok(found.is_some())
 }
 
 /// The menu from the API server: three cluster-scoped lists, bounded in time.
@@ -172,16 +146,6 @@ impl MenuSource for ApiMenu {
                 .await
                 .map_err(|_| LookupError::Timeout(self.timeout))??;
             Ok(list.iter().map(ClusterSummary::from).collect())
-        })
-    }
-
-    fn secret_exists<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Option<Result<bool, LookupError>>> {
-        Box::pin(async move {
-            Some(secret_exists_in(&self.client, self.timeout, namespace, name).await)
         })
     }
 }
@@ -257,16 +221,6 @@ impl WatchedMenu {
 /// by the controller (the clusters on it are Blocked, `ConfigResolved=False`), so no review
 /// costs a LIST.
 impl MenuSource for WatchedMenu {
-    /// Not cached (the tenants' Secrets are not watched): one metadata read per review of a
-    /// TLS cluster.
-    fn secret_exists<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Option<Result<bool, LookupError>>> {
-        self.fallback.secret_exists(namespace, name)
-    }
-
     fn clusters(&self) -> BoxFuture<'_, Clusters> {
         if !self.ready.load(std::sync::atomic::Ordering::Acquire) {
             return self.fallback.clusters();
@@ -322,16 +276,21 @@ impl MenuSource for FixedMenu {
     }
 }
 
-/// `a, b, c, d, e, 3 more`: the first five of a list, and how many were left out (a message
-/// naming hundreds of clusters helps nobody).
-pub fn name_some(names: Vec<String>) -> String {
-    const SHOWN: usize = 5;
-    let total = names.len();
-    let mut shown: Vec<String> = names.into_iter().take(SHOWN).collect();
-    if total > SHOWN {
-        shown.push(format!("{} more", total - SHOWN));
+/// `1 ValkeyCluster`, `3 ValkeyClusters`. Replies to writes of the menu count the clusters
+/// concerned and never name them: they live in the tenants' namespaces, which the webhook reads
+/// (all of them) and the caller may not. [`impact_hint`] says how to list them with the
+/// caller's own access.
+pub fn count_clusters(count: usize) -> String {
+    match count {
+        1 => "1 ValkeyCluster".to_string(),
+        n => format!("{n} ValkeyClusters"),
     }
-    shown.join(", ")
+}
+
+/// How the caller lists the clusters a menu object concerns, with the caller's own read access
+/// (`kind`: `config` or `image`, as the plugin spells it).
+pub fn impact_hint(kind: &str, name: &str) -> String {
+    format!("`kubectl valkey impact {kind} {name}` lists the clusters using it that you may read")
 }
 
 /// The first channel entry of `bindings` that is not a printable-ASCII glob (the CRD schema

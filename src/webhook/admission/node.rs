@@ -122,6 +122,28 @@ mod tests {
         move |v| v["request"]["userInfo"]["username"] = user.into()
     }
 
+    /// The chart's ValkeyNode webhooks skip (matchConditions) exactly the Kubernetes
+    /// controllers this policy allows, so skipping them changes no decision.
+    #[test]
+    fn the_webhook_configuration_skips_exactly_the_controllers_the_policy_allows() {
+        for file in [
+            "charts/valkey-operator/templates/webhooks.yaml",
+            "webhooks/validating.yaml",
+        ] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+            let yaml = std::fs::read_to_string(path).unwrap();
+            let expressions: Vec<&str> = yaml
+                .lines()
+                .filter(|l| l.trim_start().starts_with("expression:"))
+                .collect();
+            assert_eq!(expressions.len(), 2, "{file}: both ValkeyNode entries");
+            for expression in expressions {
+                let listed: Vec<&str> = expression.split('"').skip(1).step_by(2).collect();
+                assert_eq!(listed, policy().system_controllers, "{file}");
+            }
+        }
+    }
+
     #[test]
     fn only_the_operator_writes_a_node_status() {
         let status_update = |user: &'static str| {
