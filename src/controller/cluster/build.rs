@@ -514,10 +514,12 @@ mod tests {
 
     #[test]
     fn the_pdb_min_available_never_overflows() {
-        // 500 x (1 + 100000) overflowed i32 (a panic in debug builds, a wrapped negative
-        // minAvailable in release): every member is kept, as far as an i32 says it.
+        // 1 + i32::MAX overflowed i32 (a panic in debug builds, a wrapped negative
+        // minAvailable in release), as did 500 x (1 + 5000000): every member is kept, as far
+        // as an i32 says it.
         assert_eq!(pdb_min_available(500, 100_000), 50_000_499);
         assert_eq!(pdb_min_available(500, i32::MAX), i32::MAX);
+        assert_eq!(pdb_min_available(500, 5_000_000), i32::MAX);
         assert_eq!(pdb_min_available(0, 1), 0);
     }
 
