@@ -431,3 +431,119 @@ fn quantities_are_positive_kubernetes_quantities() {
         );
     }
 }
+
+/// The openAPI schema of `kind` at API version `version`.
+fn schema_of_version(kind: &str, version: &str) -> Value {
+    let definition = crd::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .unwrap_or_else(|| panic!("no CRD for {kind}"));
+    let served = definition
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.name == version)
+        .unwrap_or_else(|| panic!("{kind} has no version {version}"));
+    serde_json::to_value(served.schema.as_ref().unwrap().open_api_v3_schema.as_ref()).unwrap()
+}
+
+/// CEL failures of a ValkeyCluster with this shape, in v1alpha1 and in v1beta1 (where the
+/// two fields sit under `spec.topology`); both versions must say the same.
+fn shape_errors(shards: Value, replicas: Value) -> Vec<String> {
+    let alpha = with(
+        with(cluster("c", "ns"), "/spec/shards", Some(shards.clone())),
+        "/spec/replicasPerShard",
+        Some(replicas.clone()),
+    );
+    let mut beta = alpha.clone();
+    beta["apiVersion"] = json!("valkey.gomomento.com/v1beta1");
+    let spec = beta["spec"].as_object_mut().unwrap();
+    spec.remove("shards");
+    spec.remove("replicasPerShard");
+    spec.insert(
+        "topology".into(),
+        json!({"shards": shards, "replicasPerShard": replicas}),
+    );
+    let errors = |object: &Value, version: &str| -> Vec<String> {
+        let schema = schema_of_version("ValkeyCluster", version);
+        match Validator::new().validate(&schema, object, None) {
+            Ok(()) => vec![],
+            Err(errors) => errors.iter().map(|e| e.message.clone()).collect(),
+        }
+    };
+    let (a, b) = (errors(&alpha, "v1alpha1"), errors(&beta, "v1beta1"));
+    assert_eq!(a, b, "v1alpha1 and v1beta1 disagree");
+    a
+}
+
+#[test]
+fn a_cluster_has_at_most_1000_members() {
+    for (shards, replicas) in [(500, 1), (1, 999), (250, 3), (10, 99), (1, 0), (500, 0)] {
+        assert!(
+            shape_errors(json!(shards), json!(replicas)).is_empty(),
+            "{shards} x (1 + {replicas}) refused"
+        );
+        assert_eq!(check_member_count(shards, replicas), Ok(()));
+    }
+    for (shards, replicas) in [(1, 1000), (500, 2), (334, 2), (500, 100_000), (1, i32::MAX)] {
+        let errors = shape_errors(json!(shards), json!(replicas));
+        let rust = check_member_count(shards, replicas).unwrap_err();
+        assert_eq!(errors, vec![rust.clone()], "{shards} x (1 + {replicas})");
+        assert!(rust.starts_with("a cluster has at most 1000 members"));
+    }
+    let errors = shape_errors(json!(500), json!(100_000));
+    assert!(
+        errors[0].contains("shards x (1 + replicasPerShard) is 50000500 (500 x (1 + 100000))"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn the_member_bound_holds_for_values_beyond_int32() {
+    // Should the API server let a value beyond int32 through, the product must not overflow
+    // CEL's int into an error (or worse, wrap): the rule still refuses, with its message.
+    for (shards, replicas) in [
+        (json!(1), json!(i64::MAX)),
+        (json!(i64::MAX), json!(1)),
+        (json!(i64::MAX), json!(i64::MAX)),
+    ] {
+        let errors = shape_errors(shards, replicas);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("a cluster has at most 1000 members"),
+            "{errors:?}"
+        );
+    }
+}
+
+#[test]
+fn the_member_bound_is_cheap_for_the_api_server() {
+    use kube::core::cel::{WarningKind, compile_schema, estimate_rule_cost};
+    let rule = member_count_rule();
+    let expression = match &rule.message {
+        Some(kube::core::Message::Expression(e)) => e.clone(),
+        other => panic!("expected a message expression, got {other:?}"),
+    };
+    for version in ["v1alpha1", "v1beta1"] {
+        let schema = schema_of_version("ValkeyCluster", version);
+        let spec = &schema["properties"]["spec"];
+        let owner = if version == "v1alpha1" {
+            spec
+        } else {
+            &spec["properties"]["topology"]
+        };
+        let compiled = compile_schema(owner);
+        for cel in [&rule.rule, &expression] {
+            let costly: Vec<_> = estimate_rule_cost(cel, &compiled)
+                .into_iter()
+                .filter(|w| matches!(w.kind, WarningKind::CostExceeded))
+                .collect();
+            assert!(costly.is_empty(), "{version}: {costly:?}");
+        }
+        let rules = owner["x-kubernetes-validations"].to_string();
+        assert!(
+            rules.contains("self.shards * (1 + self.replicasPerShard) <= 1000"),
+            "{rules}"
+        );
+    }
+}

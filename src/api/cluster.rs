@@ -11,7 +11,8 @@ use super::constants::DEFAULT_REPLICAS_PER_SHARD;
 use super::node::{Lifecycle, NodeRole};
 use super::placement::Placement;
 use super::validation::{
-    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, qualified_keys_rule, reserved_annotations_rule,
+    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, member_count_rule, qualified_keys_rule,
+    reserved_annotations_rule,
 };
 
 /// A sharded Valkey cluster (cluster mode) in this namespace, built from a ValkeyConfig the
@@ -46,6 +47,7 @@ use super::validation::{
     .message("spec.tls cannot be added or removed after creation: a cluster is TLS-only or plaintext for its whole life (create a new ValkeyCluster instead); tls.secretRef may change, which rotates to that Secret")
     .field_path(".tls")
     .reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = member_count_rule())]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterSpec {
     /// Name of the cluster-scoped ValkeyConfig (menu item) to run, for example `standard`.
@@ -60,8 +62,8 @@ pub struct ValkeyClusterSpec {
     #[schemars(range(min = 1, max = 500))]
     pub shards: i32,
 
-    /// Replicas per shard, 0 or more (default 1; more than 5 is accepted with a warning).
-    /// Each replica is placed apart from its primary where the nodes allow it; with 0 a lost
+    /// Replicas per shard, 0 or more (default 1; more than 5 is accepted with a warning). A
+    /// cluster has at most 1000 members: shards x (1 + replicasPerShard) <= 1000. Each replica is placed apart from its primary where the nodes allow it; with 0 a lost
     /// primary loses its shard's data.
     #[serde(default = "default_replicas_per_shard")]
     #[schemars(range(min = 0))]

@@ -46,6 +46,12 @@ pub const MAX_CONFIG_CHAIN_DEPTH: usize = 10;
 pub const MAX_SHARDS: i32 = 500;
 /// Upper bound for `ValkeyCluster.spec.replicasPerShard`.
 pub const MAX_REPLICAS_PER_SHARD: i32 = 5;
+/// Most members (primaries and replicas) one ValkeyCluster may have: `shards x (1 +
+/// replicasPerShard)`. Planning, the steps of a round, the operator's memory and every member's
+/// cluster bus grow with it; without a bound one namespace editor could make the operator plan
+/// (and the API server store) millions of members. No field has a maximum of its own (Momento's
+/// API has none for `replicasPerShard`): the product is what is bounded.
+pub const MAX_MEMBERS: i64 = 1000;
 /// Default for `ValkeyCluster.spec.replicasPerShard`.
 pub const DEFAULT_REPLICAS_PER_SHARD: i32 = 1;
 /// Longest ValkeyCluster name: pod, Service and DNS names are derived from it and must stay

@@ -18,8 +18,8 @@ use super::config::{Resources, ValkeyConfigStatus};
 use super::constants::DEFAULT_REPLICAS_PER_SHARD;
 use super::placement::Placement;
 use super::validation::{
-    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, qualified_keys_rule, reserved_annotations_rule,
-    setting_keys_rule, setting_values_rule,
+    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, member_count_rule, qualified_keys_rule,
+    reserved_annotations_rule, setting_keys_rule, setting_values_rule,
 };
 
 /// A sharded Valkey cluster (cluster mode) in this namespace; see the v1alpha1 version.
@@ -91,13 +91,15 @@ pub struct ValkeyClusterSpec {
 
 /// Shards and replicas of a Valkey cluster.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = member_count_rule())]
 #[serde(rename_all = "camelCase")]
 pub struct Topology {
     /// Number of shards (primaries), 1 to 500; changing it migrates slots without losing keys.
     #[schemars(range(min = 1, max = 500))]
     pub shards: i32,
 
-    /// Replicas per shard, 0 or more (default 1; more than 5 is accepted with a warning).
+    /// Replicas per shard, 0 or more (default 1; more than 5 is accepted with a warning); at
+    /// most 1000 members: shards x (1 + replicasPerShard) <= 1000.
     #[serde(default = "default_replicas_per_shard")]
     #[schemars(range(min = 0))]
     pub replicas_per_shard: i32,

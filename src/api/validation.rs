@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use kube::core::{Message, Reason, Rule};
 use regex::Regex;
 
-use super::constants::{FORCED_SETTING_PREFIXES, FORCED_SETTINGS, RESERVED_PREFIX};
+use super::constants::{FORCED_SETTING_PREFIXES, FORCED_SETTINGS, MAX_MEMBERS, RESERVED_PREFIX};
 
 /// Builder helpers for rules whose message is computed.
 pub trait RuleExt {
@@ -320,6 +320,50 @@ pub fn unique_by_rule(field: &str, key: &str) -> Rule {
         "{field} must not contain two entries with the same {key}"
     ))
     .reason(Reason::FieldValueDuplicate)
+}
+
+/// Members `shards x (1 + replicasPerShard)` asks for, in `i64`: exact for every pair of `i32`
+/// (at most about 2^62), never an overflow; a negative input counts as 0.
+pub fn desired_members(shards: i32, replicas_per_shard: i32) -> i64 {
+    i64::from(shards.max(0)) * (1 + i64::from(replicas_per_shard.max(0)))
+}
+
+/// The CEL rule bounding the member count, on the object holding `shards` and
+/// `replicasPerShard` (`spec` in v1alpha1, `spec.topology` in v1beta1). The first two terms
+/// only keep the product from overflowing CEL's `int` when the API server lets a value beyond
+/// `int32` through (both are implied by the third for valid values: `shards >= 1`,
+/// `replicasPerShard >= 0`); CEL's `&&` is false when any term is false, even if another errs.
+/// Constant cost: no list, map or string is traversed.
+pub fn member_count_rule() -> Rule {
+    Rule::new(format!(
+        "self.shards <= {MAX_MEMBERS} && self.replicasPerShard <= {MAX_MEMBERS} \
+         && self.shards * (1 + self.replicasPerShard) <= {MAX_MEMBERS}"
+    ))
+    .msg_expr(format!(
+        "'a cluster has at most {MAX_MEMBERS} members: shards x (1 + replicasPerShard) is ' \
+         + (self.shards <= 2147483647 && self.replicasPerShard <= 2147483647 \
+            ? string(self.shards * (1 + self.replicasPerShard)) : 'more than {MAX_MEMBERS}') \
+         + ' (' + string(self.shards) + ' x (1 + ' + string(self.replicasPerShard) + ')); \
+         {MEMBER_COUNT_ADVICE}'"
+    ))
+    .field_path(".replicasPerShard")
+    .reason(Reason::FieldValueInvalid)
+}
+
+/// What to do about too many members (the end of the rule's message and the webhook's).
+const MEMBER_COUNT_ADVICE: &str = "lower shards or replicasPerShard (larger members, from a \
+     ValkeyConfig with more memory, hold more data per shard)";
+
+/// Rust twin of [`member_count_rule`], with the same message.
+pub fn check_member_count(shards: i32, replicas_per_shard: i32) -> Result<(), String> {
+    let members = desired_members(shards, replicas_per_shard);
+    if members <= MAX_MEMBERS {
+        return Ok(());
+    }
+    Err(format!(
+        "a cluster has at most {MAX_MEMBERS} members: shards x (1 + replicasPerShard) is \
+         {members} ({shards} x (1 + {replicas_per_shard})); {MEMBER_COUNT_ADVICE}"
+    ))
 }
 
 /// A Kubernetes quantity that is strictly positive (`cpu`, `memory`).

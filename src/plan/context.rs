@@ -60,7 +60,7 @@ impl<'a> Observed<'a> {
             by_shard,
             ever_formed,
             changing,
-            per_shard: 1 + topology.replicas_per_shard,
+            per_shard: topology.replicas_per_shard.saturating_add(1),
             rollout_shard,
         }
     }

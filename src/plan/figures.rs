@@ -33,7 +33,7 @@ pub fn figures(topology: &Topology) -> Figures {
                 .is_some_and(|v| v.cluster_ok && (v.is_primary || v.replica_in_sync))
         })
         .count();
-    let desired = topology.shards * (1 + topology.replicas_per_shard);
+    let desired = desired_members(topology);
     let mut owned: BTreeMap<usize, Vec<SlotRange>> = BTreeMap::new();
     for m in &topology.members {
         if let Some(v) = m.view.as_ref().filter(|v| v.is_primary) {
@@ -58,6 +58,15 @@ pub fn figures(topology: &Topology) -> Figures {
         outdated: topology.members.iter().filter(|m| !m.current).count(),
         slots_to_move,
     }
+}
+
+/// Members the spec asks for, `shards x (1 + replicas per shard)`, saturating at `usize::MAX`
+/// instead of overflowing (the API bounds it to 1000; a [`Topology`] is public and may be built
+/// from anything).
+pub fn desired_members(topology: &Topology) -> usize {
+    topology
+        .shards
+        .saturating_mul(topology.replicas_per_shard.saturating_add(1))
 }
 
 /// Why a cluster is degraded, as a condition reason: the first of members gone for good
@@ -151,6 +160,23 @@ mod tests {
                 slots_to_move: 0
             }
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_shape_makes_the_figures_overflow(shards in proptest::prelude::any::<usize>(),
+                                               replicas in proptest::prelude::any::<usize>()) {
+            let t = Topology {
+                shards,
+                replicas_per_shard: replicas,
+                members: vec![],
+                ..two_shards_one_replica()
+            };
+            let f = figures(&t);
+            let exact = replicas.checked_add(1).and_then(|r| shards.checked_mul(r));
+            proptest::prop_assert_eq!(f.desired, exact.unwrap_or(usize::MAX));
+            proptest::prop_assert_eq!(f.ready, 0);
+        }
     }
 
     #[test]

@@ -1,21 +1,22 @@
 //! Forming the cluster: members created, introduced to each other, slots assigned to each
 //! shard's primary, replicas attached and in sync, the cluster healthy, members Active.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::context::{
     Answered, AnsweredMember, Observed, names, owned_slots, shard_leader, shard_primary,
 };
-use super::{Phase, Plan, Step, member_name};
+use super::{Phase, Plan, Step, Topology, member_name};
 use crate::api::Lifecycle;
 use crate::topology::NodeId;
 use crate::topology::slots::{SLOT_COUNT, count_slots, even_ranges, subtract};
 
 /// 1. Every shard has its members (replacements for the rollout shard included), named with
-///    the lowest index not in use in their shard.
+///    the lowest index not in use in their shard. Linear in the members: the indices in use
+///    are read once, per shard, from the names.
 pub(super) fn create_members(o: &Observed) -> Option<Plan> {
     let topology = o.topology;
-    let used: BTreeSet<&str> = topology.members.iter().map(|m| m.name.as_str()).collect();
+    let used = used_indices(topology);
     let mut creates = Vec::new();
     for shard in 0..topology.shards {
         let list = o.shard_members(shard);
@@ -24,21 +25,15 @@ pub(super) fn create_members(o: &Observed) -> Option<Plan> {
         } else {
             list.len()
         };
-        let name = |index: usize| member_name(&topology.cluster, shard, index);
-        let mut index = 0;
-        for _ in have..o.per_shard {
-            while used.contains(name(index).as_str())
-                || creates.iter().any(
-                    |a| matches!(a, Step::CreateNode { name: created, .. } if *created == name(index)),
-                )
-            {
-                index += 1;
-            }
-            creates.push(Step::CreateNode {
-                name: name(index),
-                shard,
-            });
-        }
+        let taken = used.get(&shard);
+        let free = (0..).filter(|index| taken.is_none_or(|t| !t.contains(index)));
+        creates.extend(
+            free.take(o.per_shard.saturating_sub(have))
+                .map(|index| Step::CreateNode {
+                    name: member_name(&topology.cluster, shard, index),
+                    shard,
+                }),
+        );
     }
     if creates.is_empty() {
         return None;
@@ -52,6 +47,26 @@ pub(super) fn create_members(o: &Observed) -> Option<Plan> {
         _ => format!("creating {} member(s)", creates.len()),
     };
     Some(Plan::new(o.changing.clone(), creates, message))
+}
+
+/// Indices in use, by shard, as the members' names say: a name is in use whatever shard its
+/// member is in, so `(shard, index)` is taken when some member is called
+/// `member_name(cluster, shard, index)` exactly.
+fn used_indices(topology: &Topology) -> BTreeMap<usize, BTreeSet<usize>> {
+    let mut used: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    let prefix = format!("{}-", topology.cluster);
+    for m in &topology.members {
+        let parsed = m
+            .name
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(shard, index)| Some((shard.parse().ok()?, index.parse().ok()?)))
+            .filter(|&(shard, index)| member_name(&topology.cluster, shard, index) == m.name);
+        if let Some((shard, index)) = parsed {
+            used.entry(shard).or_default().insert(index);
+        }
+    }
+    used
 }
 
 /// 3. Everybody knows everybody. Meet through a seed: one that holds slots if any (it is part
@@ -82,36 +97,45 @@ pub(super) fn introduce(a: &Answered) -> Option<Plan> {
     // The seed knows everybody; gossip spreads that in a second or three. Members that have
     // not heard of each other yet are introduced directly instead (a MEET while the
     // handshake is already under way is a no-op), at most MEETS_PER_ROUND per round.
-    let strangers: Vec<Step> = a
-        .members
-        .iter()
-        .flat_map(|m| {
-            a.members
-                .iter()
-                .filter(|t| t.name != m.name && !m.view.known.contains(&t.view.id))
-                .map(|t| Step::Meet {
-                    via: m.addr.clone(),
-                    target: t.addr.clone(),
-                })
-        })
-        .take(MEETS_PER_ROUND)
-        .collect();
+    let (unaware, strangers) = strangers(a);
     (!strangers.is_empty()).then(|| {
         Plan::new(
             changing.clone(),
             strangers,
             format!(
                 "introducing members that have not heard of each other yet: {}",
-                names(
-                    &a.members
-                        .iter()
-                        .copied()
-                        .filter(|m| !a.members.iter().all(|t| m.view.known.contains(&t.view.id)))
-                        .collect::<Vec<_>>()
-                )
+                names(&unaware)
             ),
         )
     })
+}
+
+/// Members that have not heard of every member (themselves included), and at most
+/// MEETS_PER_ROUND introductions of a member to one it has not heard of. One pass over the
+/// members, each looking the others up in its own known set until the first it does not know
+/// (at most what the members reported: each knows about as many as there are); strangers are
+/// only looked for among members that have some, and only while the round has room.
+fn strangers<'a>(a: &Answered<'a>) -> (Vec<AnsweredMember<'a>>, Vec<Step>) {
+    let mut unaware = Vec::new();
+    let mut meets = Vec::new();
+    for m in &a.members {
+        if a.members.iter().all(|t| m.view.known.contains(&t.view.id)) {
+            continue;
+        }
+        unaware.push(*m);
+        let room = MEETS_PER_ROUND.saturating_sub(meets.len());
+        meets.extend(
+            a.members
+                .iter()
+                .filter(|t| t.name != m.name && !m.view.known.contains(&t.view.id))
+                .take(room)
+                .map(|t| Step::Meet {
+                    via: m.addr.clone(),
+                    target: t.addr.clone(),
+                }),
+        );
+    }
+    (unaware, meets)
 }
 
 /// Direct introductions per round once the seed knows everybody: enough for a large cluster's

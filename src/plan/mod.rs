@@ -22,11 +22,20 @@ use crate::topology::slots::SlotRange;
 use crate::topology::{FailoverMode, MemberAddr, NodeId, OpenSlot};
 
 use context::{Answered, Observed, names};
-pub use figures::{Figures, degraded_reason, figures};
+pub use figures::{Figures, degraded_reason, desired_members, figures};
 
 /// An atomic slot migration whose job has not advanced for this long is cancelled and
 /// planned again (Valkey documents that jobs can fail under heavy writes to the slots).
 pub const MIGRATION_IDLE_LIMIT_SECS: u64 = 120;
+
+/// Steps of one kind acted on per round, for the kinds a plan holds one of per member or per
+/// pair of members (CreateNode, Meet, Replicate, Forget, DeleteNode): a 1000-member formation
+/// plans 1000 creations (each an API create, a status patch and an Event) and a large scale-in
+/// a Forget per leaving member per member that knows it. Acted on at once, one reconcile would
+/// hold its worker for minutes and the API server would take a burst from one tenant; the rest
+/// is simply planned again next round, since every plan is re-derived from live state. Stages
+/// whose step lists grow with the square of the members stop planning at this many, too.
+pub const BULK_STEPS_PER_ROUND: usize = 64;
 
 /// What one member's Valkey reports, reduced to what planning needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -473,3 +482,5 @@ fn plan_stages(topology: &Topology) -> Plan {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_large;

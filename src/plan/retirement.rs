@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::context::{Answered, AnsweredMember, names};
-use super::{Member, Phase, Plan, Step};
+use super::{BULK_STEPS_PER_ROUND, Member, Phase, Plan, Step};
 use crate::topology::{FailoverMode, NodeId};
 
 /// 3b. Shards beyond spec.shards whose slots have all moved away retire (scale-in). A drained
@@ -75,7 +75,12 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
             });
             continue;
         }
-        steps.extend(forget_or_delete(a, l));
+        // Forgets grow with leaving members x members: bounded per round (the members owning
+        // slots are still looked at, so a leaving only copy still stops the plan).
+        let room = BULK_STEPS_PER_ROUND.saturating_sub(steps.len());
+        if room > 0 {
+            steps.extend(forget_or_delete(a, l, room));
+        }
     }
     let message = match o.rollout_shard {
         Some(shard) => format!("{}: retiring {}", o.rollout_note(shard), names(&o.leaving)),
@@ -84,14 +89,15 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
     Some(Plan::new(Phase::Updating, steps, message))
 }
 
-/// `CLUSTER FORGET` a leaving member on every member that still knows it; once none does,
-/// delete it.
-fn forget_or_delete(a: &Answered, leaving: &Member) -> Vec<Step> {
+/// `CLUSTER FORGET` a leaving member on every member that still knows it (at most `room` of
+/// them; `room` > 0); once none does, delete it.
+fn forget_or_delete(a: &Answered, leaving: &Member, room: usize) -> Vec<Step> {
     let forgets: Vec<Step> = match leaving.id() {
         Some(id) => a
             .members
             .iter()
             .filter(|m| m.view.known.contains(&id))
+            .take(room)
             .map(|m| Step::Forget {
                 via: m.addr.clone(),
                 node: id.clone(),
@@ -161,6 +167,7 @@ pub(super) fn forget_stale_entries(a: &Answered) -> Option<Plan> {
                     node: id.clone(),
                 })
         })
+        .take(BULK_STEPS_PER_ROUND)
         .collect();
     (!stale_entries.is_empty()).then(|| {
         Plan::new(

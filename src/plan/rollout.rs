@@ -15,7 +15,7 @@ impl Observed<'_> {
             .count();
         // Members still on the old spec, against the members a finished rollout will have.
         let stale = self.members.iter().filter(|m| !m.current).count();
-        let wanted = shards * self.per_shard;
+        let wanted = shards.saturating_mul(self.per_shard);
         format!(
             "rolling out shard {shard} ({done} of {shards} shards done, {} of {wanted} members on the new spec)",
             wanted.saturating_sub(stale)

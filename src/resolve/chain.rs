@@ -151,6 +151,12 @@ pub enum ResolveError {
         username: String,
         problem: String,
     },
+    /// More members than a cluster may have (`shards x (1 + replicasPerShard)` over
+    /// [`crate::api::constants::MAX_MEMBERS`]), which the API server should have refused (it
+    /// skipped CEL and the webhook, or the object predates the rule): never planned.
+    TooManyMembers {
+        problem: String,
+    },
     /// The resolved image is of an older major version than members already run.
     MajorDowngrade {
         image: String,
@@ -172,6 +178,7 @@ impl ResolveError {
             ResolveError::DuplicateUsername { .. } => "DuplicateUsername",
             ResolveError::MajorDowngrade { .. } => "MajorVersionDowngrade",
             ResolveError::InvalidBinding { .. } => "InvalidBinding",
+            ResolveError::TooManyMembers { .. } => "TooManyMembers",
         }
     }
 }
@@ -227,6 +234,10 @@ impl fmt::Display for ResolveError {
             ResolveError::InvalidBinding { username, problem } => write!(
                 f,
                 "ACL binding {username:?} is not valid ({problem}); it is not applied: fix the binding in the ValkeyConfig or ValkeyCluster"
+            ),
+            ResolveError::TooManyMembers { problem } => write!(
+                f,
+                "{problem}; the operator creates and changes no member until then"
             ),
             ResolveError::MajorDowngrade {
                 image,

@@ -375,6 +375,12 @@ pub fn invalid_creates() -> Vec<Invalid> {
             false,
         ),
         case(
+            "cluster with more than 1000 members",
+            with(cl(), "/spec/replicasPerShard", Some(json!(100_000))),
+            "spec.replicasPerShard",
+            true,
+        ),
+        case(
             "cluster configRef missing",
             with(cl(), "/spec/configRef", None),
             "spec.configRef",

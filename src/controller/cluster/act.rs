@@ -55,14 +55,38 @@ impl<'a> Actor<'a> {
     }
 }
 
-/// Carries out `steps` in order; the first that fails ends the reconcile (it is planned
-/// again from what the world then looks like).
+/// Carries out this round's share of `steps` (see [`this_round`]) in order; the first that
+/// fails ends the reconcile (it is planned again from what the world then looks like).
 #[tracing::instrument(name = "cluster.act", skip_all, fields(steps = steps.len()))]
 pub async fn carry_out(actor: &Actor<'_>, steps: &[Step]) -> Result<(), Error> {
-    for step in steps {
+    for step in this_round(steps) {
         dispatch(actor, step).await?;
     }
     Ok(())
+}
+
+/// The steps acted on this round, in plan order: at most [`plan::BULK_STEPS_PER_ROUND`] of
+/// each kind a plan holds one of per member or per pair of members; every other step (slot
+/// assignments and moves, failovers, marks: bounded by the shards) is kept. What is left out
+/// is planned again next round from live state.
+fn this_round(steps: &[Step]) -> Vec<&Step> {
+    let mut taken: std::collections::BTreeMap<&'static str, usize> = Default::default();
+    steps
+        .iter()
+        .filter(|step| {
+            let kind = match step {
+                Step::CreateNode { .. } => "create",
+                Step::Meet { .. } => "meet",
+                Step::Replicate { .. } => "replicate",
+                Step::Forget { .. } => "forget",
+                Step::DeleteNode { .. } => "delete",
+                _ => return true,
+            };
+            let count = taken.entry(kind).or_default();
+            *count += 1;
+            *count <= plan::BULK_STEPS_PER_ROUND
+        })
+        .collect()
 }
 
 async fn dispatch(a: &Actor<'_>, step: &Step) -> Result<(), Error> {
@@ -326,4 +350,60 @@ async fn delete_node(a: &Actor<'_>, name: &str) -> Result<(), Error> {
         Err(e) => return Err(e.into()),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::BULK_STEPS_PER_ROUND;
+
+    fn addr(i: usize) -> MemberAddr {
+        MemberAddr::new(format!("10.0.{}.{}", i / 250, i % 250), 6379)
+    }
+
+    #[test]
+    fn at_most_64_creations_or_meets_are_acted_on_per_round() {
+        assert_eq!(BULK_STEPS_PER_ROUND, 64);
+        let creates: Vec<Step> = (0..1000)
+            .map(|i| Step::CreateNode {
+                name: format!("c-{i}-0"),
+                shard: i,
+            })
+            .collect();
+        let round = this_round(&creates);
+        assert_eq!(round.len(), BULK_STEPS_PER_ROUND);
+        // The first ones, in plan order: the next round plans the rest from live state.
+        assert!(round.iter().zip(&creates).all(|(a, b)| *a == b));
+        let meets: Vec<Step> = (1..1000)
+            .map(|i| Step::Meet {
+                via: addr(0),
+                target: addr(i),
+            })
+            .collect();
+        assert_eq!(this_round(&meets).len(), BULK_STEPS_PER_ROUND);
+        let few = &meets[..10];
+        assert_eq!(this_round(few).len(), 10, "a small plan is acted on whole");
+    }
+
+    #[test]
+    fn the_cap_is_per_kind_and_leaves_shard_bounded_steps_alone() {
+        let mut steps: Vec<Step> = (0..100)
+            .map(|i| Step::Forget {
+                via: addr(i),
+                node: NodeId(format!("gone-{i}")),
+            })
+            .collect();
+        steps.extend((0..100).map(|i| Step::DeleteNode {
+            name: format!("c-{i}-1"),
+        }));
+        steps.extend((0..500).map(|i| Step::AssignSlots {
+            member: addr(i),
+            ranges: vec![],
+        }));
+        let round = this_round(&steps);
+        let count = |f: fn(&Step) -> bool| round.iter().filter(|s| f(s)).count();
+        assert_eq!(count(|s| matches!(s, Step::Forget { .. })), 64);
+        assert_eq!(count(|s| matches!(s, Step::DeleteNode { .. })), 64);
+        assert_eq!(count(|s| matches!(s, Step::AssignSlots { .. })), 500);
+    }
 }

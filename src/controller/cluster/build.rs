@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
 use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_SPEC_HASH};
+use crate::api::validation::desired_members;
 use crate::api::{NodePlacement, ValkeyCluster, ValkeyNode, ValkeyNodeSpec, ZoneSpread};
 use crate::controller::names;
 use crate::controller::owner::{BuildError, controller_owner};
@@ -204,14 +205,17 @@ fn match_labels(labels: BTreeMap<String, String>) -> LabelSelector {
     }
 }
 
-/// Healthy members the PDB keeps: all but one, or all when shards have no replica.
+/// Healthy members the PDB keeps: all but one, or all when shards have no replica. Counted in
+/// `i64` (`shards x (1 + replicasPerShard)` overflows `i32` for a spec the API server should
+/// have refused) and capped at `i32::MAX`: every member, as far as the field can say it.
 pub fn pdb_min_available(shards: i32, replicas_per_shard: i32) -> i32 {
-    let desired = shards.max(0) * (1 + replicas_per_shard.max(0));
-    if replicas_per_shard > 0 {
-        desired - 1
+    let desired = desired_members(shards, replicas_per_shard);
+    let keep = if replicas_per_shard > 0 {
+        (desired - 1).max(0)
     } else {
         desired
-    }
+    };
+    i32::try_from(keep).unwrap_or(i32::MAX)
 }
 
 /// The members' NetworkPolicy: the cluster bus (16379) and the client port (6379, used for
@@ -506,6 +510,28 @@ mod tests {
         // Without replicas an eviction would lose a shard: nothing is evicted.
         assert_eq!(pdb_min_available(3, 0), 3);
         assert_eq!(pdb_min_available(1, 1), 1);
+    }
+
+    #[test]
+    fn the_pdb_min_available_never_overflows() {
+        // 1 + i32::MAX overflowed i32 (a panic in debug builds, a wrapped negative
+        // minAvailable in release), as did 500 x (1 + 5000000): every member is kept, as far
+        // as an i32 says it.
+        assert_eq!(pdb_min_available(500, 100_000), 50_000_499);
+        assert_eq!(pdb_min_available(500, i32::MAX), i32::MAX);
+        assert_eq!(pdb_min_available(500, 5_000_000), i32::MAX);
+        assert_eq!(pdb_min_available(0, 1), 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_shape_makes_the_pdb_panic(shards in proptest::prelude::any::<i32>(),
+                                        replicas in proptest::prelude::any::<i32>()) {
+            let min = pdb_min_available(shards, replicas);
+            proptest::prop_assert!(min >= 0);
+            let desired = crate::api::validation::desired_members(shards, replicas);
+            proptest::prop_assert!(i64::from(min) <= desired);
+        }
     }
 
     #[test]

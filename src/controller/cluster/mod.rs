@@ -115,7 +115,7 @@ pub async fn reconcile(
     // Plan the next step. A rolling-replacement step waits for a slot under
     // maxConcurrentRollouts.
     let topology = observe::topology(&cluster, &observed);
-    let plan = plan::plan(&topology);
+    let (topology, plan) = plan_off_the_runtime(topology).await;
     or_stop!(rollout::admit(ctx, &cluster, &topology, &plan).await?);
 
     // Act on the plan; then every running member loads the ACL file just applied.
@@ -150,6 +150,37 @@ pub async fn reconcile(
     Ok(Action::requeue(
         tls_wait.map_or(after, |tls| after.min(tls)),
     ))
+}
+
+/// Clusters with at least this many members are planned on a blocking thread. Planning is
+/// pure CPU work that grows with the members times the members each one knows (a formed
+/// 1000-member cluster reports a million node entries), and the runtime's worker threads (as
+/// many as cores: two on a small node) also answer admission, renew the lease and serve
+/// `/healthz`: a few large clusters planned in place would stall all three. Below this, a
+/// plan takes microseconds and handing it to another thread costs more than it saves.
+const PLAN_IN_PLACE_BELOW: usize = 50;
+
+/// Plans `topology`, off the async runtime when it is large (see [`PLAN_IN_PLACE_BELOW`]);
+/// hands the topology back for the steps after planning.
+async fn plan_off_the_runtime(topology: Topology) -> (Topology, Plan) {
+    if topology.members.len() < PLAN_IN_PLACE_BELOW {
+        let plan = plan::plan(&topology);
+        return (topology, plan);
+    }
+    off_the_runtime(move || {
+        let plan = plan::plan(&topology);
+        (topology, plan)
+    })
+    .await
+}
+
+/// Runs `work` on tokio's blocking pool while this task waits without holding a worker
+/// thread; a panic in `work` is resumed here, as if it had run in place.
+async fn off_the_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => value,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
 
 /// How soon to look at the cluster again (see [`Look`]), from this round's plan, topology
@@ -264,6 +295,33 @@ pub fn error_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a single-threaded runtime, work handed off must leave the runtime free: here the
+    /// work waits for a task of the same runtime, which could never run if the work blocked
+    /// the runtime's only thread (the wait would time out instead).
+    #[tokio::test(flavor = "current_thread")]
+    async fn planning_a_large_cluster_leaves_the_runtime_free() {
+        let (tx, rx) = std::sync::mpsc::channel::<&str>();
+        let other = tokio::spawn(async move { tx.send("the runtime answered").unwrap() });
+        let heard = off_the_runtime(move || rx.recv_timeout(Duration::from_secs(30))).await;
+        assert_eq!(heard, Ok("the runtime answered"));
+        other.await.unwrap();
+
+        let topology = |members: usize| Topology {
+            cluster: "c".into(),
+            shards: 500,
+            replicas_per_shard: 1,
+            members: (0..members)
+                .map(|i| Member::new(plan::member_name("c", i / 2, i % 2), i / 2))
+                .collect(),
+            migration: Default::default(),
+        };
+        for members in [0, 10, 999, 1000] {
+            let (back, planned) = plan_off_the_runtime(topology(members)).await;
+            assert_eq!(back, topology(members), "the topology is handed back");
+            assert_eq!(planned, plan::plan(&back), "the same plan as in place");
+        }
+    }
 
     #[test]
     fn clusters_waiting_only_on_pods_kubernetes_cannot_run_are_looked_at_calmly() {

@@ -358,16 +358,7 @@ pub async fn members(
                 view,
                 pod_problem: start_failure
                     .clone()
-                    .or_else(|| pod.as_deref().and_then(pod_problem))
-                    .or_else(|| {
-                        // No pod because the API server refuses it: the node controller says why.
-                        node.status
-                            .as_ref()
-                            .and_then(|s| s.message.clone())
-                            .filter(|m| {
-                                pod.is_none() && crate::controller::node::says_why_no_pod(m)
-                            })
-                    }),
+                    .or_else(|| why_no_pod(node, pod.as_deref())),
                 pod_not_ready: pod.as_deref().is_some_and(not_ready),
                 gone: gone(node, pod.as_deref()),
             },
@@ -379,6 +370,20 @@ pub async fn members(
         }
     }))
     .await
+}
+
+/// Why the member's pod does not run, when Kubernetes says (ImagePullBackOff,
+/// Unschedulable...), or, with no pod because the API server refuses it, what the node
+/// controller recorded.
+fn why_no_pod(node: &ValkeyNode, pod: Option<&Pod>) -> Option<String> {
+    match pod {
+        Some(pod) => pod_problem(pod),
+        None => node
+            .status
+            .as_ref()
+            .and_then(|s| s.message.clone())
+            .filter(|m| crate::controller::node::says_why_no_pod(m)),
+    }
 }
 
 /// (member name, client address) of every member, for the steps after the plan (ACL load,

@@ -12,6 +12,7 @@ use tracing::info;
 
 use super::{ClusterContext, cluster_nodes, status};
 use crate::api::ValkeyCluster;
+use crate::api::validation::check_member_count;
 use crate::controller::{Error, object_key};
 use crate::resolve::{
     ResolveError, merge_bindings, refuse_major_downgrade, resolve_config, resolve_roles,
@@ -28,12 +29,15 @@ pub struct Resolved {
 }
 
 /// Resolve step (pure over the menu): config chain, bindings, roles; never to an older major
-/// version than a member runs (`running`).
+/// version than a member runs (`running`). A spec asking for more members than a cluster may
+/// have (the API server skipped CEL and the webhook) does not resolve: it is never planned.
 pub fn resolve<'a>(
     cluster: &ValkeyCluster,
     menu: &impl crate::resolve::Menu,
     running: impl IntoIterator<Item = &'a str>,
 ) -> Result<Resolved, ResolveError> {
+    check_member_count(cluster.spec.shards, cluster.spec.replicas_per_shard)
+        .map_err(|problem| ResolveError::TooManyMembers { problem })?;
     let config = resolve_config(menu, &cluster.spec.config_ref)?;
     refuse_major_downgrade(&config, running)?;
     let bindings = merge_bindings(&config.acl, &cluster.spec.acl)?;
@@ -68,5 +72,42 @@ pub async fn or_block(
             status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
             Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(60))))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ValkeyClusterSpec;
+    use crate::resolve::MenuMap;
+
+    fn cluster(shards: i32, replicas_per_shard: i32) -> ValkeyCluster {
+        ValkeyCluster::new(
+            "c",
+            ValkeyClusterSpec {
+                config_ref: "standard".into(),
+                shards,
+                replicas_per_shard,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: BTreeMap::new(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_spec_with_more_than_1000_members_never_resolves() {
+        let menu = MenuMap::default();
+        let err = resolve(&cluster(500, 100_000), &menu, []).err().unwrap();
+        assert_eq!(err.reason(), "TooManyMembers");
+        assert!(
+            err.to_string()
+                .starts_with("a cluster has at most 1000 members"),
+            "{err}"
+        );
+        // Within the bound, resolution goes on (to the missing config here).
+        let err = resolve(&cluster(500, 1), &menu, []).err().unwrap();
+        assert_eq!(err.reason(), "ConfigNotFound");
     }
 }

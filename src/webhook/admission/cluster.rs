@@ -10,7 +10,11 @@
 //!   depth for API servers that skip CEL); `tls.secretRef` may change (a rotation).
 //! - Channel entries of the bindings (a string or `{pattern}`, which the schema cannot check)
 //!   must be printable-ASCII globs: denied otherwise.
-//! - More than 5 replicas per shard is accepted with a warning (Momento's API has no bound).
+//! - More than 5 replicas per shard is accepted with a warning (Momento's API has no bound), but
+//!   more than 1000 members (`shards x (1 + replicasPerShard)`) is denied with the CEL rule's
+//!   message (defence in depth for API servers that skip CEL); an update that keeps both fields
+//!   as they were is let through (a cluster created before the bound can still be relabelled or
+//!   deleted).
 //! - Whether the `tls.secretRef` Secret exists is **not** looked up: an answer saying so would
 //!   tell anyone who can reach the webhook port (a forged review names any namespace) whether a
 //!   Secret exists in another tenant's namespace. The operator says it in the cluster's status
@@ -21,6 +25,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{MenuSnapshot, allow_with_warnings, deny, lookup_warning};
 use crate::api::ValkeyCluster;
+use crate::api::validation::check_member_count;
 use crate::resolve::{MenuMap, ResolveError, merge_bindings, resolve_config, resolve_roles};
 
 /// The rule.
@@ -39,6 +44,9 @@ pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &MenuSnapshot) -> A
         return deny(req, problem, vec![]);
     }
     if let Some(problem) = super::invalid_channels("spec.acl", &cluster.spec.acl) {
+        return deny(req, problem, vec![]);
+    }
+    if let Some(problem) = too_many_members(old, cluster) {
         return deny(req, problem, vec![]);
     }
 
@@ -70,6 +78,15 @@ fn tls_added_or_removed(old: &ValkeyCluster, cluster: &ValkeyCluster) -> Option<
         describe(&old.spec.tls),
         describe(&cluster.spec.tls)
     ))
+}
+
+/// More members than a cluster may have, unless an update keeps the shape as it was.
+fn too_many_members(old: Option<&ValkeyCluster>, cluster: &ValkeyCluster) -> Option<String> {
+    let shape = |c: &ValkeyCluster| (c.spec.shards, c.spec.replicas_per_shard);
+    if old.is_some_and(|old| shape(old) == shape(cluster)) {
+        return None;
+    }
+    check_member_count(cluster.spec.shards, cluster.spec.replicas_per_shard).err()
 }
 
 /// More than 5 replicas per shard: allowed (Momento's API has no bound), but costly.
@@ -294,6 +311,59 @@ mod tests {
                 .iter()
                 .any(|w| w.contains("replicasPerShard 8 is more than 5"))
         );
+    }
+
+    #[test]
+    fn more_than_1000_members_are_denied_with_the_cel_rule_s_message() {
+        let create = |shards: i32, replicas: i32| {
+            request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+                v["request"]["object"]["spec"]["shards"] = shards.into();
+                v["request"]["object"]["spec"]["replicasPerShard"] = replicas.into();
+            })
+        };
+        for (shards, replicas) in [(500, 1), (1, 999)] {
+            let resp = validate(&create(shards, replicas), &Ok(menu()));
+            assert!(
+                resp.allowed,
+                "{shards} x (1 + {replicas}): {}",
+                resp.result.message
+            );
+        }
+        for (shards, replicas) in [(1, 1000), (500, 100_000), (500, i32::MAX)] {
+            let resp = validate(&create(shards, replicas), &Err(unreadable("down")));
+            assert!(!resp.allowed, "{shards} x (1 + {replicas}) allowed");
+            assert_eq!(
+                resp.result.message,
+                check_member_count(shards, replicas).unwrap_err()
+            );
+        }
+        let resp = validate(&create(500, 100_000), &Ok(menu()));
+        assert!(
+            resp.result.message.starts_with(
+                "a cluster has at most 1000 members: shards x (1 + replicasPerShard) is 50000500"
+            ),
+            "{}",
+            resp.result.message
+        );
+    }
+
+    #[test]
+    fn an_update_keeping_an_oversized_shape_is_let_through_changing_it_is_not() {
+        let update = |old: (i32, i32), new: (i32, i32)| {
+            request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+                let req = &mut v["request"];
+                req["operation"] = "UPDATE".into();
+                req["oldObject"] = req["object"].clone();
+                req["oldObject"]["spec"]["shards"] = old.0.into();
+                req["oldObject"]["spec"]["replicasPerShard"] = old.1.into();
+                req["object"]["spec"]["shards"] = new.0.into();
+                req["object"]["spec"]["replicasPerShard"] = new.1.into();
+            })
+        };
+        assert!(validate(&update((3, 2000), (3, 2000)), &Ok(menu())).allowed);
+        assert!(!validate(&update((3, 2000), (4, 2000)), &Ok(menu())).allowed);
+        assert!(!validate(&update((3, 1), (3, 2000)), &Ok(menu())).allowed);
+        assert!(validate(&update((3, 2000), (3, 1)), &Ok(menu())).allowed);
     }
 
     #[test]
