@@ -141,7 +141,7 @@ fn start_writer(
             }
             let _ = client.set::<(), _, _>(&scratch, i, None, None, false).await;
             let _ = client.expire::<(), _>(&scratch, 1000, None).await;
-            if i % 3 == 0 {
+            if i.is_multiple_of(3) {
                 let _ = client.del::<(), _>(&scratch).await;
             }
         }
