@@ -1,7 +1,8 @@
 //! The rendered ACL file against a real `valkey-server` (9.0 build): every file rendered for
 //! generated bindings and roles is accepted by `ACL LOAD`, loads the operator's users with the
 //! rights the operator needs (`ACL LOAD`, `ACL USERS`), every bound user and the revision
-//! marker. One server, reused for every case; 20 cases.
+//! marker; no bound user may run CONFIG, whatever its roles grant. One server, reused for
+//! every case; 20 cases.
 //!
 //! Binary: `VALKEY_SERVER_9_0`, else the cache filled by `e2e/tools/install.sh`.
 
@@ -196,11 +197,16 @@ fn every_rendered_acl_file_is_accepted_by_valkey() {
     // Hand over from the harness's admin user to the operator's own user. The harness user
     // stays in this first file: Valkey 9.0.0 crashes (SIGSEGV) when `ACL LOAD` deletes the
     // user of the connection that runs it. The operator's files always keep its own user.
-    let handover = format!(
-        "{}user {} on #{} ~* &* +@all\n",
-        render_acl_file(&[], &BTreeMap::new(), &credentials),
+    // It stays in every file below, to inspect what Valkey loaded (`ACL GETUSER`, `ACL DRYRUN`),
+    // which the operator's own user may not.
+    let admin_line = format!(
+        "user {} on #{} ~* &* +@all\n",
         servers.credentials.username,
         hex::encode(Sha256::digest(servers.credentials.password.as_bytes())),
+    );
+    let handover = format!(
+        "{}{admin_line}",
+        render_acl_file(&[], &BTreeMap::new(), &credentials)
     );
     std::fs::write(&acl_path, handover).unwrap();
     rt.block_on(bootstrap.acl_load(&member))
@@ -212,7 +218,7 @@ fn every_rendered_acl_file_is_accepted_by_valkey() {
     });
     let outcome = runner.run(&inputs(), |(roles, bindings)| {
         let file = render_acl_file(&bindings, &roles, &credentials);
-        std::fs::write(&acl_path, &file).unwrap();
+        std::fs::write(&acl_path, format!("{file}{admin_line}")).unwrap();
         rt.block_on(async {
             operator
                 .acl_load(&member)
@@ -233,7 +239,8 @@ fn every_rendered_acl_file_is_accepted_by_valkey() {
                     "{} missing",
                     b.username
                 );
-                check_selectors(&operator, &member, b, &file).await?;
+                check_selectors(&bootstrap, &member, b, &file).await?;
+                check_no_config(&bootstrap, &member, &b.username, &file).await?;
             }
             Ok(())
         })
@@ -241,6 +248,39 @@ fn every_rendered_acl_file_is_accepted_by_valkey() {
     if let Err(e) = outcome {
         panic!("{e}\nserver log:\n{}", server.log_tail(20));
     }
+}
+
+/// No bound user may run CONFIG (`CONFIG GET masterauth` returns the replication password),
+/// whatever its roles grant (`@all`, `@admin`, `@dangerous`, `@slow`, `config|get`).
+async fn check_no_config(
+    admin: &FredDriver,
+    member: &MemberAddr,
+    username: &str,
+    file: &str,
+) -> Result<(), TestCaseError> {
+    for words in [
+        &["CONFIG", "GET", "masterauth"][..],
+        &["CONFIG", "SET", "maxmemory", "1"],
+    ] {
+        let mut args = vec!["ACL", "DRYRUN", username];
+        args.extend_from_slice(words);
+        let args: Vec<Value> = args.into_iter().map(|a| Value::String(a.into())).collect();
+        let verdict = admin
+            .command(member, "ACL DRYRUN", args)
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?
+            .as_text()
+            .unwrap_or_default();
+        prop_assert!(
+            verdict.contains("no permissions"),
+            "{} may run {:?}: {}\n{}",
+            username,
+            words,
+            verdict,
+            file
+        );
+    }
+    Ok(())
 }
 
 /// What Valkey loaded for a binding: one selector per permission, each holding exactly the

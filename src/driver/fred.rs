@@ -712,3 +712,55 @@ pub fn describe_ranges(ranges: &[SlotRange]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// Every command this file sends, as Valkey's ACL names it (`cluster|nodes`, `info`): the
+    /// first one or two `s(..)` string literals of each argument vector built here.
+    fn commands_sent() -> BTreeSet<String> {
+        const CONTAINERS: &[&str] = &["CLUSTER", "CONFIG", "ACL"];
+        let source = include_str!("fred.rs");
+        let literal = |text: &str| -> Option<String> {
+            let rest = text.trim_start().strip_prefix("s(\"")?;
+            Some(rest[..rest.find('"')?].to_string())
+        };
+        let mut sent = BTreeSet::new();
+        for (i, _) in source.match_indices("vec![") {
+            let after = &source[i + 5..];
+            let Some(name) = literal(after) else { continue };
+            let name_end = after.find(')').map_or(after.len(), |e| e + 1);
+            let next = after[name_end..].trim_start().strip_prefix(',');
+            match next.and_then(literal) {
+                Some(sub) if CONTAINERS.contains(&name.as_str()) => {
+                    sent.insert(format!("{name}|{sub}").to_lowercase())
+                }
+                _ => sent.insert(name.to_lowercase()),
+            };
+        }
+        sent
+    }
+
+    #[test]
+    fn the_operator_acl_user_has_exactly_the_commands_the_driver_sends() {
+        let sent = commands_sent();
+        assert!(
+            sent.contains("cluster|migrateslots") && sent.contains("migrate"),
+            "{sent:?}"
+        );
+        // Sent by the client library (AUTH and CLIENT ID on connecting) and by a member on the operator's
+        // behalf: MIGRATE ... AUTH2 logs in to the target as the operator's user, which then
+        // runs SELECT and RESTORE-ASKING.
+        let mut needed = sent.clone();
+        needed.extend(["auth", "client|id", "select", "restore-asking"].map(String::from));
+        let granted: BTreeSet<String> = crate::resolve::acl::OPERATOR_COMMANDS
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        assert_eq!(
+            granted, needed,
+            "resolve/acl.rs OPERATOR_COMMANDS must list exactly what driver/fred.rs sends"
+        );
+    }
+}

@@ -277,6 +277,10 @@ pub struct LocalServers {
     tls: Option<TlsMaterial>,
     /// Lines appended to every server's valkey.conf.
     extra_conf: String,
+    /// Set: the servers load the ACL file the operator renders (its users, with these
+    /// passwords, and its `default` line) and replicate as `_valkey-replication`, as members do.
+    /// The admin user is kept, for test data and inspection.
+    operator_acl: Option<crate::resolve::acl::OperatorCredentials>,
 }
 
 impl LocalServers {
@@ -337,6 +341,7 @@ impl LocalServers {
             &self.extra_conf,
         );
         set.credentials = self.credentials.clone();
+        set.operator_acl = self.operator_acl.clone();
         set.launch(count).await
     }
 
@@ -357,6 +362,51 @@ impl LocalServers {
             default_user_line: default_user_line.to_owned(),
             tls,
             extra_conf: extra_conf.to_owned(),
+            operator_acl: None,
+        }
+    }
+
+    /// Starts `count` servers that run the operator's own ACL users, as members do (see
+    /// [`LocalServers::operator_acl`]): a driver with [`LocalServers::operator_credentials`]
+    /// has exactly the operator's rights; replication and atomic slot migration authenticate
+    /// as `_valkey-replication`. [`LocalServers::credentials`] stays the unrestricted admin.
+    pub async fn start_with_operator_acl(
+        build: ValkeyBuild,
+        count: usize,
+    ) -> Result<LocalServers, HarnessError> {
+        let mut set = LocalServers::configured(build, DEFAULT_USER_LINE, None, "");
+        set.operator_acl = Some(crate::resolve::acl::OperatorCredentials {
+            operator_password: unique_token(),
+            replication_password: unique_token(),
+        });
+        set.launch(count).await
+    }
+
+    /// The operator's users' passwords, when started with [`LocalServers::start_with_operator_acl`].
+    pub fn operator_acl(&self) -> Option<&crate::resolve::acl::OperatorCredentials> {
+        self.operator_acl.as_ref()
+    }
+
+    /// How the operator logs in (`_valkey-operator`), when started with its ACL.
+    pub fn operator_credentials(&self) -> Option<Credentials> {
+        self.operator_acl.as_ref().map(|c| Credentials {
+            username: crate::api::constants::OPERATOR_ACL_USERNAME.to_owned(),
+            password: c.operator_password.clone(),
+        })
+    }
+
+    /// The servers' ACL file: the `default` line and the admin user, or with the operator's
+    /// ACL, the file the operator renders (no binding) and the admin user.
+    fn acl_file(&self) -> String {
+        let hash = hex::encode(Sha256::digest(self.credentials.password.as_bytes()));
+        let admin = format!("user {ADMIN_USER} on #{hash} ~* &* +@all\n");
+        match &self.operator_acl {
+            None => format!("{}\n{admin}", self.default_user_line),
+            Some(creds) => {
+                let roles = std::collections::BTreeMap::new();
+                let file = crate::resolve::acl::render_acl_file(&[], &roles, creds);
+                format!("{file}{admin}")
+            }
         }
     }
 
@@ -415,12 +465,7 @@ impl LocalServers {
         let port = next_port_pair().ok_or(HarnessError::NoFreePort)?;
         let dir = std::env::temp_dir().join(format!("valkey-driver-test-{}", unique_token()));
         std::fs::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
-        let hash = hex::encode(Sha256::digest(self.credentials.password.as_bytes()));
-        let acl = format!(
-            "{}\nuser {ADMIN_USER} on #{hash} ~* &* +@all\n",
-            self.default_user_line
-        );
-        std::fs::write(dir.join("users.acl"), acl).map_err(io("write ACL file"))?;
+        std::fs::write(dir.join("users.acl"), self.acl_file()).map_err(io("write ACL file"))?;
         if let Some(tls) = &self.tls {
             write_tls_files(&dir, tls)?;
         }
@@ -488,7 +533,7 @@ impl LocalServers {
              dir {dir}\n\
              aclfile {dir}/users.acl\n\
              logfile {dir}/valkey.log\n\
-             masteruser {ADMIN_USER}\n\
+             masteruser {master_user}\n\
              masterauth {password}\n\
              save \"\"\n\
              appendonly no\n\
@@ -496,7 +541,14 @@ impl LocalServers {
              {extra}\n",
             bus = port + 10000,
             dir = dir.display(),
-            password = self.credentials.password,
+            master_user = match &self.operator_acl {
+                None => ADMIN_USER,
+                Some(_) => crate::api::constants::REPLICATION_ACL_USERNAME,
+            },
+            password = match &self.operator_acl {
+                None => &self.credentials.password,
+                Some(creds) => &creds.replication_password,
+            },
             extra = self.extra_conf,
         )
     }

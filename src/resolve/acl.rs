@@ -23,35 +23,51 @@ use crate::api::{AclBinding, KeyAccess, RuleAccess, ValkeyRoleSpec};
 
 use super::conf::sha256_hex;
 
-/// Commands the operator's driver needs: cluster administration (meet, slots, replicate,
-/// failover, forget, slot migration), introspection, CONFIG, ACL, MIGRATE and the
-/// RESTORE-ASKING its target runs, and connection housekeeping.
+/// Exactly the commands the operator's driver sends (`driver/fred.rs`; a unit test there
+/// checks the two lists agree), plus what its connections and `MIGRATE` need: `AUTH` and
+/// `CLIENT ID` (fred sends both on every connection), and on the target of a key-by-key move, where `MIGRATE ... AUTH2` logs in as
+/// this user, `SELECT` and `RESTORE-ASKING`. No data command: the operator cannot read a
+/// value (`MIGRATE` moves keys it cannot see), write one, or flush anything.
 pub const OPERATOR_COMMANDS: &[&str] = &[
-    "cluster",
+    "auth",
+    "client|id",
+    "ping",
     "info",
-    "config",
-    "acl",
+    "cluster|myid",
+    "cluster|nodes",
+    "cluster|shards",
+    "cluster|info",
+    "cluster|countkeysinslot",
+    "cluster|getkeysinslot",
+    "cluster|getslotmigrations",
+    "cluster|meet",
+    "cluster|addslotsrange",
+    "cluster|replicate",
+    "cluster|failover",
+    "cluster|forget",
+    "cluster|reset",
+    "cluster|setslot",
+    "cluster|migrateslots",
+    "cluster|cancelslotmigrations",
+    "config|get",
+    "config|set",
+    "config|rewrite",
+    "acl|load",
+    "acl|users",
     "migrate",
     "restore-asking",
-    "asking",
-    "ping",
-    "auth",
-    "hello",
-    "client",
-    "role",
-    "command",
-    "dbsize",
-    "readonly",
-    "readwrite",
-    "wait",
     "select",
 ];
 
-/// Commands a replica runs against its primary, and that one member runs against another
-/// during atomic slot migration: the exporting member authenticates to the importing one as
-/// this user (`primaryuser`), sends `CLUSTER SYNCSLOTS`, then replays the slots' data and
-/// live writes as commands (`SELECT`, `MULTI`/`EXEC`, `RESTORE` and every write command), which
-/// the importing member checks against this user's permissions.
+/// Commands a replica runs against its primary (`AUTH`, `REPLCONF`, `PSYNC`/`SYNC`, `PING`),
+/// and that one member runs against another during atomic slot migration: the exporting
+/// member authenticates to the importing one as this user (`masteruser`), sends
+/// `CLUSTER SYNCSLOTS`, then replays the slots' data (`SELECT` and the AOF-rewrite form of
+/// each key: `SET`, `RPUSH`, `SADD`, `ZADD`, `HSET`, `XADD`, `PEXPIREAT`, ...) and every write
+/// to those slots while they move, as commands, which the importing member checks against
+/// this user's permissions (Valkey 9.0.0 and 9.1.2: without `@write` the import fails with
+/// `NOPERM ... 'select'`). Any keyed write command can be replayed, so `@write` stays; the
+/// write commands that are never replayed are taken away in [`REPLICATION_DENIED`].
 pub const REPLICATION_COMMANDS: &[&str] = &[
     "psync",
     "sync",
@@ -64,6 +80,28 @@ pub const REPLICATION_COMMANDS: &[&str] = &[
     "exec",
     "@write",
 ];
+
+/// Write commands atomic slot migration never replays, denied to the replication user: the
+/// keyless ones (a migration feeds only commands on keys of its slots: `FLUSHALL`, `FLUSHDB`,
+/// `SWAPDB`, `FUNCTION LOAD/DELETE/FLUSH/RESTORE`, `CLUSTER FLUSHSLOT`), `MIGRATE` (replicated
+/// as `DEL`; it would let the holder of the password copy keys to any host) and
+/// `RESTORE-ASKING` (only key-by-key moves send it, never to slots under atomic migration).
+pub const REPLICATION_DENIED: &[&str] = &[
+    "flushall",
+    "flushdb",
+    "swapdb",
+    "function",
+    "cluster|flushslot",
+    "migrate",
+    "restore-asking",
+];
+
+/// Denied at the end of every selector of every bound user, whatever its role grants: `CONFIG
+/// GET` returns `masterauth`, the replication user's password, and `CONFIG SET` changes what
+/// the operator manages. Roles cannot grant it (the role webhook refuses an explicit
+/// `config` rule); this keeps it out when the webhook was not serving or a category such as
+/// `@admin`, `@dangerous`, `@slow` or `@all` grants it.
+pub const TENANT_DENIED: &[&str] = &["config"];
 
 /// Passwords of the operator's own users (held in a Secret the operator generates).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,25 +200,23 @@ fn render_acl_body(
     operator_users: &OperatorUserHashes,
 ) -> String {
     let mut out = String::new();
+    let rules = |allowed: &[&str], denied: &[&str]| {
+        let allow = allowed.iter().map(|c| format!("+{c}"));
+        let deny = denied.iter().map(|c| format!("-{c}"));
+        allow.chain(deny).collect::<Vec<_>>().join(" ")
+    };
+    // Every key (MIGRATE and slot migration move any key), no channel.
     let _ = writeln!(
         out,
-        "user {OPERATOR_ACL_USERNAME} on #{} ~* &* -@all {}",
+        "user {OPERATOR_ACL_USERNAME} on #{} resetchannels ~* -@all {}",
         operator_users.operator,
-        OPERATOR_COMMANDS
-            .iter()
-            .map(|c| format!("+{c}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+        rules(OPERATOR_COMMANDS, &[])
     );
     let _ = writeln!(
         out,
-        "user {REPLICATION_ACL_USERNAME} on #{} ~* &* -@all {}",
+        "user {REPLICATION_ACL_USERNAME} on #{} resetchannels ~* -@all {}",
         operator_users.replication,
-        REPLICATION_COMMANDS
-            .iter()
-            .map(|c| format!("+{c}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+        rules(REPLICATION_COMMANDS, REPLICATION_DENIED)
     );
     if !bindings.iter().any(|b| b.username == "default") {
         // Off, yet allowed `cluster|syncslots`: Valkey 9.0's atomic slot migration checks that
@@ -234,6 +270,7 @@ pub fn render_user(binding: &AclBinding, roles: &BTreeMap<String, ValkeyRoleSpec
         // A missing role is a resolution error before rendering; render nothing for it here.
         if let Some(role) = roles.get(&permission.role_ref) {
             selector.extend(role_rules(role));
+            selector.extend(TENANT_DENIED.iter().map(|c| format!("-{c}")));
         }
         if !selector.is_empty() {
             let _ = write!(line, " ({})", selector.join(" "));
@@ -377,7 +414,7 @@ mod tests {
         );
         let line = render_user(&b, &roles());
         assert!(
-            line.contains("(%R~r:* %W~w:* ~rw:* +@read +@write)"),
+            line.contains("(%R~r:* %W~w:* ~rw:* +@read +@write -config)"),
             "{line}"
         );
     }
@@ -388,7 +425,7 @@ mod tests {
             &binding("app", &[H1], vec![perm("readonly", &[], &["events:*"])]),
             &roles(),
         );
-        assert!(line.contains("(&events:* +@read -keys)"), "{line}");
+        assert!(line.contains("(&events:* +@read -keys -config)"), "{line}");
     }
 
     #[test]
@@ -435,7 +472,7 @@ mod tests {
         );
         let line = render_user(&b, &roles());
         assert!(
-            line.ends_with("(%R~app:* +@read -keys) (~tmp:* +@read +@write)"),
+            line.ends_with("(%R~app:* +@read -keys -config) (~tmp:* +@read +@write -config)"),
             "{line}"
         );
     }
@@ -461,15 +498,27 @@ mod tests {
             .find(|l| l.starts_with("user _valkey-operator "))
             .unwrap();
         assert!(op.contains(&format!("#{}", sha256_hex("op"))));
-        assert!(op.contains("-@all +cluster +info"));
-        assert!(!op.contains("+@all"));
+        assert!(
+            op.ends_with(
+                " resetchannels ~* -@all +auth +client|id +ping +info +cluster|myid +cluster|nodes \
+                 +cluster|shards +cluster|info +cluster|countkeysinslot +cluster|getkeysinslot \
+                 +cluster|getslotmigrations +cluster|meet +cluster|addslotsrange \
+                 +cluster|replicate +cluster|failover +cluster|forget +cluster|reset \
+                 +cluster|setslot +cluster|migrateslots +cluster|cancelslotmigrations \
+                 +config|get +config|set +config|rewrite +acl|load +acl|users +migrate \
+                 +restore-asking +select"
+            ),
+            "{op}"
+        );
         let rep = file
             .lines()
             .find(|l| l.starts_with("user _valkey-replication "))
             .unwrap();
         assert!(
             rep.ends_with(
-                "~* &* -@all +psync +sync +replconf +ping +auth +cluster|syncslots +select +multi +exec +@write"
+                " resetchannels ~* -@all +psync +sync +replconf +ping +auth +cluster|syncslots \
+                 +select +multi +exec +@write -flushall -flushdb -swapdb -function \
+                 -cluster|flushslot -migrate -restore-asking"
             ),
             "{rep}"
         );
@@ -602,8 +651,43 @@ mod tests {
             &binding("app", &[H1], vec![perm("readonly", &[], &[])]),
             &roles(),
         );
-        assert!(line.ends_with(" (+@read -keys)"), "{line}");
+        assert!(line.ends_with(" (+@read -keys -config)"), "{line}");
         assert!(!line.contains('~') && !line.contains('&'), "{line}");
+    }
+
+    #[test]
+    fn no_role_grants_config_to_a_bound_user() {
+        // CONFIG GET returns masterauth: even `+@all` followed by `+config|get` (which the role
+        // webhook refuses, but it may not have been serving) ends with `-config`.
+        let mut roles = roles();
+        roles.insert(
+            "admin".to_string(),
+            ValkeyRoleSpec {
+                categories: vec![CategoryRule {
+                    name: "all".into(),
+                    access: RuleAccess::Allow,
+                }],
+                commands: vec![CommandRule {
+                    name: "config|get".into(),
+                    subcommand: None,
+                    access: RuleAccess::Allow,
+                }],
+            },
+        );
+        let b = binding(
+            "ops",
+            &[H1],
+            vec![
+                perm("admin", &[("*", KeyAccess::Readwrite)], &[]),
+                perm("readonly", &[("app:*", KeyAccess::Read)], &[]),
+            ],
+        );
+        assert!(
+            render_user(&b, &roles)
+                .ends_with(" (~* +@all +config|get -config) (%R~app:* +@read -keys -config)"),
+            "{}",
+            render_user(&b, &roles)
+        );
     }
 
     #[test]
@@ -626,13 +710,15 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("user _valkey-operator "))
             .unwrap();
-        assert!(op.contains(" ~* &* -@all "), "{op}");
+        assert!(op.contains(" resetchannels ~* -@all "), "{op}");
+        assert!(!op.contains('&') && !op.contains("+@"), "{op}");
         let rep = file
             .lines()
             .find(|l| l.starts_with("user _valkey-replication "))
             .unwrap();
         // Atomic slot migration replays writes on the importing member as this user.
-        assert!(rep.contains(" ~* &* -@all "), "{rep}");
+        assert!(rep.contains(" resetchannels ~* -@all "), "{rep}");
+        assert!(!rep.contains('&') && !rep.contains("+config"), "{rep}");
         assert!(!rep.contains("@read") && !rep.contains("+@all"), "{rep}");
         assert!(rep.contains(&format!("#{}", sha256_hex("rep"))));
     }
@@ -649,7 +735,7 @@ mod tests {
             &[H1],
             vec![perm("readonly", &[("a)", KeyAccess::Read)], &["c'"])],
         );
-        assert!(render_user(&b, &roles()).ends_with(r#" ("%R~a)" "&c'" +@read -keys)"#));
+        assert!(render_user(&b, &roles()).ends_with(r#" ("%R~a)" "&c'" +@read -keys -config)"#));
     }
 
     #[test]
@@ -667,7 +753,7 @@ mod tests {
                 &["a:*", "*", "b:*"],
             )],
         );
-        assert!(render_user(&b, &roles()).ends_with(" (~* &* +@read -keys)"));
+        assert!(render_user(&b, &roles()).ends_with(" (~* &* +@read -keys -config)"));
         // `*` read-only does not cover writes: kept with the other patterns.
         let b = binding(
             "app",
@@ -678,6 +764,6 @@ mod tests {
                 &[],
             )],
         );
-        assert!(render_user(&b, &roles()).ends_with(" (%R~* %W~w:* +@read -keys)"));
+        assert!(render_user(&b, &roles()).ends_with(" (%R~* %W~w:* +@read -keys -config)"));
     }
 }

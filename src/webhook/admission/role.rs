@@ -2,6 +2,14 @@
 //! (`data/valkey-commands.txt`, taken from the pinned valkey-server builds with COMMAND INFO and
 //! ACL CAT). An unknown name would make Valkey refuse the whole ACL file, so it is **denied**,
 //! with "did you mean" suggestions.
+//!
+//! CONFIG is never granted to a bound user: `CONFIG GET masterauth` returns the password
+//! members replicate with, and that user may write any key (atomic slot migration needs it),
+//! so a "read-only" role with `config|get` is a writer. The ACL renderer denies `config` at the
+//! end of every selector (`resolve/acl.rs`, even when this webhook was not serving); here an
+//! explicit `config` rule that allows is **denied** (it would do nothing, and its author meant
+//! something), and a category that includes CONFIG (`all`, `admin`, `dangerous`, `slow`) is
+//! allowed with a **warning** that CONFIG is withheld.
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
@@ -9,7 +17,42 @@ use std::sync::OnceLock;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{allow_with_warnings, deny};
-use crate::api::ValkeyRole;
+use crate::api::{RuleAccess, ValkeyRole, ValkeyRoleSpec};
+
+/// ACL categories that include `config|get` (Valkey 9.0 and 9.1; `all` includes everything).
+pub const CATEGORIES_WITH_CONFIG: &[&str] = &["all", "admin", "dangerous", "slow"];
+
+/// Refusals (explicit `config` rules that allow) and warnings (categories that include CONFIG)
+/// of a role: CONFIG is withheld from every bound user (see the module's comment).
+pub fn config_rules(name: &str, spec: &ValkeyRoleSpec) -> (Vec<String>, Vec<String>) {
+    let why = "CONFIG GET returns masterauth, the password members replicate with, which can \
+               write any key; the operator withholds CONFIG from every ACL user";
+    let refused = spec
+        .commands
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.access == RuleAccess::Allow)
+        .filter(|(_, c)| c.name.to_lowercase() == "config" || c.full_name().starts_with("config|"))
+        .map(|(i, c)| {
+            format!(
+                "spec.commands[{i}]: {:?} is never granted ({why}); remove it (metrics \
+                 exporters read INFO)",
+                c.full_name()
+            )
+        })
+        .collect();
+    let warned = spec
+        .categories
+        .iter()
+        .filter(|c| c.access == RuleAccess::Allow)
+        .map(|c| c.name.to_lowercase())
+        .filter(|c| CATEGORIES_WITH_CONFIG.contains(&c.as_str()))
+        .map(|c| {
+            format!("ValkeyRole {name:?} allows @{c}, which includes CONFIG: users bound to it still cannot run CONFIG ({why})")
+        })
+        .collect();
+    (refused, warned)
+}
 
 const TABLE: &str = include_str!("../data/valkey-commands.txt");
 
@@ -131,7 +174,9 @@ pub fn validate(req: &AdmissionRequest<ValkeyRole>) -> AdmissionResponse {
             problems.push(unknown(what, &field, &full, &t.commands));
         }
     }
-    let mut warnings = Vec::new();
+    let name = role.metadata.name.clone().unwrap_or_default();
+    let (refused, mut warnings) = config_rules(&name, &role.spec);
+    problems.extend(refused);
     if role.spec.categories.is_empty() && role.spec.commands.is_empty() {
         warnings.push(format!(
             "ValkeyRole {:?} has no rules: users bound to it can run no command",
@@ -219,6 +264,53 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("did you mean \"read\"?"), "{m}");
+    }
+
+    #[test]
+    fn an_explicit_config_rule_that_allows_is_denied_and_one_that_denies_is_accepted() {
+        for (name, sub) in [
+            ("config|get", None),
+            ("CONFIG", Some("get")),
+            ("config", None),
+        ] {
+            let req = request::<ValkeyRole>("valkeyrole-create.json", |v| {
+                v["request"]["object"]["spec"]["commands"][0]["name"] = name.into();
+                if let Some(sub) = sub {
+                    v["request"]["object"]["spec"]["commands"][0]["subcommand"] = sub.into();
+                }
+            });
+            let resp = validate(&req);
+            assert!(!resp.allowed, "{name} {sub:?}");
+            let m = resp.result.message;
+            assert!(
+                m.contains("spec.commands[0]") && m.contains("masterauth"),
+                "{m}"
+            );
+        }
+        let req = request::<ValkeyRole>("valkeyrole-create.json", |v| {
+            v["request"]["object"]["spec"]["commands"][0]["name"] = "config|get".into();
+            v["request"]["object"]["spec"]["commands"][0]["access"] = "deny".into();
+        });
+        assert!(validate(&req).allowed);
+    }
+
+    #[test]
+    fn a_category_that_includes_config_is_allowed_with_a_warning() {
+        let req = request::<ValkeyRole>("valkeyrole-create.json", |v| {
+            v["request"]["object"]["spec"]["categories"][0]["name"] = "admin".into();
+        });
+        let resp = validate(&req);
+        assert!(resp.allowed, "{:?}", resp.result);
+        let warnings = resp.warnings.unwrap_or_default();
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("allows @admin") && w.contains("cannot run CONFIG")),
+            "{warnings:?}"
+        );
+        // The sample's `dangerous: deny` warns of nothing.
+        let req = request::<ValkeyRole>("valkeyrole-create.json", |_| {});
+        assert!(validate(&req).warnings.unwrap_or_default().is_empty());
     }
 
     #[test]
