@@ -476,6 +476,20 @@ async fn setslot_and_migrate_moves_a_range(build: ValkeyBuild) {
         replace: false,
     };
     assert!(driver.migrate_keys(&source, &request).await.unwrap());
+    // A third slot: a MIGRATE whose reply was lost, so the target took a key the source
+    // still holds (a stale copy, written there with ASKING). Resuming must not wedge on
+    // BUSYKEY, and the source's copy, the one that kept serving, wins.
+    let mut busy = first + 2;
+    while driver.count_keys_in_slot(&source, busy).await.unwrap() == 0 {
+        busy += 1;
+    }
+    assert!(range.contains(&busy), "the range has a third slot with keys");
+    driver
+        .set_slot(&target, busy, &SetSlot::Importing(source_id.clone()))
+        .await
+        .unwrap();
+    let stale = driver.keys_in_slot(&source, busy, 1).await.unwrap();
+    plant_on_importing_target(&servers, &target, &String::from_utf8_lossy(&stale[0])).await;
     loop {
         let keys = driver.keys_in_slot(&source, first + 1, 100).await.unwrap();
         if keys.is_empty() {
@@ -506,6 +520,34 @@ async fn setslot_and_migrate_moves_a_range(build: ValkeyBuild) {
     assert_eq!(keys_in(&driver, &source, &range).await, 0);
     assert_keys_readable(&client, MIGRATION_KEYS).await;
     let _ = client.quit().await;
+}
+
+/// Writes `key` = `stale` on `target` (importing its slot) with ASKING, through valkey-cli (one
+/// connection for both commands).
+async fn plant_on_importing_target(servers: &LocalServers, target: &MemberAddr, key: &str) {
+    use tokio::io::AsyncWriteExt;
+    let cli = servers
+        .build
+        .binary()
+        .unwrap()
+        .with_file_name("valkey-cli");
+    let mut child = tokio::process::Command::new(&cli)
+        .args(["-h", &target.host, "-p", &target.port.to_string()])
+        .args(["--user", &servers.credentials.username])
+        .args(["--pass", &servers.credentials.password, "--no-auth-warning"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {}: {e}", cli.display()));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("ASKING\nSET {key} stale\n").as_bytes())
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.matches("OK").count() == 2, "ASKING + SET on the target: {text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,7 +66,10 @@ pub async fn move_slot_by_keys(
                     target: mv.target.clone(),
                     keys,
                     timeout: MIGRATE_TIMEOUT,
-                    replace: false,
+                    // A MIGRATE whose reply was lost may have left a copy on the target while
+                    // the source kept (and served) its own: without REPLACE every retry fails
+                    // with BUSYKEY and the move is wedged. The source's copy is the one to keep.
+                    replace: true,
                 },
             )
             .await?;

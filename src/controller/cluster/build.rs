@@ -226,18 +226,20 @@ pub fn network_policy(
     cluster: &ValkeyCluster,
     operator_namespace: &str,
     clients_from: crate::settings::ClientsFrom,
-) -> Result<Option<NetworkPolicy>, BuildError> {
+) -> Result<NetworkPolicy, BuildError> {
     use crate::settings::ClientsFrom;
+    // Unrestricted opens the client port to every source, never the cluster bus: a stranger
+    // on 16379 could MEET members into another cluster or forge gossip.
     let clients = match clients_from {
-        ClientsFrom::SameNamespace => NetworkPolicyPeer {
+        ClientsFrom::SameNamespace => Some(NetworkPolicyPeer {
             pod_selector: Some(LabelSelector::default()),
             ..Default::default()
-        },
-        ClientsFrom::AnyNamespace => NetworkPolicyPeer {
+        }),
+        ClientsFrom::AnyNamespace => Some(NetworkPolicyPeer {
             namespace_selector: Some(LabelSelector::default()),
             ..Default::default()
-        },
-        ClientsFrom::Unrestricted => return Ok(None),
+        }),
+        ClientsFrom::Unrestricted => None,
     };
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let members = NetworkPolicyPeer {
@@ -259,7 +261,15 @@ pub fn network_policy(
         from: Some(from),
         ports: Some(ports),
     };
-    Ok(Some(NetworkPolicy {
+    let client_rule = match clients {
+        Some(clients) => rule(vec![operator, clients], vec![port(CLIENT_PORT)]),
+        // No `from`: every source.
+        None => NetworkPolicyIngressRule {
+            from: None,
+            ports: Some(vec![port(CLIENT_PORT)]),
+        },
+    };
+    Ok(NetworkPolicy {
         metadata: meta(cluster, names::pdb(&name), "members")?,
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(match_labels(names::member_selector(&name))),
@@ -269,11 +279,11 @@ pub fn network_policy(
                     vec![members],
                     vec![port(CLIENT_PORT), port(CLUSTER_BUS_PORT)],
                 ),
-                rule(vec![operator, clients], vec![port(CLIENT_PORT)]),
+                client_rule,
             ]),
             ..Default::default()
         }),
-    }))
+    })
 }
 
 /// The Secret holding the operator's generated passwords.
@@ -537,9 +547,7 @@ mod tests {
     #[test]
     fn the_network_policy_keeps_the_bus_among_members_and_lets_clients_and_the_operator_in() {
         use crate::settings::ClientsFrom;
-        let np = network_policy(&cluster(), "ops", ClientsFrom::SameNamespace)
-            .unwrap()
-            .unwrap();
+        let np = network_policy(&cluster(), "ops", ClientsFrom::SameNamespace).unwrap();
         let spec = serde_json::to_value(np.spec.unwrap()).unwrap();
         let member = names::member_selector("my-cluster");
         assert_eq!(spec["podSelector"]["matchLabels"], json!(member));
@@ -570,18 +578,27 @@ mod tests {
             json!({"podSelector": {}}),
             "same namespace"
         );
-        let any = network_policy(&cluster(), "ops", ClientsFrom::AnyNamespace)
-            .unwrap()
-            .unwrap();
+        let any = network_policy(&cluster(), "ops", ClientsFrom::AnyNamespace).unwrap();
         let any = serde_json::to_value(any.spec.unwrap()).unwrap();
         assert_eq!(
             any["ingress"][1]["from"][1],
             json!({"namespaceSelector": {}})
         );
-        assert!(
-            network_policy(&cluster(), "ops", ClientsFrom::Unrestricted)
-                .unwrap()
-                .is_none()
+        // Unrestricted: the client port from anywhere, the bus still from members only.
+        let open = network_policy(&cluster(), "ops", ClientsFrom::Unrestricted).unwrap();
+        let open = serde_json::to_value(open.spec.unwrap()).unwrap();
+        assert_eq!(
+            open["ingress"][0]["ports"],
+            json!([{"protocol": "TCP", "port": 6379}, {"protocol": "TCP", "port": 16379}])
+        );
+        assert_eq!(
+            open["ingress"][0]["from"],
+            json!([{"podSelector": {"matchLabels": names::member_selector("my-cluster")}}])
+        );
+        assert_eq!(
+            open["ingress"][1],
+            json!({"ports": [{"protocol": "TCP", "port": 6379}]}),
+            "no `from`: every source, the client port only"
         );
     }
 
