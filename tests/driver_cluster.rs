@@ -483,7 +483,10 @@ async fn setslot_and_migrate_moves_a_range(build: ValkeyBuild) {
     while driver.count_keys_in_slot(&source, busy).await.unwrap() == 0 {
         busy += 1;
     }
-    assert!(range.contains(&busy), "the range has a third slot with keys");
+    assert!(
+        range.contains(&busy),
+        "the range has a third slot with keys"
+    );
     driver
         .set_slot(&target, busy, &SetSlot::Importing(source_id.clone()))
         .await
@@ -526,11 +529,7 @@ async fn setslot_and_migrate_moves_a_range(build: ValkeyBuild) {
 /// connection for both commands).
 async fn plant_on_importing_target(servers: &LocalServers, target: &MemberAddr, key: &str) {
     use tokio::io::AsyncWriteExt;
-    let cli = servers
-        .build
-        .binary()
-        .unwrap()
-        .with_file_name("valkey-cli");
+    let cli = servers.build.binary().unwrap().with_file_name("valkey-cli");
     let mut child = tokio::process::Command::new(&cli)
         .args(["-h", &target.host, "-p", &target.port.to_string()])
         .args(["--user", &servers.credentials.username])
@@ -547,7 +546,10 @@ async fn plant_on_importing_target(servers: &LocalServers, target: &MemberAddr, 
     drop(stdin);
     let out = child.wait_with_output().await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.matches("OK").count() == 2, "ASKING + SET on the target: {text}");
+    assert!(
+        text.matches("OK").count() == 2,
+        "ASKING + SET on the target: {text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,7 +76,8 @@ async fn apply_cluster_objects(
     apply(ctx, &namespace, build::headless_service(cluster)?).await?;
     apply(ctx, &namespace, build::client_service(cluster)?).await?;
     apply(ctx, &namespace, build::pdb(cluster)?).await?;
-    let policy = build::network_policy(cluster, &ctx.operator_namespace, ctx.settings.clients_from)?;
+    let policy =
+        build::network_policy(cluster, &ctx.operator_namespace, ctx.settings.clients_from)?;
     apply(ctx, &namespace, policy).await?;
     Ok((credentials, acl_file))
 }

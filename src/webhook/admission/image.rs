@@ -23,6 +23,9 @@ pub fn validate(
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return allow_with_warnings(req, vec![]);
     }
+    if let Some(problem) = too_old(&image.spec.version) {
+        return deny(req, problem, vec![]);
+    }
     let name = image.name_any();
     let (before, clusters) = match (menu, clusters) {
         (Ok(before), Ok(clusters)) => (before, clusters),
@@ -43,6 +46,41 @@ pub fn validate(
         Verdict::Fine => allow_with_warnings(req, vec![]),
         Verdict::Warn(w) => allow_with_warnings(req, vec![w]),
         Verdict::Deny(message) => deny(req, message, vec![]),
+    }
+}
+
+/// The oldest Valkey the operator runs. Before 8.0 a replica promoted during a key-by-key
+/// slot move does not inherit its primary's migrating/importing state (Valkey 8.0 replicates
+/// it), so a failover in the middle of a scale-out leaves keys in a slot nobody serves.
+pub const OLDEST_VALKEY: (u64, u64) = (8, 0);
+
+/// Why `version` (an image's `x.y.z`) is refused, when it is older than [`OLDEST_VALKEY`].
+/// A version that does not parse as numbers is left to the CRD schema and the members.
+pub fn too_old(version: &str) -> Option<String> {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major: u64 = parts.next()?.parse().ok()?;
+    let minor: u64 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    ((major, minor) < OLDEST_VALKEY).then(|| {
+        format!(
+            "Valkey {version} is older than {}.{}, the oldest this operator runs: before {}.{} a replica promoted during a slot move forgets the move, and keys are left in slots nobody serves. Publish an image of Valkey {}.{} or later",
+            OLDEST_VALKEY.0, OLDEST_VALKEY.1, OLDEST_VALKEY.0, OLDEST_VALKEY.1, OLDEST_VALKEY.0, OLDEST_VALKEY.1
+        )
+    })
+}
+
+#[cfg(test)]
+mod too_old_tests {
+    use super::*;
+
+    #[test]
+    fn valkey_before_8_0_is_refused_with_what_to_publish_instead() {
+        for old in ["7.2.4", "7.2", "v7.2.5", "6.2.14"] {
+            let why = too_old(old).unwrap_or_else(|| panic!("{old} accepted"));
+            assert!(why.contains("8.0 or later"), "{why}");
+        }
+        for fine in ["8.0.0", "8.1.1", "9.0.0", "9.1.2", "10.0", "nightly", ""] {
+            assert_eq!(too_old(fine), None, "{fine}");
+        }
     }
 }
 
