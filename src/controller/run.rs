@@ -143,9 +143,37 @@ where
 /// labels, annotations, deletion) and status (phase, conditions, containers, IP); the spec
 /// is the ValkeyNode controller's, which reads pods from the API, so it is not kept for every
 /// member of the fleet.
+///
+/// A pod that carries the operator's label but is not controlled by a ValkeyNode (a tenant can
+/// label any pod of its namespace so) keeps only its name, namespace and owners: observe never
+/// takes it for a member (`owned_by`), and 5,000 such pods cannot grow the operator's memory
+/// by more than their names.
 fn forget_pod_spec(pod: &mut Pod) {
     forget_managed_fields(pod);
     pod.spec = None;
+    if !controlled_by_a_valkey_node(pod) {
+        let meta = &mut pod.metadata;
+        *pod = Pod {
+            metadata: kube::api::ObjectMeta {
+                name: meta.name.take(),
+                namespace: meta.namespace.take(),
+                uid: meta.uid.take(),
+                resource_version: meta.resource_version.take(),
+                owner_references: meta.owner_references.take(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+    }
+}
+
+/// Whether `pod`'s controlling owner is a ValkeyNode (the only pods that are members).
+fn controlled_by_a_valkey_node(pod: &Pod) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "ValkeyNode"
+            && o.api_version.starts_with("valkey.gomomento.com/")
+    })
 }
 
 /// Server-side apply's field ownership is not read by any reconcile, and in memory it is most
@@ -517,5 +545,56 @@ mod tests {
             .collect();
         assert_eq!(names, vec!["a", "e"]);
         assert!(clusters_naming_secret(&clusters, "team", "nobody").is_empty());
+    }
+}
+
+#[cfg(test)]
+mod trim_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn labelled_pod(owner_kind: Option<&str>) -> Pod {
+        Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("team".into()),
+                labels: Some([(LABEL_APP_MANAGED_BY.to_string(), MANAGER.to_string())].into()),
+                annotations: Some([("big".to_string(), "x".repeat(10_000))].into()),
+                owner_references: owner_kind.map(|kind| {
+                    vec![OwnerReference {
+                        api_version: "valkey.gomomento.com/v1alpha1".into(),
+                        kind: kind.into(),
+                        name: "p".into(),
+                        uid: "u".into(),
+                        controller: Some(true),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            },
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_pod_labelled_like_ours_but_not_a_members_keeps_only_its_name() {
+        for foreign in [labelled_pod(None), labelled_pod(Some("Deployment"))] {
+            let mut pod = foreign;
+            forget_pod_spec(&mut pod);
+            assert_eq!(pod.metadata.name.as_deref(), Some("p"));
+            assert_eq!(pod.metadata.annotations, None);
+            assert_eq!(pod.metadata.labels, None);
+            assert_eq!(pod.status, None);
+            assert!(serde_json::to_string(&pod).unwrap().len() < 300);
+        }
+        let mut member = labelled_pod(Some("ValkeyNode"));
+        forget_pod_spec(&mut member);
+        assert!(member.status.is_some() && member.metadata.annotations.is_some());
+        assert_eq!(member.spec, None);
     }
 }
