@@ -153,7 +153,15 @@ async fn operate(
             return ExitCode::FAILURE;
         }
     };
-    let settings = match valkey_operator::settings::Settings::load(client.clone(), &namespace).await
+    // An API server that does not answer yet (it restarts with the operator) is waited for; a
+    // ConfigMap that says something wrong fails at once.
+    let patience = std::time::Duration::from_secs(120);
+    let settings = match valkey_operator::settings::Settings::load_patiently(
+        client.clone(),
+        &namespace,
+        patience,
+    )
+    .await
     {
         Ok(s) => s,
         Err(e) => {

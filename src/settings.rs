@@ -75,6 +75,21 @@ pub enum SettingsError {
     },
 }
 
+impl SettingsError {
+    /// The API server could not be asked (it restarts, the network blips, a 5xx or 429): worth
+    /// asking again, unlike a ConfigMap that says something wrong. A 401/403/404 on the read is
+    /// final too: retrying does not grant a permission.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            SettingsError::Read { error, .. } => match error {
+                kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+                _ => true,
+            },
+            _ => false,
+        }
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -128,6 +143,27 @@ impl Settings {
     }
 
     /// Reads the ConfigMap (absent: all defaults).
+    /// [`Settings::load`], asking again while the API server cannot answer (a startup during
+    /// an API server restart must not crash-loop the operator), at most for `patience`.
+    pub async fn load_patiently(
+        client: Client,
+        namespace: &str,
+        patience: std::time::Duration,
+    ) -> Result<Settings, SettingsError> {
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(500);
+        loop {
+            match Settings::load(client.clone(), namespace).await {
+                Err(e) if e.is_transient() && started.elapsed() + pause < patience => {
+                    tracing::warn!(error = %e, retry_in = ?pause, "cannot read the settings yet");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(10));
+                }
+                result => return result,
+            }
+        }
+    }
+
     pub async fn load(client: Client, namespace: &str) -> Result<Settings, SettingsError> {
         let api: Api<ConfigMap> = Api::namespaced(client, namespace);
         match api.get_opt(SETTINGS_CONFIGMAP).await {
@@ -150,6 +186,25 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn only_an_unanswered_read_is_asked_again() {
+        let read = |error| SettingsError::Read {
+            namespace: "ops".into(),
+            error,
+        };
+        let api = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        assert!(read(api(503)).is_transient());
+        assert!(read(api(429)).is_transient());
+        assert!(!read(api(403)).is_transient());
+        assert!(!read(api(404)).is_transient());
+        assert!(!SettingsError::UnknownKey { key: "typo".into() }.is_transient());
     }
 
     #[test]
