@@ -234,10 +234,17 @@ fn check_chain(
     warnings: &mut Vec<String>,
 ) -> Option<String> {
     match resolve_config(after, name) {
-        Ok(resolved) => warnings.extend(super::settings::unknown_settings(
-            &resolved.image.version,
-            config.spec.valkey.keys(),
-        )),
+        Ok(resolved) => {
+            let version = &resolved.image.version;
+            let refused = super::settings::refused_values(version, &config.spec.valkey);
+            if !refused.is_empty() {
+                return Some(refused.join("; "));
+            }
+            warnings.extend(super::settings::unknown_settings(
+                version,
+                config.spec.valkey.keys(),
+            ));
+        }
         Err(ResolveError::Cycle { chain }) if chain.last().map(String::as_str) == Some(name) => {
             let e = ResolveError::Cycle { chain };
             return Some(format!("spec.baseRef would close a cycle: {e}"));

@@ -7,6 +7,58 @@ use std::sync::OnceLock;
 use super::role::suggestions;
 
 const TABLE: &str = include_str!("../data/valkey-settings.txt");
+/// Settings whose value is one of a fixed set, per version (`data/valkey-setting-values.txt`,
+/// as the pinned builds state it when refusing a value; regenerate with
+/// `e2e/tools/valkey-setting-values.sh`).
+const VALUES: &str = include_str!("../data/valkey-setting-values.txt");
+
+/// For each `major.minor`, each fixed-set setting and the values Valkey accepts.
+pub fn values_table() -> &'static BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    static CELL: OnceLock<BTreeMap<String, BTreeMap<String, BTreeSet<String>>>> = OnceLock::new();
+    CELL.get_or_init(|| {
+        let mut out: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+        let mut current: Option<String> = None;
+        for line in VALUES.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if let Some(v) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                current = Some(v.to_owned());
+            } else if let (Some(v), Some((name, values))) = (&current, line.split_once(" = ")) {
+                let values = values.split('|').map(str::to_owned).collect();
+                out.entry(v.clone())
+                    .or_default()
+                    .insert(name.to_owned(), values);
+            }
+        }
+        out
+    })
+}
+
+/// Why members of Valkey `version` would refuse to start with `settings`: a fixed-set setting
+/// (yes/no, a policy) given a value outside its set. Valkey compares case-insensitively; a
+/// value of several words (settings that take flags) is checked word by word. Nothing when
+/// the version is not in the table.
+pub fn refused_values(version: &str, settings: &BTreeMap<String, String>) -> Vec<String> {
+    let minor: String = version.split('.').take(2).collect::<Vec<_>>().join(".");
+    let Some(known) = values_table().get(&minor) else {
+        return Vec::new();
+    };
+    settings
+        .iter()
+        .filter_map(|(name, value)| {
+            let allowed = known.get(name)?;
+            let words: Vec<String> = value.split_whitespace().map(str::to_lowercase).collect();
+            let fine = !words.is_empty() && words.iter().all(|w| allowed.contains(w));
+            (!fine).then(|| {
+                format!(
+                    "setting {name:?} is {value:?}, which Valkey {version} refuses (members would not start): use one of {}",
+                    allowed.iter().cloned().collect::<Vec<_>>().join(", ")
+                )
+            })
+        })
+        .collect()
+}
 
 /// Setting names by `major.minor`.
 pub fn table() -> &'static BTreeMap<String, BTreeSet<String>> {
@@ -65,6 +117,48 @@ mod tests {
         }
         // A real difference between the builds.
         assert!(table()["9.1"].contains("hash-seed") && !table()["9.0"].contains("hash-seed"));
+    }
+
+    #[test]
+    fn values_valkey_refuses_are_named_with_the_ones_it_takes() {
+        let settings = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let refused = refused_values(
+            "9.0.0",
+            &settings(&[
+                ("maxmemory-policy", "bogus"),
+                ("appendonly", "maybe"),
+                ("appendfsync", ""),
+                ("hz", "fast"),
+            ]),
+        );
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        // By name: appendfsync, appendonly, maxmemory-policy.
+        assert!(
+            refused[0].starts_with("setting \"appendfsync\" is \"\""),
+            "{}",
+            refused[0]
+        );
+        assert!(refused[1].contains("use one of no, yes"), "{}", refused[1]);
+        assert!(refused[2].contains("allkeys-lru") && refused[2].contains("\"bogus\""));
+        for fine in [
+            ("maxmemory-policy", "allkeys-lru"),
+            ("maxmemory-policy", "AllKeys-LRU"),
+            ("appendonly", "yes"),
+            ("appendfsync", "everysec"),
+            ("hz", "fast"),
+            ("unknown-setting", "whatever"),
+        ] {
+            assert!(
+                refused_values("9.1.2", &settings(&[fine])).is_empty(),
+                "{fine:?}"
+            );
+        }
+        assert!(refused_values("7.2.4", &settings(&[("appendonly", "maybe")])).is_empty());
     }
 
     #[test]
