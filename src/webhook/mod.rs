@@ -223,6 +223,12 @@ async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) ->
 async fn validate_role(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
     let started = Instant::now();
     match parse_review::<ValkeyRole>(&body) {
+        Ok(req) if req.operation == kube::core::admission::Operation::Delete => {
+            let (menu, clusters) = tokio::join!(state.menu.snapshot(), state.menu.clusters());
+            let kind = admission::dependants::MenuKind::Role;
+            let response = admission::dependants::review_deletion(&req, &menu, &clusters, kind);
+            respond(&state.metrics, "ValkeyRole", started, response)
+        }
         Ok(req) => respond(
             &state.metrics,
             "ValkeyRole",

@@ -167,6 +167,10 @@ pub fn validate(
     menu: &MenuSnapshot,
     clusters: &Clusters,
 ) -> AdmissionResponse {
+    if req.operation == Operation::Delete {
+        let kind = super::dependants::MenuKind::Config;
+        return super::dependants::review_deletion(req, menu, clusters, kind);
+    }
     let Some(config) = req.object.as_ref() else {
         return allow_with_warnings(req, vec![]);
     };

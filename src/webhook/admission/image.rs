@@ -17,6 +17,10 @@ pub fn validate(
     menu: &MenuSnapshot,
     clusters: &Clusters,
 ) -> AdmissionResponse {
+    if req.operation == Operation::Delete {
+        let kind = super::dependants::MenuKind::Image;
+        return super::dependants::review_deletion(req, menu, clusters, kind);
+    }
     let Some(image) = req.object.as_ref() else {
         return allow_with_warnings(req, vec![]);
     };

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod dependants;
 pub mod downgrade;
 pub mod image;
 pub mod node;
