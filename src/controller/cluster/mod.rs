@@ -17,6 +17,7 @@
 pub mod acl;
 mod act;
 mod apply;
+mod blocked;
 pub mod build;
 mod cadence;
 mod credentials;

@@ -69,8 +69,13 @@ pub async fn or_block(
                 reason: err.reason(),
                 message: &err.to_string(),
             };
-            status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
-            Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(60))))
+            if matches!(err, ResolveError::TooManyMembers { .. }) {
+                status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+                return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(60))));
+            }
+            // Blocked is not unmanaged: failures are still handled (see `blocked`).
+            let requeue = super::blocked::keep_handling_failures(cctx, cluster, cause).await?;
+            Ok(ControlFlow::Break(requeue))
         }
     }
 }
