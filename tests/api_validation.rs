@@ -488,13 +488,14 @@ fn a_cluster_has_at_most_1000_members() {
     for (shards, replicas) in [(1, 1000), (500, 2), (334, 2), (500, 100_000), (1, i32::MAX)] {
         let errors = shape_errors(json!(shards), json!(replicas));
         let rust = check_member_count(shards, replicas).unwrap_err();
-        assert_eq!(errors, vec![rust.clone()], "{shards} x (1 + {replicas})");
+        assert_eq!(errors.len(), 1, "{shards} x (1 + {replicas}): {errors:?}");
+        assert!(rust.starts_with(&errors[0]), "{rust} / {errors:?}");
         assert!(rust.starts_with("a cluster has at most 1000 members"));
     }
-    let errors = shape_errors(json!(500), json!(100_000));
+    let rust = check_member_count(500, 100_000).unwrap_err();
     assert!(
-        errors[0].contains("shards x (1 + replicasPerShard) is 50000500 (500 x (1 + 100000))"),
-        "{errors:?}"
+        rust.ends_with("(it is 50000500: 500 x (1 + 100000))"),
+        "{rust}"
     );
 }
 
@@ -520,10 +521,13 @@ fn the_member_bound_holds_for_values_beyond_int32() {
 fn the_member_bound_is_cheap_for_the_api_server() {
     use kube::core::cel::{WarningKind, compile_schema, estimate_rule_cost};
     let rule = member_count_rule();
-    let expression = match &rule.message {
-        Some(kube::core::Message::Expression(e)) => e.clone(),
-        other => panic!("expected a message expression, got {other:?}"),
-    };
+    // A fixed message: a messageExpression formatting the numbers was refused by the API
+    // server's cost estimate (over 100x its budget), which this crate's estimate missed.
+    assert!(
+        matches!(&rule.message, Some(kube::core::Message::Message(_))),
+        "{:?}",
+        rule.message
+    );
     for version in ["v1alpha1", "v1beta1"] {
         let schema = schema_of_version("ValkeyCluster", version);
         let spec = &schema["properties"]["spec"];
@@ -533,13 +537,11 @@ fn the_member_bound_is_cheap_for_the_api_server() {
             &spec["properties"]["topology"]
         };
         let compiled = compile_schema(owner);
-        for cel in [&rule.rule, &expression] {
-            let costly: Vec<_> = estimate_rule_cost(cel, &compiled)
-                .into_iter()
-                .filter(|w| matches!(w.kind, WarningKind::CostExceeded))
-                .collect();
-            assert!(costly.is_empty(), "{version}: {costly:?}");
-        }
+        let costly: Vec<_> = estimate_rule_cost(&rule.rule, &compiled)
+            .into_iter()
+            .filter(|w| matches!(w.kind, WarningKind::CostExceeded))
+            .collect();
+        assert!(costly.is_empty(), "{version}: {costly:?}");
         let rules = owner["x-kubernetes-validations"].to_string();
         assert!(
             rules.contains("self.shards * (1 + self.replicasPerShard) <= 1000"),

@@ -14,4 +14,5 @@ pub mod harness;
 pub mod report;
 pub mod safety;
 pub mod valkey;
+pub mod webhook;
 pub mod workload;

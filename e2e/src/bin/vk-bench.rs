@@ -449,59 +449,8 @@ async fn webhook_load(
 ) -> anyhow::Result<(Vec<f64>, usize)> {
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
-    use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-    const SERVICE: &str = "valkey-operator-webhook.valkey-operator-system.svc";
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "valkey-operator-system");
-    let ip = slices
-        .list(
-            &kube::api::ListParams::default()
-                .labels("kubernetes.io/service-name=valkey-operator-webhook"),
-        )
-        .await?
-        .items
-        .iter()
-        .flat_map(|s| s.endpoints.iter())
-        .flat_map(|e| e.addresses.iter())
-        .next()
-        .cloned()
-        .context("the webhook Service has no endpoint: is the operator running? (make up)")?;
-    // The CA the API server trusts for this webhook, whoever issued it (cert-manager's CA
-    // injected by its cainjector, or the chart's caBundle).
-    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
-        Api::all(client.clone());
-    let ca = webhooks
-        .get("valkey-operator")
-        .await?
-        .webhooks
-        .unwrap_or_default()
-        .into_iter()
-        .find_map(|w| w.client_config.ca_bundle)
-        .context("the valkey-operator ValidatingWebhookConfiguration has no caBundle yet")?
-        .0;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile_certs(&ca)? {
-        roots.add(cert)?;
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.enforce_http(false);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_only()
-        .with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(
-            rustls::pki_types::ServerName::try_from(SERVICE)?,
-        ))
-        .enable_http1()
-        .wrap_connector(http);
-    let https_client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build(https);
+    let (https_client, ip) = valkey_e2e::webhook::webhook_client(client).await?;
     let path = format!(
         "{}/../webhooks/fixtures/{fixture}",
         env!("CARGO_MANIFEST_DIR")
@@ -543,7 +492,6 @@ async fn webhook_load(
     Ok((latencies, failed))
 }
 
-/// The certificates of a PEM bundle.
 /// Resident memory of the operator's processes (every replica: pods are processes on this
 /// machine), in MiB, the largest.
 async fn operator_rss_mib(client: &Client) -> anyhow::Result<f64> {
@@ -686,13 +634,6 @@ async fn settled(api: &Api<ValkeyCluster>, n: usize) -> anyhow::Result<(usize, u
         },
     )
     .await
-}
-
-fn rustls_pemfile_certs(
-    pem: &[u8],
-) -> anyhow::Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
-    use rustls::pki_types::pem::PemObject;
-    Ok(rustls::pki_types::CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>()?)
 }
 
 /// Formation: floor and operator's time-to-Active, `runs` times.
