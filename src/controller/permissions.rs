@@ -51,8 +51,8 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
     Permission {
         groups: &[""],
         resources: &["pods"],
-        verbs: &["get", "list", "watch", "create", "patch"],
-        why: "one pod per member, created once; podAnnotations patched live (node/mod.rs)",
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+        why: "one pod per member, created once; podAnnotations patched live; deleted only to start again a member whose Valkey exited before it ever joined (node/mod.rs, node/start.rs)",
     },
     Permission {
         groups: &[""],

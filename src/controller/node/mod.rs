@@ -90,7 +90,15 @@ async fn start_again(
     if let Some(left) = failure.wait_left(now) {
         return Ok(Action::requeue(left));
     }
-    // Counted before the delete: a crash in between never retries without counting.
+    let note = format!("member {}: {}", node.name_any(), failure.describe(now));
+    warn!(node = %object_key(node), "{note}");
+    match pods.delete(&node.name_any(), &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    // Counted once the pod is gone (a refused delete counts nothing); a crash in between
+    // costs one uncounted try.
     let api: Api<ValkeyNode> =
         Api::namespaced(ctx.client.clone(), &node.namespace().unwrap_or_default());
     let counted = StatusPatch {
@@ -105,14 +113,7 @@ async fn start_again(
         &Patch::Merge(&counted),
     )
     .await?;
-    let note = format!("member {}: {}", node.name_any(), failure.describe(now));
-    warn!(node = %object_key(node), "{note}; starting its pod again");
     crate::controller::cluster::status::warning(ctx, cluster, "MemberFailedToStart", &note).await;
-    match pods.delete(&node.name_any(), &Default::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => return Err(e.into()),
-    }
     Ok(Action::requeue(Duration::from_secs(2)))
 }
 

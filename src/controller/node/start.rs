@@ -32,13 +32,15 @@ pub struct StartFailure {
 impl StartFailure {
     /// For status and events: what happened, how often, and Valkey's own last words.
     pub fn describe(&self, now: Timestamp) -> String {
-        let next = self.wait_left(now).unwrap_or_default();
+        let next = match self.wait_left(now) {
+            Some(left) => format!("next try in {} s", left.as_secs()),
+            None => "starting it again now".to_string(),
+        };
         let mut text = format!(
-            "its Valkey exited at start ({}, exit code {}; started again {} time(s), next try in {} s)",
+            "its Valkey exited at start ({}, exit code {}; started again {} time(s), {next})",
             self.reason.as_deref().unwrap_or("Error"),
             self.exit_code,
             self.restarts,
-            next.as_secs()
         );
         if let Some(line) = &self.last_line {
             text.push_str(&format!(": {line}"));
