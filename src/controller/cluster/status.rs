@@ -299,7 +299,7 @@ fn plan_conditions(
             crate::plan::degraded_reason(topology),
             plan.message.as_str(),
         )
-    } else if topology.members.iter().all(|m| m.view.is_some()) {
+    } else if all_members_answer(topology) {
         ("Healthy", "every member the cluster has runs and answers")
     } else {
         (
@@ -350,6 +350,15 @@ fn plan_conditions(
             previous,
         ),
     ]
+}
+
+/// Every member the spec asks for exists and answered this round (not vacuously: a cluster
+/// whose members are not created yet has members to wait for).
+fn all_members_answer(topology: &Topology) -> bool {
+    let desired = topology
+        .shards
+        .saturating_mul(topology.replicas_per_shard.saturating_add(1));
+    topology.members.len() >= desired && topology.members.iter().all(|m| m.view.is_some())
 }
 
 /// Condition type: some member's Valkey exits before it ever joins (it is started again
@@ -626,6 +635,32 @@ fn observed_patch(
             pod,
             ..Default::default()
         },
+    }
+}
+
+#[cfg(test)]
+mod answering_tests {
+    use super::*;
+    use crate::plan::{Member, MemberView, MigrationMethod};
+
+    #[test]
+    fn every_member_answers_only_once_every_member_exists_and_answered() {
+        let mut topology = Topology {
+            cluster: "c".into(),
+            shards: 1,
+            replicas_per_shard: 1,
+            members: vec![],
+            migration: MigrationMethod::Auto,
+        };
+        assert!(!all_members_answer(&topology), "no member created yet");
+        let answered = |name: &str| Member {
+            view: Some(MemberView::bare(name)),
+            ..Member::new(name, 0)
+        };
+        topology.members = vec![answered("c-0-0"), Member::new("c-0-1", 0)];
+        assert!(!all_members_answer(&topology), "one still starting");
+        topology.members[1] = answered("c-0-1");
+        assert!(all_members_answer(&topology));
     }
 }
 
