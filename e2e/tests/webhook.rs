@@ -24,6 +24,9 @@ use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyNode
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const NODE_WEBHOOK: &str =
     "admission webhook \"valkeynodes.valkey.gomomento.com\" denied the request";
+/// ValkeyNode DELETE has a webhook entry of its own (failurePolicy Ignore), with the same rule.
+const NODE_DELETE_WEBHOOK: &str =
+    "admission webhook \"valkeynodes-delete.valkey.gomomento.com\" denied the request";
 const CONFIG_WEBHOOK: &str =
     "admission webhook \"valkeyconfigs.valkey.gomomento.com\" denied the request";
 const CLUSTER_WEBHOOK: &str =
@@ -144,13 +147,7 @@ async fn valkeynodes_are_written_by_the_operator_only_and_it_still_manages_them(
     assert!(!out.ok, "delete as cluster-admin must be denied");
     // DELETE has a webhook entry of its own (failurePolicy Ignore: a namespace deletion never
     // waits for the operator), with the same rule.
-    assert!(
-        out.stderr.contains(
-            "admission webhook \"valkeynodes-delete.valkey.gomomento.com\" denied the request"
-        ),
-        "{}",
-        out.stderr
-    );
+    assert!(out.stderr.contains(NODE_DELETE_WEBHOOK), "{}", out.stderr);
     assert!(
         out.stderr.contains("may not delete ValkeyNode"),
         "{}",
@@ -247,7 +244,7 @@ async fn valkeynodes_are_written_by_the_operator_only_and_it_still_manages_them(
         "--wait=false",
     ])?;
     assert!(
-        !out.ok && out.stderr.contains(NODE_WEBHOOK),
+        !out.ok && out.stderr.contains(NODE_DELETE_WEBHOOK),
         "{}",
         out.stderr
     );

@@ -32,7 +32,7 @@ pub fn role(name: &str) -> Value {
         "metadata": {"name": name},
         "spec": {
             "categories": [{"name": "read", "access": "allow"}],
-            "commands": [{"name": "config|get", "access": "allow"}, {"name": "keys", "access": "deny"}]
+            "commands": [{"name": "client|list", "access": "allow"}, {"name": "keys", "access": "deny"}]
         }
     })
 }
@@ -351,7 +351,7 @@ pub fn invalid_creates() -> Vec<Invalid> {
         ),
         case(
             "role duplicate command",
-            with(rl(), "/spec/commands/1/name", s("config|get")),
+            with(rl(), "/spec/commands/1/name", s("client|list")),
             "spec.commands",
             true,
         ),
