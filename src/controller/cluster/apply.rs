@@ -9,7 +9,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
-use tracing::{info, warn};
+use tracing::warn;
 
 use super::{ClusterContext, Resolved, build, credentials, status};
 use crate::api::ValkeyCluster;
@@ -27,32 +27,28 @@ pub async fn cluster_objects(
 ) -> Result<ControlFlow<Action, (OperatorCredentials, String)>, Error> {
     let ctx = &cctx.ctx;
     let formed = was_formed(cluster, &cctx.nodes);
-    match apply_cluster_objects(ctx, cluster, resolved, formed).await {
-        Ok(applied) => Ok(ControlFlow::Continue(applied)),
-        Err(err @ Error::NameTaken { .. }) => {
-            info!(cluster = %object_key(cluster), "blocked: {err}");
-            let cause = status::Blocker {
-                condition: "ObjectsOwned",
-                reason: "NameTaken",
-                message: &err.to_string(),
-            };
-            status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
-            Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(30))))
-        }
-        Err(err @ Error::CredentialsMissing { .. }) => {
-            warn!(cluster = %object_key(cluster), "blocked: {err}");
-            let cause = status::Blocker {
-                condition: "CredentialsAvailable",
-                reason: "CredentialsMissing",
-                message: &err.to_string(),
-            };
-            status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
-            // The Secret's return is what unblocks: the operator does not watch its own
-            // namespace's Secrets, so it looks again soon.
-            Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(10))))
-        }
-        Err(err) => Err(err),
-    }
+    let err = match apply_cluster_objects(ctx, cluster, resolved, formed).await {
+        Ok(applied) => return Ok(ControlFlow::Continue(applied)),
+        Err(err) => err,
+    };
+    // The Secret's return is what unblocks CredentialsMissing: the operator does not watch its
+    // own namespace's Secrets, so it looks again sooner.
+    let (condition, reason, look_again) = match &err {
+        Error::NameTaken { .. } => ("ObjectsOwned", "NameTaken", 30),
+        Error::CredentialsMissing { .. } => ("CredentialsAvailable", "CredentialsMissing", 10),
+        _ => return Err(err),
+    };
+    warn!(cluster = %object_key(cluster), "blocked: {err}");
+    let message = err.to_string();
+    let cause = status::Blocker {
+        condition,
+        reason,
+        message: &message,
+    };
+    status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+    Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(
+        look_again,
+    ))))
 }
 
 /// The cluster-wide objects: operator credentials, ACL Secret, Services, PDB. Returns the
