@@ -4,7 +4,9 @@
 #   2. buildah builds Containerfile with that binary as its `operator-binary` stage;
 #   3. the image is written to $IMAGE_ARCHIVE (default $CARGO_TARGET_DIR/image/valkey-operator-<version>.oci.tar).
 # Then checks the archive: its config's entrypoint, run from the unpacked layers as the image's
-# user, prints `valkey-operator <version>`. Prints the image size.
+# user, prints `valkey-operator <version>`; and the command the chart gives the operator's
+# container, started in the image by a container runtime (`buildah run`, which resolves it
+# through the image's PATH as a kubelet's runtime does), prints it too. Prints the image size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '[image] %s\n' "$*" >&2; }
@@ -47,7 +49,7 @@ for layer in manifest["layers"]:
     except TypeError:  # Python without extraction filters (before 3.11.4)
         layer_tar.extractall(rootfs)
 entrypoint, user = config["Entrypoint"], config.get("User", "")
-assert entrypoint == ["/valkey-operator"], entrypoint
+assert entrypoint == ["/usr/local/bin/valkey-operator"], entrypoint
 assert user == "65532:65532", f"image user {user!r}, want 65532:65532 (non-root)"
 uid, gid = user.split(":")
 # The entrypoint, as the image's user, from the unpacked image (static: nothing else needed).
@@ -59,3 +61,17 @@ size = sum(l["size"] for l in manifest["layers"])
 print(f"image {archive}: entrypoint {entrypoint} user {user} prints {got!r}; "
       f"compressed layers {size / 2**20:.1f} MiB, archive {os.path.getsize(archive) / 2**20:.1f} MiB")
 PY
+
+# What a kubelet runs: the chart's `command` for the operator container, in the image, as the
+# image's user. `executable file not found in $PATH` here is the StartError a real node gives.
+chart_command=$(bash e2e/chart-command.sh)
+log "running the chart's command (${chart_command} --version) in the image"
+ctr=$(buildah from --quiet "oci-archive:$out")
+image_id=$(buildah inspect --format '{{.FromImageID}}' "$ctr")
+trap 'buildah rm "$ctr" >/dev/null 2>&1; buildah rmi "$image_id" >/dev/null 2>&1; rm -rf "$stage"' EXIT
+got=$(buildah run --isolation chroot "$ctr" -- "$chart_command" --version 2>&1) || {
+  log "FAILED: the chart's command $chart_command does not start in the image: $got"
+  exit 1
+}
+test "$got" = "valkey-operator $version" || { log "FAILED: chart command printed $got"; exit 1; }
+log "the chart's command starts in the image: $got"
