@@ -56,9 +56,27 @@ impl Ca {
 
     /// A member certificate with the two SANs, serial `serial`: (material, leaf DER).
     fn issue(&self, serial: u64, ca_bundle: &str) -> (TlsMaterial, Vec<u8>) {
+        self.issue_with(serial, ca_bundle, |_| {})
+    }
+
+    /// Like [`Ca::issue`], valid only during 2020: expired now.
+    fn issue_expired(&self, serial: u64, ca_bundle: &str) -> (TlsMaterial, Vec<u8>) {
+        self.issue_with(serial, ca_bundle, |params| {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        })
+    }
+
+    fn issue_with(
+        &self,
+        serial: u64,
+        ca_bundle: &str,
+        adjust: impl FnOnce(&mut CertificateParams),
+    ) -> (TlsMaterial, Vec<u8>) {
         let mut params =
             CertificateParams::new(vec![CLUSTER_NAME.to_string(), format!("*.{CLUSTER_NAME}")])
                 .unwrap();
+        adjust(&mut params);
         params
             .distinguished_name
             .push(DnType::CommonName, CLUSTER_NAME);
@@ -80,6 +98,7 @@ fn tls_settings(ca_pem: &str, server_name: &str) -> TlsSettings {
     TlsSettings {
         ca_pem: ca_pem.to_string(),
         server_name: Some(server_name.to_string()),
+        verify_as_of: None,
     }
 }
 
@@ -617,4 +636,42 @@ async fn a_ca_rotation_with_a_two_ca_bundle_keeps_every_connection_verifying() {
     write_keys(&client, 1_000).await;
     assert_keys_readable(&client, 1_000).await;
     let _ = client.quit().await;
+}
+
+/// A cluster Blocked on an expired certificate keeps its failure handling: the operator's
+/// driver, told to verify as of the certificate's expiry, still verifies the chain and the
+/// name of a member serving it; verifying as of now refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_verifies_only_as_of_its_expiry() {
+    let ca = Ca::new("valkey test CA");
+    let (expired, leaf) = ca.issue_expired(1, &ca.pem());
+    let servers = start_tls(1, &expired, "").await;
+    let member = servers.addrs()[0].clone();
+
+    let now = tls_driver(&servers, &ca.pem());
+    let refused = now.server_info(&member).await;
+    assert!(
+        refused.is_err(),
+        "an expired certificate verified as of now"
+    );
+
+    // 2020-12-31 00:00 UTC: inside the certificate's validity.
+    let mut settings = tls_settings(&ca.pem(), CLUSTER_NAME);
+    settings.verify_as_of = Some(1_609_372_800);
+    let mut config = DriverConfig::new(servers.credentials.clone());
+    config.tls = Some(settings.clone());
+    let as_of_expiry = FredDriver::new(config);
+    as_of_expiry.server_info(&member).await.unwrap();
+    assert_eq!(
+        as_of_expiry.served_certificate(&member).await.unwrap(),
+        Some(leaf)
+    );
+
+    // Still verified: another CA's bundle is refused, even as of the expiry.
+    let other = Ca::new("another CA");
+    let mut settings = tls_settings(&other.pem(), CLUSTER_NAME);
+    settings.verify_as_of = Some(1_609_372_800);
+    let mut config = DriverConfig::new(servers.credentials.clone());
+    config.tls = Some(settings);
+    assert!(FredDriver::new(config).server_info(&member).await.is_err());
 }

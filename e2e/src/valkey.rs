@@ -122,6 +122,7 @@ pub async fn tls_settings(
     Ok(Some(valkey_operator::driver::TlsSettings {
         ca_pem: String::from_utf8(ca.0)?,
         server_name: Some(names::cluster_hostname(cluster, ns)),
+        verify_as_of: None,
     }))
 }
 

@@ -161,6 +161,7 @@ pub async fn cluster_client_trusting(
             let tls = TlsClient::new(&TlsSettings {
                 ca_pem: String::from_utf8(ca.to_vec())?,
                 server_name: None,
+                verify_as_of: None,
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
             (

@@ -3,6 +3,9 @@
 //! then its primary's pod. Failure handling goes on while Blocked: the replica is promoted
 //! and the lost member replaced with the members' current spec, every key still there; the
 //! status stays Blocked and says what was done. The config restored: Active again.
+//! The same for a TLS cluster whose certificate Secret is deleted (with its cert-manager
+//! Certificate): failures are handled with the certificate the members serve (the operator's
+//! copy); the Certificate issued again: Active, every key there.
 #![cfg(feature = "e2e")]
 
 use std::time::Duration;
@@ -12,9 +15,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 
+use valkey_e2e::certs;
 use valkey_e2e::harness::{TestNamespace, client, kubectl_outcome, wait_for};
 use valkey_e2e::valkey::wait_state;
-use valkey_e2e::workload::{active_cluster, apply, config, missing_confirmed, write_confirmed};
+use valkey_e2e::workload::{
+    self, Menu, active_cluster, apply, config, missing_confirmed, write_confirmed,
+};
 use valkey_operator::api::{ClusterState, Lifecycle, NodeRole, ValkeyCluster, ValkeyNode};
 
 const NAME: &str = "orphan";
@@ -52,28 +58,121 @@ async fn failures_are_handled_while_the_menu_reference_is_broken() -> anyhow::Re
     )
     .await?;
 
-    // The primary's pod lost.
-    let before = nodes(&client, &ns.name).await?;
+    let message = replaced_while_blocked(&client, &ns.name, NAME).await?;
+    ensure!(
+        message.contains("ConfigNotFound") || message.contains(&menu.config),
+        "{message}"
+    );
+    let missing = missing_confirmed(&client, &ns.name, NAME, "kept", KEYS).await?;
+    ensure!(missing == 0, "{missing} of {KEYS} keys lost");
+
+    // The config back: Active.
+    apply(&client, "config", config(&menu.config, &menu.image)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        NAME,
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn failures_are_handled_while_the_tls_certificate_is_missing() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-blocked-tls").await?;
+    let (name, secret) = ("orphan-tls", "orphan-tls-cert");
+    let objects = format!(
+        "{}---\n{}",
+        certs::ca_issuer_yaml(&ns.name, "e2e-ca"),
+        certs::valkey_certificate_yaml(&ns.name, name, secret, "e2e-ca")
+    );
+    certs::issue(&client, &ns.name, &objects, secret).await?;
+    // The TLS-capable build (see e2e/tests/tls.rs).
+    let menu = Menu::publish(&client, "e2e-blocked-tls", "9.1.2").await?;
+    let mut cluster = workload::cluster(&ns.name, name, &menu.config, 1, 1);
+    cluster["spec"]["tls"] = serde_json::json!({"secretRef": secret});
+    workload::apply(&client, &ns.name, cluster).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        name,
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    write_confirmed(&client, &ns.name, name, "kept", KEYS).await?;
+
+    // The Certificate and its Secret deleted (cert-manager would issue a deleted Secret again).
+    for kind in ["certificate", "secret"] {
+        let out = kubectl_outcome(&["-n", &ns.name, "delete", kind, secret])?;
+        ensure!(out.ok, "{}", out.stderr);
+    }
+    wait_state(
+        &client,
+        &ns.name,
+        name,
+        ClusterState::Blocked,
+        Duration::from_secs(60),
+    )
+    .await?;
+
+    let message = replaced_while_blocked(&client, &ns.name, name).await?;
+    ensure!(
+        message.contains(secret) && message.contains("Meanwhile failures are still handled"),
+        "{message}"
+    );
+
+    // Issued again: Active, every key there.
+    certs::issue(
+        &client,
+        &ns.name,
+        &certs::valkey_certificate_yaml(&ns.name, name, secret, "e2e-ca"),
+        secret,
+    )
+    .await?;
+    wait_state(
+        &client,
+        &ns.name,
+        name,
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let missing = missing_confirmed(&client, &ns.name, name, "kept", KEYS).await?;
+    ensure!(missing == 0, "{missing} of {KEYS} keys lost");
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// Deletes the primary's pod of 1 x 1 cluster `name` (Blocked) and waits until the lost member
+/// is replaced while the cluster stays Blocked: two members, neither the lost one, both Active.
+/// The cluster's message then.
+async fn replaced_while_blocked(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
+    let before = nodes(client, ns).await?;
     let primary = before
         .iter()
         .find(|n| n.status.as_ref().and_then(|s| s.role) == Some(NodeRole::Primary))
         .context("a primary")?
         .name_any();
-    Api::<Pod>::namespaced(client.clone(), &ns.name)
+    Api::<Pod>::namespaced(client.clone(), ns)
         .delete(&primary, &DeleteParams::default())
         .await?;
 
     // Replaced while Blocked: two members again, neither the lost one, both Active.
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
     wait_for(
         "the lost member replaced while Blocked",
         Duration::from_secs(240),
         Duration::from_secs(1),
         || {
-            let (client, ns, primary, api) = (&client, &ns.name, &primary, &api);
+            let (primary, api) = (&primary, &api);
             async move {
                 let now = nodes(client, ns).await?;
-                let state = api.get(NAME).await?.status.unwrap_or_default();
+                let state = api.get(name).await?.status.unwrap_or_default();
                 ensure!(
                     state.state == Some(ClusterState::Blocked),
                     "state {:?}",
@@ -98,29 +197,11 @@ async fn failures_are_handled_while_the_menu_reference_is_broken() -> anyhow::Re
     )
     .await?;
     let message = api
-        .get(NAME)
+        .get(name)
         .await?
         .status
         .unwrap_or_default()
         .message
         .unwrap_or_default();
-    ensure!(
-        message.contains("ConfigNotFound") || message.contains(&menu.config),
-        "{message}"
-    );
-    let missing = missing_confirmed(&client, &ns.name, NAME, "kept", KEYS).await?;
-    ensure!(missing == 0, "{missing} of {KEYS} keys lost");
-
-    // The config back: Active.
-    apply(&client, "config", config(&menu.config, &menu.image)).await?;
-    wait_state(
-        &client,
-        &ns.name,
-        NAME,
-        ClusterState::Active,
-        Duration::from_secs(180),
-    )
-    .await?;
-    menu.remove(&client).await?;
-    Ok(())
+    Ok(message)
 }

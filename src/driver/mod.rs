@@ -63,6 +63,11 @@ pub struct TlsSettings {
     /// Name every member's certificate is verified against (the operator uses the cluster's
     /// `<cluster>.<namespace>.svc.cluster.local`); `None`: the member's host.
     pub server_name: Option<String>,
+    /// Verify certificates as of this time (seconds since the epoch) instead of now. Set only
+    /// while a cluster is Blocked on a certificate that has expired, to its `notAfter`: the
+    /// operator still verifies the chain and the name, and keeps handling failures (a
+    /// replica promoted) until a renewed certificate arrives. `None`: now.
+    pub verify_as_of: Option<u64>,
 }
 
 /// Told of every command the driver runs: its name (no arguments), its round trip and

@@ -9,9 +9,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::{MemberAddr, TlsSettings};
 
@@ -56,12 +58,26 @@ impl TlsClient {
             ServerName::try_from(name.as_str())
                 .map_err(|e| unusable(format!("{name:?} is not a server name to verify: {e}")))?;
         }
-        let config =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| unusable(format!("TLS protocol versions: {e}")))?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| unusable(format!("TLS protocol versions: {e}")))?;
+        let config = match settings.verify_as_of {
+            None => builder.with_root_certificates(roots).with_no_client_auth(),
+            Some(seconds) => {
+                let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                    .build()
+                    .map_err(|e| unusable(format!("CA bundle: {e}")))?;
+                let verifier = AsOf {
+                    inner,
+                    at: UnixTime::since_unix_epoch(Duration::from_secs(seconds)),
+                };
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(verifier))
+                    .with_no_client_auth()
+            }
+        };
         Ok(TlsClient {
             config: Arc::new(config),
             server_name: settings.server_name.clone(),
@@ -101,5 +117,54 @@ impl TlsClient {
         tokio::time::timeout(timeout, handshake)
             .await
             .map_err(|_| format!("no TLS handshake within {timeout:?}"))?
+    }
+}
+
+/// The standard verification (chain to the CA bundle, the name, signatures), with the
+/// validity checked as of a fixed time instead of now: see [`TlsSettings::verify_as_of`].
+#[derive(Debug)]
+struct AsOf {
+    inner: Arc<WebPkiServerVerifier>,
+    at: UnixTime,
+}
+
+impl ServerCertVerifier for AsOf {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            self.at,
+        )
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }

@@ -107,26 +107,35 @@ pub fn validate_tls_secret(
             secret: at.name(),
         });
     }
-    let data = data.ok_or_else(|| TlsSecretError::Missing {
-        namespace: at.ns(),
-        secret: at.name(),
-    })?;
-    let (cert_pem, key_pem, ca_pem) = (
-        at.key(data, TLS_CERT_KEY)?,
-        at.key(data, TLS_KEY_KEY)?,
-        at.key(data, TLS_CA_KEY)?,
-    );
-    let chain = at.certificates(TLS_CERT_KEY, cert_pem)?;
-    let cas = at.certificates(TLS_CA_KEY, ca_pem)?;
-    at.check_key_matches(&chain, key_pem)?;
-    let verifier = at.verifier(&cas)?;
-    at.check_names_covered(verifier.as_ref(), &chain, cluster, now)?;
-    Ok(ServedCertificate {
-        cert_pem: cert_pem.clone(),
-        key_pem: key_pem.clone(),
-        ca_pem: ca_pem.clone(),
-        leaf_der: chain[0].as_ref().to_vec(),
-    })
+    at.validate(data, cluster, now)
+}
+
+/// The operator's own copy `<cluster>-member-tls` (what the members serve), checked as the
+/// source is, for failure handling while the cluster is Blocked on its source Secret: the
+/// certificate and the time to verify members as of: `now`, or the leaf's `notAfter` when it
+/// has expired (the members still serve it; chain, key and names are still checked, so the
+/// operator keeps verifying whom it talks to).
+pub fn validate_member_copy(
+    namespace: &str,
+    cluster: &str,
+    data: Option<&BTreeMap<String, Vec<u8>>>,
+    now: UnixTime,
+) -> Result<(ServedCertificate, UnixTime), TlsSecretError> {
+    let secret = names::tls_secret(cluster);
+    let at = SecretAt {
+        namespace,
+        secret: &secret,
+    };
+    match at.validate(data, cluster, now) {
+        Ok(certificate) => Ok((certificate, now)),
+        Err(expired @ TlsSecretError::Unverifiable { .. }) => {
+            let Some(not_after) = at.expired_at(data, cluster, now) else {
+                return Err(expired);
+            };
+            Ok((at.validate(data, cluster, not_after)?, not_after))
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// The Secret under validation: every error names it.
@@ -136,6 +145,61 @@ struct SecretAt<'a> {
 }
 
 impl SecretAt<'_> {
+    /// Every check but the name's: the Secret exists, its keys parse, the key matches, the
+    /// leaf verifies for both names as of `now`.
+    fn validate(
+        &self,
+        data: Option<&BTreeMap<String, Vec<u8>>>,
+        cluster: &str,
+        now: UnixTime,
+    ) -> Result<ServedCertificate, TlsSecretError> {
+        let data = data.ok_or_else(|| TlsSecretError::Missing {
+            namespace: self.ns(),
+            secret: self.name(),
+        })?;
+        let (cert_pem, key_pem, ca_pem) = (
+            self.key(data, TLS_CERT_KEY)?,
+            self.key(data, TLS_KEY_KEY)?,
+            self.key(data, TLS_CA_KEY)?,
+        );
+        let chain = self.certificates(TLS_CERT_KEY, cert_pem)?;
+        let cas = self.certificates(TLS_CA_KEY, ca_pem)?;
+        self.check_key_matches(&chain, key_pem)?;
+        let verifier = self.verifier(&cas)?;
+        self.check_names_covered(verifier.as_ref(), &chain, cluster, now)?;
+        Ok(ServedCertificate {
+            cert_pem: cert_pem.clone(),
+            key_pem: key_pem.clone(),
+            ca_pem: ca_pem.clone(),
+            leaf_der: chain[0].as_ref().to_vec(),
+        })
+    }
+
+    /// The leaf's `notAfter` when verifying it as of `now` fails only because it has expired.
+    fn expired_at(
+        &self,
+        data: Option<&BTreeMap<String, Vec<u8>>>,
+        cluster: &str,
+        now: UnixTime,
+    ) -> Option<UnixTime> {
+        let data = data?;
+        let chain = self
+            .certificates(TLS_CERT_KEY, self.key(data, TLS_CERT_KEY).ok()?)
+            .ok()?;
+        let cas = self
+            .certificates(TLS_CA_KEY, self.key(data, TLS_CA_KEY).ok()?)
+            .ok()?;
+        let verifier = self.verifier(&cas).ok()?;
+        let name = ServerName::try_from(names::cluster_hostname(cluster, self.namespace)).ok()?;
+        match verifier.verify_server_cert(&chain[0], &chain[1..], &name, &[], now) {
+            Err(rustls::Error::InvalidCertificate(CertificateError::ExpiredContext {
+                not_after,
+                ..
+            })) => Some(not_after),
+            _ => None,
+        }
+    }
+
     fn ns(&self) -> String {
         self.namespace.to_string()
     }
@@ -344,6 +408,55 @@ mod tests {
         data: Option<&BTreeMap<String, Vec<u8>>>,
     ) -> Result<ServedCertificate, TlsSecretError> {
         validate_tls_secret("team", "cache", "cache-cert", data, UnixTime::now())
+    }
+
+    /// The copy of cluster `cache` in `team`, its leaf valid until 2030-01-01 00:00 UTC.
+    fn copy_until_2030(ca: &Ca, names: &[&str]) -> BTreeMap<String, Vec<u8>> {
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2030, 1, 1);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca.0).unwrap();
+        secret(&cert.pem(), &key.serialize_pem(), &ca.0.pem())
+    }
+
+    fn at(year_2030_offset_secs: i64) -> UnixTime {
+        const JAN_1_2030: i64 = 1_893_456_000;
+        let secs = JAN_1_2030 + year_2030_offset_secs;
+        UnixTime::since_unix_epoch(std::time::Duration::from_secs(secs as u64))
+    }
+
+    #[test]
+    fn the_members_copy_is_verified_as_of_now_while_valid_and_as_of_its_expiry_after() {
+        let ca = Ca::new();
+        let copy = copy_until_2030(&ca, &NAMES);
+        let (_, when) = validate_member_copy("team", "cache", Some(&copy), at(-60)).unwrap();
+        assert_eq!(when, at(-60), "valid: verified as of now");
+        let (served, when) =
+            validate_member_copy("team", "cache", Some(&copy), at(86_400)).unwrap();
+        assert_eq!(when, at(0), "expired: verified as of its notAfter");
+        assert!(!served.leaf_der.is_empty());
+        // The source Secret itself is refused once expired: the cluster stays Blocked.
+        let err = validate_tls_secret("team", "cache", "cache-cert", Some(&copy), at(86_400))
+            .unwrap_err();
+        assert!(err.to_string().contains("has expired"), "{err}");
+    }
+
+    #[test]
+    fn an_expired_copy_still_has_to_chain_to_the_ca_and_cover_the_names() {
+        let ca = Ca::new();
+        let wrong_names = copy_until_2030(&ca, &["other.team.svc.cluster.local"]);
+        let err =
+            validate_member_copy("team", "cache", Some(&wrong_names), at(86_400)).unwrap_err();
+        assert!(err.to_string().contains("does not cover"), "{err}");
+        let mut foreign_ca = copy_until_2030(&ca, &NAMES);
+        foreign_ca.insert("ca.crt".into(), Ca::new().0.pem().into_bytes());
+        let err = validate_member_copy("team", "cache", Some(&foreign_ca), at(86_400)).unwrap_err();
+        assert!(err.to_string().contains("not signed by a CA"), "{err}");
+        let err = validate_member_copy("team", "cache", None, at(0)).unwrap_err();
+        assert!(err.to_string().contains("cache-member-tls"), "{err}");
     }
 
     #[test]

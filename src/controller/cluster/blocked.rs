@@ -1,9 +1,12 @@
 //! Blocked is not unmanaged. A formed cluster whose menu reference broke (a ValkeyConfig,
-//! ValkeyImage or ValkeyRole deleted or renamed) keeps its failure handling: a dead primary's
+//! ValkeyImage or ValkeyRole deleted or renamed) or whose TLS certificate Secret is missing,
+//! invalid or expired keeps its failure handling: a dead primary's
 //! replica is promoted and a lost member is replaced, with the spec its members already run
 //! (the most common spec among them, read from their ValkeyNodes). What needs the broken
 //! reference waits: no rollout (the members' spec is the desired one), no new ACL (the
-//! members keep the ACL they loaded). The status stays Blocked and says what was done.
+//! members keep the ACL they loaded), no new certificate (the operator talks to the members
+//! with the copy they serve, `<cluster>-member-tls`, verified as of its expiry once expired).
+//! The status stays Blocked and says what was done.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,10 +46,19 @@ pub async fn keep_handling_failures(
         return Ok(calm);
     };
     let plan = match repair(cctx, cluster, &owned, &spec).await? {
-        Some(plan) => plan,
-        // The TLS step blocked it too (and said so) or the credentials are missing: that
-        // status stands.
-        None => return Ok(calm),
+        Ok(plan) => plan,
+        Err(why) => {
+            let message = format!(
+                "{}. Failures cannot be handled meanwhile: {why}",
+                cause.message
+            );
+            let cause = status::Blocker {
+                message: &message,
+                ..cause
+            };
+            status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+            return Ok(calm);
+        }
     };
     let meanwhile = meanwhile(&plan);
     let message = format!("{}{meanwhile}", cause.message);
@@ -63,23 +75,31 @@ pub async fn keep_handling_failures(
 }
 
 /// Observes, plans and acts as a reconcile does, with `spec` as the desired member spec; the
-/// plan, or `None` when the cluster cannot be reached at all (credentials or certificate
-/// missing: their own Blocked status was published).
+/// plan, or why the members cannot be reached at all (credentials missing, no usable
+/// certificate).
 async fn repair(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
     members: &[Arc<ValkeyNode>],
     spec: &ValkeyNodeSpec,
-) -> Result<Option<Plan>, Error> {
+) -> Result<Result<Plan, String>, Error> {
     let ctx = &cctx.ctx;
     let credentials = match credentials::ensure_operator_secret(ctx, cluster, true).await {
         Ok(credentials) => credentials,
-        Err(Error::CredentialsMissing { .. }) => return Ok(None),
+        Err(err @ Error::CredentialsMissing { .. }) => return Ok(Err(err.to_string())),
         Err(e) => return Err(e),
     };
     let tls = match tls::certificate(cctx, cluster).await? {
-        std::ops::ControlFlow::Continue(tls) => tls,
-        std::ops::ControlFlow::Break(_) => return Ok(None),
+        tls::Certificate::Usable(tls) => tls,
+        tls::Certificate::Unusable(_) => match tls::members_copy(ctx, cluster).await? {
+            Some(copy) => Some(copy),
+            None => {
+                return Ok(Err(format!(
+                    "the members' own certificate copy {} is missing or unusable too",
+                    crate::controller::names::tls_secret(&cluster.name_any())
+                )));
+            }
+        },
     };
     let driver = ctx
         .driver(
@@ -105,7 +125,7 @@ async fn repair(
     let actor = act::Actor::new(ctx, cluster, &node_api, driver.as_ref(), spec);
     act::carry_out(&actor, &plan.steps).await?;
     status::update_node_statuses(ctx, &node_api, &observed).await?;
-    Ok(Some(plan))
+    Ok(Ok(plan))
 }
 
 /// The spec most of the members run (shard and role hint cleared): what a replacement gets

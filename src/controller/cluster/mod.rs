@@ -89,8 +89,14 @@ pub async fn reconcile(
     let resolved = or_stop!(resolve::or_block(&cctx, &cluster).await?);
 
     // TLS clusters: the certificate Secret is validated and copied for the members; a missing
-    // or broken one blocks the cluster and never reaches them.
-    let tls = or_stop!(tls::certificate(&cctx, &cluster).await?);
+    // or broken one blocks the cluster and never reaches them (failures are still handled,
+    // with the certificate the members already serve).
+    let tls = match tls::certificate(&cctx, &cluster).await? {
+        tls::Certificate::Usable(tls) => tls,
+        tls::Certificate::Unusable(blocker) => {
+            return blocked::keep_handling_failures(&cctx, &cluster, blocker.cause()).await;
+        }
+    };
 
     // Build and apply the cluster-wide objects. A name taken by an object that is not this
     // cluster's blocks it; that object is never touched.

@@ -19,13 +19,10 @@
 //! No member restarts.
 
 use std::collections::BTreeMap;
-use std::ops::ControlFlow;
-use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use rustls::pki_types::UnixTime;
@@ -37,7 +34,7 @@ use crate::api::ValkeyCluster;
 use crate::controller::{Context, Error, names, object_key};
 use crate::driver::{ClusterDriver, MemberAddr, TlsSettings};
 use crate::resolve::conf::tls_file_settings;
-use crate::resolve::tls::{ServedCertificate, validate_tls_secret};
+use crate::resolve::tls::{ServedCertificate, validate_member_copy, validate_tls_secret};
 
 /// Condition type: the Secret `spec.tls.secretRef` names is a usable certificate.
 pub const TLS_CERTIFICATE_VALID: &str = "TlsCertificateValid";
@@ -52,16 +49,42 @@ pub struct ClusterTls {
     pub driver: TlsSettings,
 }
 
-/// The certificate step: `None` for a plaintext cluster; for a TLS cluster the validated
-/// certificate, copied into `<cluster>-member-tls`. A missing or invalid Secret (or the copy's
-/// name taken by someone else's object) publishes Blocked and stops the pipeline.
+/// What the certificate step found.
+pub enum Certificate {
+    /// `None` for a plaintext cluster; for a TLS cluster the validated certificate, copied
+    /// into `<cluster>-member-tls`.
+    Usable(Option<ClusterTls>),
+    /// The cluster is Blocked for this reason (the source Secret missing or invalid, or the
+    /// copy's name taken by someone else's object); nothing was copied.
+    Unusable(CertificateBlocker),
+}
+
+/// Why a TLS cluster's certificate blocks it: a condition set to False with its reason.
+pub struct CertificateBlocker {
+    pub condition: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl CertificateBlocker {
+    pub fn cause(&self) -> status::Blocker<'_> {
+        status::Blocker {
+            condition: self.condition,
+            reason: self.reason,
+            message: &self.message,
+        }
+    }
+}
+
+/// The certificate step: for a TLS cluster, validates the Secret `spec.tls.secretRef` names
+/// and copies it into `<cluster>-member-tls` (the caller publishes Blocked when unusable).
 #[tracing::instrument(name = "cluster.certificate", skip_all)]
 pub async fn certificate(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
-) -> Result<ControlFlow<Action, Option<ClusterTls>>, Error> {
+) -> Result<Certificate, Error> {
     let Some(spec) = &cluster.spec.tls else {
-        return Ok(ControlFlow::Continue(None));
+        return Ok(Certificate::Usable(None));
     };
     let ctx = &cctx.ctx;
     let namespace = cluster.namespace().unwrap_or_default();
@@ -79,33 +102,77 @@ pub async fn certificate(
         Ok(certificate) => {
             match apply(ctx, &namespace, build::tls_secret(cluster, &certificate)?).await {
                 Ok(_) => {
-                    let driver = TlsSettings {
-                        ca_pem: String::from_utf8_lossy(&certificate.ca_pem).into_owned(),
-                        server_name: Some(names::cluster_hostname(&name, &namespace)),
-                    };
-                    return Ok(ControlFlow::Continue(Some(ClusterTls {
+                    let driver = driver_settings(&certificate, &name, &namespace, None);
+                    return Ok(Certificate::Usable(Some(ClusterTls {
                         certificate,
                         driver,
                     })));
                 }
-                Err(err @ Error::NameTaken { .. }) => {
-                    ("ObjectsOwned", "NameTaken", err.to_string())
-                }
+                Err(err @ Error::NameTaken { .. }) => CertificateBlocker {
+                    condition: "ObjectsOwned",
+                    reason: "NameTaken",
+                    message: err.to_string(),
+                },
                 Err(err) => return Err(err),
             }
         }
-        Err(err) => (TLS_CERTIFICATE_VALID, err.reason(), err.to_string()),
+        Err(err) => CertificateBlocker {
+            condition: TLS_CERTIFICATE_VALID,
+            reason: err.reason(),
+            message: err.to_string(),
+        },
     };
-    let (condition, reason, message) = blocker;
-    info!(cluster = %object_key(cluster), reason, "blocked: {message}");
-    let cause = status::Blocker {
-        condition,
-        reason,
-        message: &message,
+    info!(cluster = %object_key(cluster), reason = blocker.reason, "blocked: {}", blocker.message);
+    Ok(Certificate::Unusable(blocker))
+}
+
+/// How the operator connects to members serving `certificate`: trusting its CA bundle,
+/// verifying the cluster's name, as of `verify_as_of` (now when `None`).
+fn driver_settings(
+    certificate: &ServedCertificate,
+    cluster: &str,
+    namespace: &str,
+    verify_as_of: Option<UnixTime>,
+) -> TlsSettings {
+    TlsSettings {
+        ca_pem: String::from_utf8_lossy(&certificate.ca_pem).into_owned(),
+        server_name: Some(names::cluster_hostname(cluster, namespace)),
+        verify_as_of: verify_as_of.map(|t| t.as_secs()),
+    }
+}
+
+/// While the cluster is Blocked on its certificate: the members' TLS from the operator's own
+/// copy `<cluster>-member-tls` (what they serve), so failure handling goes on. An expired
+/// copy is verified as of its `notAfter`; `None` when the copy is missing, not this
+/// cluster's, or unusable for another reason.
+pub async fn members_copy(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+) -> Result<Option<ClusterTls>, Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(copy) = secrets.get_opt(&names::tls_secret(&name)).await? else {
+        return Ok(None);
     };
-    status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
-    // The Secret watch reconciles as soon as it appears or changes; this is a fallback.
-    Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(60))))
+    if !super::owned_by(&copy, cluster) {
+        return Ok(None);
+    }
+    let now = UnixTime::now();
+    match validate_member_copy(&namespace, &name, Some(&secret_bytes(&copy)), now) {
+        Ok((certificate, as_of)) => {
+            let expired = (as_of != now).then_some(as_of);
+            let driver = driver_settings(&certificate, &name, &namespace, expired);
+            Ok(Some(ClusterTls {
+                certificate,
+                driver,
+            }))
+        }
+        Err(err) => {
+            warn!(cluster = %object_key(cluster), "the members' certificate copy is unusable too: {err}");
+            Ok(None)
+        }
+    }
 }
 
 /// A Secret's data as bytes per key (`stringData` is folded into `data` by the API server).
