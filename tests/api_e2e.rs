@@ -686,10 +686,11 @@ fn operator_service_account_has_what_it_needs_and_no_more() {
             "operator may {verb} {resource}"
         );
     }
-    // Its own namespace (the Role): the leader Lease, and its credentials Secrets, swept once
-    // their cluster is gone.
+    // Its own namespace (the Role): the leader Lease (got, created, patched), and its
+    // credentials Secrets, swept once their cluster is gone.
     for (verb, resource) in [
-        ("update", "leases.coordination.k8s.io"),
+        ("patch", "leases.coordination.k8s.io"),
+        ("create", "leases.coordination.k8s.io"),
         ("list", "secrets"),
         ("delete", "secrets"),
     ] {
