@@ -138,7 +138,7 @@ pub const OPERATOR_NAMESPACE_PERMISSIONS: &[Permission] = &[
     Permission {
         groups: &[""],
         resources: &["configmaps"],
-        names: &["valkey-operator-config"],
+        names: &[crate::settings::SETTINGS_CONFIGMAP],
         verbs: &["get"],
         why: "the operator's settings, read once at startup (settings.rs; a change takes a restart)",
     },
