@@ -678,16 +678,25 @@ fn operator_service_account_has_what_it_needs_and_no_more() {
         ("create", "valkeyclusters"),
         ("create", "deployments.apps"),
         ("create", "clusterroles.rbac.authorization.k8s.io"),
+        // Its Secrets in a tenant namespace go with their cluster (owner references).
+        ("delete", "secrets"),
     ] {
         assert!(
             !can(sa, verb, resource, Some("my-app")),
             "operator may {verb} {resource}"
         );
     }
-    assert!(can(
-        sa,
-        "update",
-        "leases.coordination.k8s.io",
-        Some("valkey-operator-system")
-    ));
+    // Its own namespace (the Role): the leader Lease (got, created, patched), and its
+    // credentials Secrets, swept once their cluster is gone.
+    for (verb, resource) in [
+        ("patch", "leases.coordination.k8s.io"),
+        ("create", "leases.coordination.k8s.io"),
+        ("list", "secrets"),
+        ("delete", "secrets"),
+    ] {
+        assert!(
+            can(sa, verb, resource, Some("valkey-operator-system")),
+            "operator cannot {verb} {resource} in its namespace"
+        );
+    }
 }

@@ -1,82 +1,158 @@
-//! The operator's ClusterRole (the chart's, as rendered into manifests/rbac/operator.yaml by
-//! `make manifests`) grants exactly `controller::permissions::OPERATOR_CLUSTER_PERMISSIONS`:
+//! The operator's ClusterRole and the Role in its own namespace (the chart's, as rendered into
+//! manifests/rbac/operator.yaml by `make manifests`) grant exactly
+//! `controller::permissions::OPERATOR_CLUSTER_PERMISSIONS` and `OPERATOR_NAMESPACE_PERMISSIONS`:
 //! least privilege, with a reason for every verb.
 
 use std::collections::BTreeSet;
 
 use serde::Deserialize;
 use serde_yaml::Value;
-use valkey_operator::controller::permissions::OPERATOR_CLUSTER_PERMISSIONS;
+use valkey_operator::controller::permissions::{
+    OPERATOR_CLUSTER_PERMISSIONS, OPERATOR_NAMESPACE_PERMISSIONS, Permission,
+};
 
-type Grant = (String, String, String);
+/// (API group, resource, object name or "" for every object, verb).
+type Grant = (String, String, String, String);
 
 fn grants<'a>(
-    groups: impl IntoIterator<Item = &'a str> + Clone,
+    groups: impl IntoIterator<Item = &'a str>,
     resources: impl IntoIterator<Item = &'a str> + Clone,
+    names: impl IntoIterator<Item = &'a str> + Clone,
     verbs: impl IntoIterator<Item = &'a str> + Clone,
 ) -> BTreeSet<Grant> {
+    let names: Vec<&str> = names.into_iter().collect();
+    let names = if names.is_empty() { vec![""] } else { names };
     let mut out = BTreeSet::new();
     for g in groups {
         for r in resources.clone() {
-            for v in verbs.clone() {
-                out.insert((g.to_string(), r.to_string(), v.to_string()));
+            for n in &names {
+                for v in verbs.clone() {
+                    out.insert((g.to_string(), r.to_string(), n.to_string(), v.to_string()));
+                }
             }
         }
     }
     out
 }
 
-#[test]
-fn the_cluster_role_grants_exactly_the_documented_permissions() {
+fn manifests() -> Vec<Value> {
     let text = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/rbac/operator.yaml"),
     )
     .unwrap();
-    let role = serde_yaml::Deserializer::from_str(&text)
+    serde_yaml::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
-        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "valkey-operator")
-        .expect("the operator's ClusterRole");
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_sequence()
-            .map(|s| s.iter().map(|x| x.as_str().unwrap().to_string()).collect())
-            .unwrap_or_default()
-    };
-    let mut granted = BTreeSet::new();
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == "valkey-operator")
+        .unwrap_or_else(|| panic!("the operator's {kind}"))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| s.iter().map(|x| x.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// What a ClusterRole or Role grants, rule by rule.
+fn granted(role: &Value) -> BTreeSet<Grant> {
+    let mut out = BTreeSet::new();
     for rule in role["rules"].as_sequence().unwrap() {
-        assert!(
-            rule.get("resourceNames").is_none(),
-            "a rule with resourceNames: model it here first"
-        );
-        let (g, r, v) = (
+        let (g, r, n, v) = (
             strings(&rule["apiGroups"]),
             strings(&rule["resources"]),
+            strings(&rule["resourceNames"]),
             strings(&rule["verbs"]),
         );
-        granted.extend(grants(
+        out.extend(grants(
             g.iter().map(String::as_str),
             r.iter().map(String::as_str),
+            n.iter().map(String::as_str),
             v.iter().map(String::as_str),
         ));
     }
-    let mut wanted = BTreeSet::new();
-    for p in OPERATOR_CLUSTER_PERMISSIONS {
+    out
+}
+
+fn wanted(permissions: &[Permission]) -> BTreeSet<Grant> {
+    let mut out = BTreeSet::new();
+    for p in permissions {
         assert!(!p.why.is_empty());
-        wanted.extend(grants(
+        out.extend(grants(
             p.groups.iter().copied(),
             p.resources.iter().copied(),
+            p.names.iter().copied(),
             p.verbs.iter().copied(),
         ));
     }
-    let extra: Vec<_> = granted.difference(&wanted).collect();
-    let missing: Vec<_> = wanted.difference(&granted).collect();
+    out
+}
+
+fn assert_exactly(kind: &str, granted: &BTreeSet<Grant>, wanted: &BTreeSet<Grant>) {
+    let extra: Vec<_> = granted.difference(wanted).collect();
+    let missing: Vec<_> = wanted.difference(granted).collect();
     assert!(
         extra.is_empty() && missing.is_empty(),
-        "granted but not needed: {extra:?}; needed but not granted: {missing:?}"
+        "{kind}: granted but not needed: {extra:?}; needed but not granted: {missing:?}"
     );
     assert!(
         !granted
             .iter()
-            .any(|(g, r, v)| g == "*" || r == "*" || v == "*"),
-        "no wildcards"
+            .any(|(g, r, n, v)| g == "*" || r == "*" || n == "*" || v == "*"),
+        "{kind}: no wildcards"
     );
+}
+
+#[test]
+fn the_cluster_role_grants_exactly_the_documented_permissions() {
+    let docs = manifests();
+    let role = find(&docs, "ClusterRole");
+    assert_exactly(
+        "ClusterRole",
+        &granted(role),
+        &wanted(OPERATOR_CLUSTER_PERMISSIONS),
+    );
+}
+
+#[test]
+fn the_operator_namespace_role_grants_exactly_the_documented_permissions() {
+    let docs = manifests();
+    let role = find(&docs, "Role");
+    assert_exactly(
+        "Role",
+        &granted(role),
+        &wanted(OPERATOR_NAMESPACE_PERMISSIONS),
+    );
+    // It is the operator's namespace, and bound to its service account there.
+    let account = find(&docs, "ServiceAccount");
+    let namespace = &account["metadata"]["namespace"];
+    assert_eq!(&role["metadata"]["namespace"], namespace);
+    let binding = find(&docs, "RoleBinding");
+    assert_eq!(&binding["metadata"]["namespace"], namespace);
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(binding["roleRef"]["name"], "valkey-operator");
+    assert!(
+        binding["subjects"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|s| s["kind"] == "ServiceAccount"
+                && s["name"] == "valkey-operator"
+                && &s["namespace"] == namespace),
+        "the Role is bound to the operator's service account"
+    );
+}
+
+#[test]
+fn secrets_are_deleted_only_in_the_operators_namespace() {
+    let deletes_secrets = |permissions: &[Permission]| {
+        permissions
+            .iter()
+            .any(|p| p.resources.contains(&"secrets") && p.verbs.contains(&"delete"))
+    };
+    assert!(!deletes_secrets(OPERATOR_CLUSTER_PERMISSIONS));
+    assert!(deletes_secrets(OPERATOR_NAMESPACE_PERMISSIONS));
 }

@@ -1,99 +1,152 @@
-//! The operator's cluster-wide permissions, one entry per rule of its ClusterRole, each with
-//! the code path that needs it. `tests/rbac.rs` checks that the chart's ClusterRole grants
-//! exactly these (a verb added to the chart without a reason here, or used in code without
-//! being granted, fails the test or the e2e suites), and docs/operations.md lists them.
+//! The operator's permissions, one entry per rule of its ClusterRole and of its Role in its
+//! own namespace, each with the code path that needs it. `tests/rbac.rs` checks that the
+//! chart's ClusterRole and Role grant exactly these (a verb added to the chart without a reason
+//! here, or used in code without being granted, fails the test or the e2e suites), and
+//! docs/security.md and docs/operations.md list them.
 
-/// One ClusterRole rule: API groups, resources, verbs, and why.
+/// One rule: API groups, resources, the objects it is limited to, verbs, and why.
 pub struct Permission {
     pub groups: &'static [&'static str],
     pub resources: &'static [&'static str],
+    /// `resourceNames`: empty for every object of these resources.
+    pub names: &'static [&'static str],
     pub verbs: &'static [&'static str],
     pub why: &'static str,
 }
 
+/// The ClusterRole: what the clusters' namespaces (any namespace) need, and the cluster-scoped
+/// menu. Nothing here concerns the operator's own namespace only: that is
+/// [`OPERATOR_NAMESPACE_PERMISSIONS`].
 pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
     Permission {
         groups: &["valkey.gomomento.com"],
         resources: &["valkeyimages", "valkeyconfigs", "valkeyroles"],
+        names: &[],
         verbs: &["list", "watch"],
         why: "the menu: watch caches of the resolver and the webhook (controller/run.rs, webhook/admission)",
     },
     Permission {
         groups: &["valkey.gomomento.com"],
         resources: &["valkeyclusters"],
+        names: &[],
         verbs: &["get", "list", "watch"],
         why: "the cluster controller watches them; the node controller reads its member's cluster",
     },
     Permission {
         groups: &["valkey.gomomento.com"],
         resources: &["valkeyclusters/status"],
+        names: &[],
         verbs: &["patch"],
         why: "status (state, message, conditions, members) by server-side apply (cluster/status.rs)",
     },
     Permission {
         groups: &["valkey.gomomento.com"],
         resources: &["valkeyclusters/finalizers", "valkeynodes/finalizers"],
+        names: &[],
         verbs: &["update"],
         why: "owner references with blockOwnerDeletion, where the OwnerReferencesPermissionEnforcement admission plugin runs",
     },
     Permission {
         groups: &["valkey.gomomento.com"],
         resources: &["valkeynodes"],
+        names: &[],
         verbs: &["list", "watch", "create", "delete"],
         why: "members are created and retired, never changed (cluster/mod.rs)",
     },
     Permission {
         groups: &["valkey.gomomento.com"],
         resources: &["valkeynodes/status"],
+        names: &[],
         verbs: &["patch"],
         why: "lifecycle, role, node id and refusal messages of members (cluster/status.rs, node/mod.rs)",
     },
     Permission {
         groups: &[""],
         resources: &["pods"],
+        names: &[],
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
         why: "one pod per member, created once; podAnnotations patched live; deleted only to start again a member whose Valkey exited before it ever joined (node/mod.rs, node/start.rs)",
     },
     Permission {
         groups: &[""],
         resources: &["pods/status"],
+        names: &[],
         verbs: &["patch"],
         why: "the holds-data readiness gate (cluster/mod.rs publish_holds_data)",
     },
     Permission {
         groups: &[""],
         resources: &["services"],
+        names: &[],
         verbs: &["get", "list", "watch", "create", "patch"],
         why: "client and headless Services: checked to be ours, then server-side applied",
     },
     Permission {
         groups: &["policy"],
         resources: &["poddisruptionbudgets"],
+        names: &[],
         verbs: &["get", "list", "watch", "create", "patch"],
         why: "the members' PDB: checked to be ours, then server-side applied",
     },
     Permission {
         groups: &["networking.k8s.io"],
         resources: &["networkpolicies"],
+        names: &[],
         verbs: &["get", "create", "patch"],
         why: "the members' NetworkPolicy: checked to be ours, then server-side applied",
     },
     Permission {
         groups: &[""],
         resources: &["configmaps"],
+        names: &[],
         verbs: &["get", "list", "watch", "create", "patch"],
         why: "each member's valkey.conf, server-side applied (node/mod.rs) after a get that refuses to touch a ConfigMap of that name the member did not create",
     },
     Permission {
         groups: &[""],
         resources: &["secrets"],
-        verbs: &["get", "list", "watch", "create", "patch", "delete"],
-        why: "the ACL Secret; the copy of a TLS cluster's certificate members mount (the Secret tls.secretRef names is read, and Secrets' metadata watched to follow renewals); the operator's credentials in its namespace (legacy copies deleted, orphans swept)",
+        names: &[],
+        verbs: &["get", "create", "patch"],
+        why: "in the clusters' namespaces: the ACL Secret <cluster>-acl and a TLS cluster's copy <cluster>-member-tls, checked to be ours (get) then server-side applied (create, patch) (cluster/apply.rs, cluster/tls.rs); the Secret spec.tls.secretRef names, read (cluster/tls.rs); a legacy copy <cluster>-operator of the operator's credentials, read then emptied by a patch, never deleted (cluster/credentials.rs). No delete: the operator's Secrets there go with their cluster (owner references)",
+    },
+    Permission {
+        groups: &[""],
+        resources: &["secrets"],
+        names: &[],
+        verbs: &["list", "watch"],
+        why: "the cluster controller owns its Secrets (a watch selected by app.kubernetes.io/managed-by) and follow_tls_secrets watches Secrets' metadata so a renewed or restored TLS Secret is acted on at once (controller/run.rs). Cluster-wide because clusters live in any namespace; RBAC cannot limit a list or watch to a label or to metadata",
     },
     Permission {
         groups: &["", "events.k8s.io"],
         resources: &["events"],
+        names: &[],
         verbs: &["create", "patch"],
         why: "Events on state transitions (kube's recorder creates, then patches a series)",
+    },
+];
+
+/// The Role in the operator's own namespace (the chart's release namespace, `POD_NAMESPACE` at
+/// run time): what only that namespace needs.
+pub const OPERATOR_NAMESPACE_PERMISSIONS: &[Permission] = &[
+    Permission {
+        groups: &["coordination.k8s.io"],
+        resources: &["leases"],
+        names: &[],
+        verbs: &["get", "create", "patch"],
+        why: "leader election: kube-lease-manager gets the Lease, creates it if missing and patches it to acquire, renew and release it; verify_still_leading gets it before acting (controller/leader.rs)",
+    },
+    Permission {
+        groups: &[""],
+        resources: &["configmaps"],
+        names: &[crate::settings::SETTINGS_CONFIGMAP],
+        verbs: &["get"],
+        why: "the operator's settings, read once at startup (settings.rs; a change takes a restart)",
+    },
+    Permission {
+        groups: &[""],
+        resources: &["secrets"],
+        names: &[],
+        verbs: &["get", "list", "create", "patch", "delete"],
+        why: "the operator's credentials <namespace>.<cluster>.credentials: read, server-side applied (cluster/credentials.rs ensure_operator_secret), listed by label and deleted once their cluster is gone (sweep_credentials: no owner reference spans namespaces). The only Secrets the operator deletes",
     },
 ];

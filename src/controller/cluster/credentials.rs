@@ -5,10 +5,11 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use rand::Rng;
 use rand::distr::Alphanumeric;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{build, ensure_ours};
 use crate::api::ValkeyCluster;
@@ -20,7 +21,8 @@ use crate::resolve::acl::OperatorCredentials;
 /// members keep the passwords they started with, so new ones would lock the operator out for
 /// good; a missing Secret blocks it instead ([`Error::CredentialsMissing`]) until restored.
 /// Clusters created by earlier versions kept them in `<cluster>-operator` in their own
-/// namespace: those are moved over (and the tenant-readable copy deleted).
+/// namespace: those are moved over, and the tenant-readable copy emptied (see
+/// [`empty_legacy_secret`]).
 pub async fn ensure_operator_secret(
     ctx: &Context,
     cluster: &ValkeyCluster,
@@ -42,8 +44,9 @@ pub async fn ensure_operator_secret(
     let legacy_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let legacy_name = names::operator_secret(&cluster.name_any());
     let legacy = match legacy_api.get_opt(&legacy_name).await? {
-        // Credentials from a Secret somebody else put there would be theirs to know.
-        Some(s) if ensure_ours(&s, Some(&uid)).is_ok() => Some(s),
+        // Credentials from a Secret somebody else put there would be theirs to know; one this
+        // operator already emptied holds none.
+        Some(s) if ensure_ours(&s, Some(&uid)).is_ok() && holds_credentials(&s) => Some(s),
         _ => None,
     };
     let credentials = match (restored, &legacy) {
@@ -76,10 +79,85 @@ pub async fn ensure_operator_secret(
         info!(cluster = %object_key(cluster), "the operator's credentials Secret is back (restored without its labels): labelled again");
     }
     if legacy.is_some() {
-        info!(cluster = %object_key(cluster), "moved the operator's credentials out of the cluster's namespace");
-        let _ = legacy_api.delete(&legacy_name, &Default::default()).await;
+        let moved_to = format!("{}/{secret_name}", ctx.operator_namespace);
+        empty_legacy_secret(ctx, &legacy_api, cluster, &legacy_name, &moved_to).await;
     }
     Ok(credentials)
+}
+
+/// Annotation on an emptied legacy credentials Secret: where its passwords went.
+const CREDENTIALS_MOVED_TO_ANNOTATION: &str = "valkey.gomomento.com/credentials-moved-to";
+
+/// Empties the legacy copy `<cluster>-operator` in the cluster's namespace, once its
+/// passwords are safe in the operator's namespace (`moved_to`). It is emptied, not deleted:
+/// the operator may not delete Secrets outside its own namespace (docs/security.md, RBAC),
+/// and a patch is what it already needs for the ACL Secret. What is left holds no password,
+/// says where they went, and is deleted with its cluster (it is owned by it); an admin may
+/// delete it sooner. Best effort, like the delete it replaces: a failure is a Warning Event
+/// saying what to do, since the next reconcile finds the moved Secret and does not come back.
+async fn empty_legacy_secret(
+    ctx: &Context,
+    legacy_api: &Api<Secret>,
+    cluster: &ValkeyCluster,
+    legacy_name: &str,
+    moved_to: &str,
+) {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let patch = Patch::Merge(emptied_legacy_secret(moved_to));
+    let (type_, reason, note) = match legacy_api
+        .patch(legacy_name, &PatchParams::default(), &patch)
+        .await
+    {
+        Ok(_) => (
+            EventType::Normal,
+            "CredentialsMoved",
+            format!(
+                "moved the operator's credentials from Secret {namespace}/{legacy_name}, which the namespace's editors can read, to {moved_to}; {legacy_name} is now empty and is deleted with this cluster (or delete it)"
+            ),
+        ),
+        Err(e) => (
+            EventType::Warning,
+            "CredentialsCopyKept",
+            format!(
+                "moved the operator's credentials to {moved_to}, but could not empty the old copy, Secret {namespace}/{legacy_name} ({e}): it still holds them, delete it (kubectl -n {namespace} delete secret {legacy_name})"
+            ),
+        ),
+    };
+    match type_ {
+        EventType::Normal => info!(cluster = %object_key(cluster), reason, "{note}"),
+        EventType::Warning => warn!(cluster = %object_key(cluster), reason, "{note}"),
+    }
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "MoveCredentials".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+        warn!("cannot publish event: {e}");
+    }
+}
+
+/// The merge patch that empties a legacy credentials Secret: no data (`stringData` is never
+/// stored), and an annotation naming where the passwords went.
+fn emptied_legacy_secret(moved_to: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"annotations": {CREDENTIALS_MOVED_TO_ANNOTATION: moved_to}},
+        "data": null,
+    })
+}
+
+/// Whether a legacy credentials Secret still holds a password (an emptied one holds none).
+fn holds_credentials(secret: &Secret) -> bool {
+    let has = |key: &str| {
+        secret.data.as_ref().is_some_and(|d| d.contains_key(key))
+            || secret
+                .string_data
+                .as_ref()
+                .is_some_and(|d| d.contains_key(key))
+    };
+    has(build::OPERATOR_PASSWORD_KEY) || has(build::REPLICATION_PASSWORD_KEY)
 }
 
 /// Whose the credentials Secret found under this cluster's name is.
@@ -204,6 +282,40 @@ mod tests {
                 Some([(build::CREDENTIALS_UID_LABEL.to_string(), uid.to_string())].into());
         }
         s
+    }
+
+    /// A legacy credentials Secret holding `keys`.
+    fn legacy(keys: &[&str]) -> Secret {
+        let data = keys
+            .iter()
+            .map(|k| (k.to_string(), k8s_openapi::ByteString(b"p".to_vec())))
+            .collect();
+        Secret {
+            data: Some(data),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_legacy_copy_is_emptied_not_deleted_and_then_holds_no_credentials() {
+        let both = [
+            build::OPERATOR_PASSWORD_KEY,
+            build::REPLICATION_PASSWORD_KEY,
+        ];
+        assert!(holds_credentials(&legacy(&both)));
+        // What the API server keeps after the merge patch: no data, the annotation.
+        let patch = emptied_legacy_secret("valkey-operator-system/ns.c.credentials");
+        assert_eq!(patch["data"], serde_json::Value::Null);
+        assert_eq!(
+            patch["metadata"]["annotations"][CREDENTIALS_MOVED_TO_ANNOTATION],
+            "valkey-operator-system/ns.c.credentials"
+        );
+        assert!(!holds_credentials(&Secret::default()));
+        assert!(!holds_credentials(&legacy(&[])));
+        // One password left is still a credential (read, and its error says what is missing).
+        assert!(holds_credentials(&legacy(&[
+            build::REPLICATION_PASSWORD_KEY
+        ])));
     }
 
     #[test]
