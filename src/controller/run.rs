@@ -84,6 +84,7 @@ pub async fn run(
         nodes,
         pods,
         waits: Default::default(),
+        repeats: Default::default(),
     });
     let clusters_done = cluster_controller
         .run(reconcile_cluster, cluster::error_policy, cluster_ctx)

@@ -7,6 +7,7 @@
 //! from Valkey (who holds slots, who replicates whom), never inferred from names.
 
 mod context;
+mod describe;
 mod failures;
 mod figures;
 mod formation;
@@ -22,6 +23,7 @@ use crate::topology::slots::SlotRange;
 use crate::topology::{FailoverMode, MemberAddr, NodeId, OpenSlot};
 
 use context::{Answered, Observed, names};
+pub use describe::describe_steps;
 pub use figures::{Figures, degraded_reason, desired_members, figures};
 
 /// An atomic slot migration whose job has not advanced for this long is cancelled and
@@ -120,7 +122,7 @@ pub enum MigrationMethod {
 }
 
 /// How one batch of slots is moved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MoveMethod {
     /// `CLUSTER MIGRATESLOTS`, run by Valkey in the background.
     Atomic,
@@ -129,7 +131,7 @@ pub enum MoveMethod {
 }
 
 /// Slots going from a source primary to one target primary.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MoveTarget {
     pub member: MemberAddr,
     pub id: NodeId,
@@ -209,7 +211,8 @@ pub struct Topology {
 }
 
 /// One step on the world. A plan is a batch of independent steps that are safe together.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Hashed to tell a plan that repeats the last one from progress (`controller::cluster::repeats`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Step {
     CreateNode {
         name: String,

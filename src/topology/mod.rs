@@ -90,7 +90,7 @@ impl std::str::FromStr for MemberAddr {
 }
 
 /// `CLUSTER FAILOVER` flavours.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FailoverMode {
     /// Coordinated with the primary: no acknowledged write lost.
     Default,

@@ -50,6 +50,11 @@ impl<'a> Actor<'a> {
         }
     }
 
+    /// `namespace/name` of the cluster acted on.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
     async fn event(&self, reason: &str, note: &str) {
         status::event(self.ctx, self.cluster, reason, note).await;
     }

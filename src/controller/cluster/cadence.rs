@@ -7,7 +7,8 @@
 //! hammer a fleet whose clusters wait minutes for something slow. So the poll follows the
 //! wait: a wait that just began is looked at again in 100 ms, one that has lasted `t` in
 //! `t / 8` (what it costs is an eighth of what it already took), at most every 2 s. A step
-//! that acted, or a wait for something else, starts again at 100 ms.
+//! that acted, or a wait for something else, starts again at 100 ms; the same steps acted on
+//! round after round back off instead (see [`repeats`](super::repeats)).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -17,11 +18,11 @@ use std::time::{Duration, Instant};
 use crate::plan::Plan;
 
 /// The quickest look: Valkey's cluster cron (gossip, failover steps) ticks every 100 ms.
-const QUICKEST: Duration = Duration::from_millis(100);
+pub(super) const QUICKEST: Duration = Duration::from_millis(100);
 /// The calmest look while something changes (the former fixed interval).
 const CALMEST: Duration = Duration::from_secs(2);
 /// Entries older than this are dropped (a cluster deleted mid-change leaves one behind).
-const FORGET_AFTER: Duration = Duration::from_secs(3600);
+pub(super) const FORGET_AFTER: Duration = Duration::from_secs(3600);
 
 /// How soon to look at a changing cluster whose current wait has lasted `waited`.
 pub fn poll_interval(waited: Duration) -> Duration {

@@ -10,7 +10,7 @@
 //! | apply | `apply.rs`, operator passwords in `credentials.rs` | yes |
 //! | observe | `observe.rs`; what is seen is written onto the member pods by `pods.rs` | yes |
 //! | plan | `crate::plan` (pure); the maxConcurrentRollouts gate in `rollout.rs` | status when waiting |
-//! | act | `act.rs` (one function per plan step), ACL loading in `acl.rs`, certificate reload in `tls.rs` | yes |
+//! | act | `act.rs` (one function per plan step; the same steps again back off: `repeats.rs`, pure, the streaks in memory), ACL loading in `acl.rs`, certificate reload in `tls.rs` | yes |
 //! | status | `status.rs` | yes |
 //! | next look (poll as the wait goes) | `cadence.rs` (pure interval; the waits in memory) | no |
 
@@ -24,6 +24,7 @@ mod credentials;
 mod gate;
 pub mod observe;
 mod pods;
+mod repeats;
 mod resolve;
 mod rollout;
 pub mod status;
@@ -31,13 +32,13 @@ pub mod tls;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
-use tracing::warn;
+use tracing::{debug, warn};
 
 pub use apply::{Applied, apply, apply_as, controller_uid, ensure_ours, owned_by};
 pub use credentials::sweep_credentials;
@@ -55,6 +56,8 @@ pub struct ClusterContext {
     pub pods: Store<Pod>,
     /// Since when each changing cluster has waited for the same thing (the poll follows it).
     pub waits: cadence::Waits,
+    /// The steps each cluster carried out round after round (they back off; see [`repeats`]).
+    pub repeats: repeats::Repeats,
 }
 
 /// Hands on what a step produced (`ControlFlow::Continue`), or ends the reconcile with the
@@ -125,10 +128,11 @@ pub async fn reconcile(
     let (topology, plan) = plan_off_the_runtime(topology).await;
     or_stop!(rollout::admit(ctx, &cluster, &topology, &plan).await?);
 
-    // Act on the plan; then every running member loads the ACL file just applied.
+    // Act on the plan (the same steps again only once their back-off has passed); then every
+    // running member loads the ACL file just applied.
     let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), &namespace);
     let actor = act::Actor::new(ctx, &cluster, &node_api, driver.as_ref(), &desired_spec);
-    act::carry_out(&actor, &plan.steps).await?;
+    let streak = act_on(&cctx, &actor, &plan).await?;
     let acl_progress = acl::load(ctx, &cluster, driver.as_ref(), &observed, &acl_file).await;
     // TLS: every running member serves the certificate just copied (reloaded without restart).
     let tls_progress = match &tls {
@@ -145,6 +149,7 @@ pub async fn reconcile(
         &topology,
         &acl_progress,
         tls_progress.as_ref(),
+        streak.as_ref(),
     );
     status::publish(ctx, &cluster, new_status).await?;
 
@@ -152,7 +157,7 @@ pub async fn reconcile(
         .as_ref()
         .and_then(tls::TlsProgress::look_again_in)
         .map(Duration::from_secs);
-    let look = (&plan, &topology, &acl_progress);
+    let look = (&plan, &topology, &acl_progress, streak.as_ref());
     let after = look_again_in(&cctx, &cluster, driver.as_ref(), look).await;
     Ok(Action::requeue(
         tls_wait.map_or(after, |tls| after.min(tls)),
@@ -190,25 +195,58 @@ async fn off_the_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 's
     }
 }
 
-/// How soon to look at the cluster again (see [`Look`]), from this round's plan, topology
-/// and ACL progress; a changing cluster's wait is followed in `cctx.waits`, a calm one's
-/// forgotten and its connections closed until then.
+/// Carries out the plan's steps, unless the same steps were carried out less than their
+/// back-off ago and nothing observed has changed since (see [`repeats`]). Returns the streak
+/// of rounds that planned them: the status reports a long one.
+async fn act_on(
+    cctx: &ClusterContext,
+    actor: &act::Actor<'_>,
+    plan: &Plan,
+) -> Result<Option<repeats::Streak>, Error> {
+    let key = actor.key();
+    match cctx.repeats.turn(key, plan, Instant::now()) {
+        repeats::Turn::Nothing => Ok(None),
+        repeats::Turn::Hold(left) => {
+            debug!(cluster = %key, ?left, "same steps as the last round, not due yet");
+            Ok(cctx.repeats.streak(key))
+        }
+        repeats::Turn::Act => {
+            act::carry_out(actor, &plan.steps).await?;
+            let streak = cctx.repeats.acted(key, plan, Instant::now());
+            if streak.repeats == repeats::REPORT_AFTER_REPEATS {
+                warn!(cluster = %key, steps = %streak.steps, repeats = streak.repeats, "the same steps keep being carried out without effect");
+            }
+            Ok(Some(streak))
+        }
+    }
+}
+
+/// How soon to look at the cluster again (see [`Look`]), from this round's plan, topology,
+/// ACL progress and the streak of its steps; a changing cluster's wait is followed in
+/// `cctx.waits`, a calm one's forgotten and its connections closed until then. Steps are
+/// looked at again when they are due (see [`repeats`]), a wait as it goes (see [`cadence`]).
 async fn look_again_in(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
     driver: &crate::driver::FredDriver,
-    (plan, topology, acl_progress): (&Plan, &Topology, &acl::AclProgress),
+    (plan, topology, acl_progress, streak): (
+        &Plan,
+        &Topology,
+        &acl::AclProgress,
+        Option<&repeats::Streak>,
+    ),
 ) -> Duration {
     let key = object_key(cluster);
     match next_look(plan, topology, acl_progress) {
         Look::Changing => {
+            let now = Instant::now();
             let waited = cctx.waits.waited(
                 &key,
                 cadence::wait_fingerprint(plan),
                 !plan.steps.is_empty(),
-                std::time::Instant::now(),
+                now,
             );
-            cadence::poll_interval(waited)
+            streak.map_or_else(|| cadence::poll_interval(waited), |s| s.due_in(now))
         }
         Look::Calm(after) => {
             cctx.waits.settled(&key);

@@ -9,6 +9,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::acl::AclProgress;
 use super::observe::Observed;
+use super::repeats::Streak;
 use crate::api::{
     ClusterNodeStatus, ClusterProgress, ClusterState, Lifecycle, NodeRole, ValkeyCluster,
     ValkeyClusterStatus, ValkeyNode, ValkeyNodeStatus,
@@ -238,7 +239,8 @@ fn progress(figures: &Figures) -> ClusterProgress {
 /// [`crate::plan::degraded_reason`], and `Blocked`).
 pub const DEGRADED: &str = "Degraded";
 
-/// Status from the plan, this round's observations and the ACL step.
+/// Status from the plan, this round's observations, the ACL and TLS steps, and the streak of
+/// rounds that carried out the plan's steps.
 pub fn from_plan(
     cluster: &ValkeyCluster,
     plan: &Plan,
@@ -246,6 +248,7 @@ pub fn from_plan(
     topology: &Topology,
     acl: &AclProgress,
     tls: Option<&super::tls::TlsProgress>,
+    streak: Option<&Streak>,
 ) -> ValkeyClusterStatus {
     let generation = cluster.metadata.generation;
     let previous = previous_conditions(cluster);
@@ -258,7 +261,10 @@ pub fn from_plan(
         observed_generation: generation,
         conditions: plan_conditions(plan, state, topology, acl, generation, &previous)
             .into_iter()
-            .chain([start_condition(observed, generation, &previous)])
+            .chain([
+                start_condition(observed, generation, &previous),
+                steps_condition(streak, generation, &previous),
+            ])
             .chain(tls_conditions.into_iter().flatten())
             .collect(),
         endpoint: Some(endpoint(cluster)),
@@ -396,6 +402,50 @@ fn start_condition(
         generation,
         previous,
     )
+}
+
+/// Condition type: the steps the operator carries out change what it observes. False while it
+/// carries out the same steps again and again without effect (see `repeats`); it clears by
+/// itself once they take effect.
+pub const STEPS_TAKING_EFFECT: &str = "StepsTakingEffect";
+
+/// `StepsTakingEffect`: False naming the steps, how often they were carried out and when
+/// next, once the streak is long enough to be more than a slow step.
+fn steps_condition(
+    streak: Option<&Streak>,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Condition {
+    match streak.filter(|s| s.reported()) {
+        Some(s) => condition(
+            STEPS_TAKING_EFFECT,
+            false,
+            "StepRepeatsWithoutEffect",
+            &s.message(),
+            generation,
+            previous,
+        ),
+        None => condition(
+            STEPS_TAKING_EFFECT,
+            true,
+            "TakingEffect",
+            "the steps the operator carries out change what it observes",
+            generation,
+            previous,
+        ),
+    }
+}
+
+/// The condition `type_` of `now` when it is False there and was not False `before` (True,
+/// or absent): what deserves one Warning Event.
+fn turned_false<'a>(
+    before: &[Condition],
+    now: &'a [Condition],
+    type_: &str,
+) -> Option<&'a Condition> {
+    let is_false = |c: &&Condition| c.type_ == type_ && c.status == "False";
+    let turned = now.iter().find(is_false)?;
+    (!before.iter().any(|c| is_false(&c))).then_some(turned)
 }
 
 /// TLS clusters: the certificate Secret was valid this round, and who serves it. None for a
@@ -540,6 +590,14 @@ pub async fn publish(
             status.message.as_deref().unwrap_or_default(),
         )
         .await;
+    }
+    let stuck = turned_false(
+        &previous.conditions,
+        &status.conditions,
+        STEPS_TAKING_EFFECT,
+    );
+    if let Some(c) = stuck {
+        publish_event(ctx, cluster, EventType::Warning, &c.reason, &c.message).await;
     }
     Ok(())
 }
@@ -758,5 +816,81 @@ mod tests {
         .unwrap();
         c.metadata.namespace = Some("my-app".into());
         assert_eq!(endpoint(&c), "shop.my-app.svc:6379");
+    }
+}
+
+#[cfg(test)]
+mod steps_tests {
+    use super::*;
+    use crate::controller::cluster::repeats::{REPORT_AFTER_REPEATS, Repeats};
+    use crate::plan::{Change, Step};
+
+    /// The streak after the same step was carried out `times` times in a row.
+    fn streak(times: u32) -> Streak {
+        let plan = Plan {
+            phase: Phase::Updating,
+            steps: vec![Step::DeleteNode {
+                name: "shop-0-2".into(),
+            }],
+            message: "retiring shop-0-2".into(),
+            change: Change::Scaling,
+        };
+        let repeats = Repeats::default();
+        let now = std::time::Instant::now();
+        (1..times).for_each(|_| {
+            repeats.acted("ns/shop", &plan, now);
+        });
+        repeats.acted("ns/shop", &plan, now)
+    }
+
+    #[test]
+    fn steps_taking_effect_turns_false_naming_a_step_repeated_without_effect() {
+        let ok = steps_condition(None, Some(3), &[]);
+        assert_eq!(
+            (ok.type_.as_str(), ok.status.as_str(), ok.reason.as_str()),
+            (STEPS_TAKING_EFFECT, "True", "TakingEffect")
+        );
+        let short = streak(REPORT_AFTER_REPEATS);
+        assert_eq!(steps_condition(Some(&short), Some(3), &[]).status, "True");
+        let stuck = streak(REPORT_AFTER_REPEATS + 1);
+        let c = steps_condition(Some(&stuck), Some(3), std::slice::from_ref(&ok));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "StepRepeatsWithoutEffect")
+        );
+        assert!(c.message.contains("delete the retired member shop-0-2"));
+        assert!(c.message.contains("10 times in a row"));
+        assert!(c.message.contains("Next try in 12.8 s"));
+        assert!(c.message.contains("clears by itself once it takes effect"));
+        assert_eq!(c.observed_generation, Some(3));
+        // Back to True once the streak ends (progress, or nothing to do).
+        assert_eq!(steps_condition(None, Some(3), &[c]).status, "True");
+    }
+
+    #[test]
+    fn a_warning_is_due_only_when_steps_taking_effect_turns_false() {
+        let ok = steps_condition(None, None, &[]);
+        let stuck = steps_condition(Some(&streak(12)), None, &[]);
+        let later = steps_condition(Some(&streak(13)), None, &[]);
+        let turned = |before: &[Condition], now: &[Condition]| {
+            turned_false(before, now, STEPS_TAKING_EFFECT).is_some()
+        };
+        assert!(turned(
+            std::slice::from_ref(&ok),
+            std::slice::from_ref(&stuck)
+        ));
+        assert!(
+            turned(&[], std::slice::from_ref(&stuck)),
+            "absent before (new, or was Blocked)"
+        );
+        assert!(
+            !turned(std::slice::from_ref(&stuck), std::slice::from_ref(&later)),
+            "still False: once"
+        );
+        assert!(!turned(
+            std::slice::from_ref(&stuck),
+            std::slice::from_ref(&ok)
+        ));
+        assert!(!turned(&[], std::slice::from_ref(&ok)));
     }
 }
