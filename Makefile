@@ -47,7 +47,7 @@ e2e:
 	  -- --test-threads=$(E2E_THREADS)
 	@# Node stops, pauses and drains last: they disturb every pod on the node; leader freezes
 	@# the operator itself; traces restarts it.
-	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test conversion --test drain --test lost_members --test rollout_limit --test kubelet_faults --test leader --test lockout --test traces -- --test-threads=1
+	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test conversion --test drain --test lost_members --test rollout_limit --test kubelet_faults --test leader --test lockout --test tenant_pods --test traces -- --test-threads=1
 
 ## chart-test: lint and render checks of charts/valkey-operator, plain-manifest drift
 chart-test:

@@ -12,6 +12,7 @@ use valkey_operator::api::constants::{LABEL_CLUSTER, OPERATOR_ACL_USERNAME};
 use valkey_operator::api::{ClusterState, ValkeyCluster};
 use valkey_operator::driver::{Credentials, DriverConfig, FredDriver};
 
+use crate::faults::PodRef;
 use crate::harness::wait_for;
 
 /// Waits until the ValkeyCluster reports `want` for its current generation.
@@ -251,4 +252,31 @@ pub async fn explain(client: &Client, ns: &str, cluster: &str) -> String {
         }
     }
     out
+}
+
+/// The operator's pods (not being deleted).
+pub async fn operator_pods(client: &Client) -> anyhow::Result<Vec<Pod>> {
+    Ok(Api::<Pod>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+/// The largest resident set of the operator's processes now, in KiB.
+pub fn operator_rss_kib(pods: &[Pod]) -> anyhow::Result<u64> {
+    let mut largest = 0;
+    for p in pods {
+        let pid = PodRef::find(OPERATOR_NAMESPACE, &p.name_any())?.pid("operator")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .context("VmRSS")?;
+        largest = largest.max(kib);
+    }
+    Ok(largest)
 }

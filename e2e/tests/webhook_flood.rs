@@ -11,30 +11,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
+use anyhow::ensure;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
-use kube::{Api, Client, ResourceExt};
+use kube::ResourceExt;
 
-use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, kubectl_input};
-use valkey_e2e::valkey::OPERATOR_NAMESPACE;
+use valkey_e2e::valkey::{operator_pods, operator_rss_kib};
 use valkey_e2e::webhook::webhook_client;
 
 const SENDERS: usize = 200;
 const BODY: usize = 8 << 20;
-
-async fn operator_pods(client: &Client) -> anyhow::Result<Vec<Pod>> {
-    Ok(Api::<Pod>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect())
-}
 
 fn restarts(pods: &[Pod]) -> BTreeMap<String, i32> {
     pods.iter()
@@ -47,22 +35,6 @@ fn restarts(pods: &[Pod]) -> BTreeMap<String, i32> {
             (p.name_any(), n)
         })
         .collect()
-}
-
-/// The largest resident set of the operator's processes now, in KiB.
-fn operator_rss_kib(pods: &[Pod]) -> anyhow::Result<u64> {
-    let mut largest = 0;
-    for p in pods {
-        let pid = PodRef::find(OPERATOR_NAMESPACE, &p.name_any())?.pid("operator")?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let kib = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .context("VmRSS")?;
-        largest = largest.max(kib);
-    }
-    Ok(largest)
 }
 
 const HUMAN_NODE: &str = r#"{"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyNode",
