@@ -12,6 +12,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff;
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
 use tracing::{info, warn};
@@ -163,17 +165,39 @@ async fn release(
     }
 }
 
+/// Time kept back from what the Lease says this replica still holds: the step in flight when
+/// the fence passes (one command, one API write) and clock skew between the replicas.
+pub const FENCE_MARGIN: Duration = Duration::from_secs(3);
+
+/// How long the holder of `lease` may still act as of `now`: until the lease expires as a
+/// standby sees it (`renewTime + leaseDurationSeconds`), less [`FENCE_MARGIN`]; zero when that
+/// has passed or the Lease does not say.
+pub fn lease_left(lease: &Lease, now: jiff::Timestamp) -> Duration {
+    let Some(spec) = &lease.spec else {
+        return Duration::ZERO;
+    };
+    let (Some(renewed), Some(seconds)) = (&spec.renew_time, spec.lease_duration_seconds) else {
+        return Duration::ZERO;
+    };
+    let expires = renewed.0 + jiff::SignedDuration::from_secs(i64::from(seconds));
+    let left = now.duration_until(expires).as_secs_f64() - FENCE_MARGIN.as_secs_f64();
+    Duration::try_from_secs_f64(left.max(0.0)).unwrap_or(Duration::ZERO)
+}
+
 /// Before a cluster reconcile acts on Valkey (failovers, slot moves, deletions): is this
-/// replica still the Lease's holder as the API server has it? A leader that was frozen
-/// (SIGSTOP, a stalled VM) past its lease wakes up with timers due and reconciles queued; the
-/// lease manager notices the loss a moment later, which is too late for a failover. One GET
-/// per reconcile closes that window. Not the holder: the process exits at once (another
-/// replica leads; the restarted container stands by).
-pub async fn verify_still_leading(client: &Client, election: &Election) -> Result<(), kube::Error> {
-    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(client.clone(), &election.namespace);
+/// replica still the Lease's holder as the API server has it, and for how long at least (see
+/// [`lease_left`])? A leader that was frozen (SIGSTOP, a stalled VM) past its lease wakes up
+/// with timers due and reconciles queued; the lease manager notices the loss a moment later,
+/// which is too late for a failover. Not the holder: the process exits at once (another
+/// replica leads; the restarted container stands by). [`crate::controller::Context::confirm_leading`]
+/// asks again whenever what it last heard has run out, before every step it acts on.
+pub async fn verify_still_leading(
+    client: &Client,
+    election: &Election,
+) -> Result<Duration, kube::Error> {
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &election.namespace);
     let lease = leases.get(&election.lease).await?;
-    let holder = lease.spec.and_then(|s| s.holder_identity);
+    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
     if holder.as_deref() != Some(election.identity.as_str()) {
         tracing::error!(
             holder = holder.as_deref().unwrap_or("nobody"),
@@ -194,5 +218,54 @@ pub async fn verify_still_leading(client: &Client, election: &Election) -> Resul
         let _ = std::io::stderr().flush();
         std::process::exit(1);
     }
-    Ok(())
+    Ok(lease_left(&lease, jiff::Timestamp::now()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    fn lease(renewed: Option<jiff::Timestamp>, seconds: Option<i32>) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some("me".into()),
+                renew_time: renewed.map(MicroTime),
+                lease_duration_seconds: seconds,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_fresh_lease_leaves_its_duration_less_the_margin() {
+        let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let left = lease_left(&lease(Some(now), Some(15)), now);
+        assert_eq!(left, Duration::from_secs(12));
+        let later = now + jiff::SignedDuration::from_secs(10);
+        assert_eq!(
+            lease_left(&lease(Some(now), Some(15)), later),
+            Duration::from_secs(2)
+        );
+    }
+
+    #[test]
+    fn an_expired_or_silent_lease_leaves_nothing() {
+        let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let much_later = now + jiff::SignedDuration::from_secs(13);
+        assert_eq!(
+            lease_left(&lease(Some(now), Some(15)), much_later),
+            Duration::ZERO
+        );
+        let long_after = now + jiff::SignedDuration::from_secs(3600);
+        assert_eq!(
+            lease_left(&lease(Some(now), Some(15)), long_after),
+            Duration::ZERO
+        );
+        assert_eq!(lease_left(&lease(None, Some(15)), now), Duration::ZERO);
+        assert_eq!(lease_left(&lease(Some(now), None), now), Duration::ZERO);
+        assert_eq!(lease_left(&Lease::default(), now), Duration::ZERO);
+    }
 }

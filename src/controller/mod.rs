@@ -81,6 +81,8 @@ pub struct Context {
     failures: std::sync::Mutex<HashMap<String, u32>>,
     /// Clusters admitted to run a rolling replacement (see `admit_rollout`).
     rollouts: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Until when this replica surely holds the leader lease (see [`Context::confirm_leading`]).
+    lease_fence: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Context {
@@ -111,7 +113,34 @@ impl Context {
             drivers: Mutex::new(HashMap::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
             rollouts: Default::default(),
+            lease_fence: std::sync::Mutex::new(None),
         }
+    }
+
+    /// May this replica act now? With leader election: yes while what the Lease last said
+    /// still holds (its expiry as a standby sees it, less a margin: see
+    /// [`leader::lease_left`]), else only once the API server confirms it again. A monotonic
+    /// clock keeps the fence right across a freeze (SIGSTOP, a stalled VM): a leader that
+    /// wakes past its lease asks first, and exits if another replica holds it. Checked before
+    /// every step acted on, so in-flight work stops before a standby can take over; an API
+    /// server that does not answer stops it too.
+    pub async fn confirm_leading(&self) -> Result<(), Error> {
+        let Some(election) = &self.election else {
+            return Ok(());
+        };
+        let now = std::time::Instant::now();
+        let fence = *self.lease_fence.lock().unwrap_or_else(|e| e.into_inner());
+        if fence.is_some_and(|until| now < until) {
+            return Ok(());
+        }
+        let left = leader::verify_still_leading(&self.client, election).await?;
+        if left.is_zero() {
+            return Err(Error::LeaseUnconfirmed {
+                lease: format!("{}/{}", election.namespace, election.lease),
+            });
+        }
+        *self.lease_fence.lock().unwrap_or_else(|e| e.into_inner()) = Some(now + left);
+        Ok(())
     }
 
     /// How long to wait before retrying an object whose reconcile just failed: 2 s after the
@@ -309,6 +338,12 @@ pub enum Error {
         name: String,
         why: &'static str,
     },
+    /// This replica holds the leader lease, but the lease has not been renewed in time to
+    /// cover another step: it stops acting until a renewal shows (a standby may take over).
+    #[error(
+        "the leader lease {lease} was not renewed in time to cover another step; stopping this round before acting (it goes on once the lease is renewed; if this repeats, the operator cannot reach the API server in time)"
+    )]
+    LeaseUnconfirmed { lease: String },
 }
 
 impl Error {
@@ -319,6 +354,7 @@ impl Error {
             Error::Invalid(_) => "invalid",
             Error::NameTaken { .. } => "name_taken",
             Error::CredentialsMissing { .. } => "credentials_missing",
+            Error::LeaseUnconfirmed { .. } => "lease_unconfirmed",
         }
     }
 }

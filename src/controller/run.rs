@@ -39,7 +39,7 @@ pub async fn run(
     let (images, image_changes) = reflect::<ValkeyImage>(&client, watcher::Config::default());
     let (roles, role_changes) = reflect::<ValkeyRole>(&client, watcher::Config::default());
     let (nodes, node_changes) = reflect::<ValkeyNode>(&client, watcher::Config::default());
-    let (pods, pod_changes) = reflect_trimmed::<Pod>(&client, managed(), forget_pod_spec);
+    let (pods, pod_changes) = reflect_member_pods(&client);
     let menu = MenuStores {
         configs,
         images,
@@ -140,32 +140,47 @@ where
     (store, changes)
 }
 
+/// The members' pods: [`reflect_trimmed`] of the pods labelled as ours, keeping only those a
+/// ValkeyNode controls (see [`members_only`]).
+fn reflect_member_pods(
+    client: &Client,
+) -> (
+    Store<Pod>,
+    impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static,
+) {
+    let (store, writer) = reflector::store::<Pod>();
+    let changes = watcher(Api::<Pod>::all(client.clone()), managed())
+        .default_backoff()
+        .filter_map(|event| std::future::ready(event.map(members_only).transpose()))
+        .modify(forget_pod_spec)
+        .reflect(writer)
+        .touched_objects();
+    (store, changes)
+}
+
+/// The watch events of the member pods only. A tenant can label any pod of its namespace
+/// like ours: such a pod (not controlled by a ValkeyNode) is never held (observe would never
+/// take it for a member anyway, see `owned_by`). Every stored object costs the whole `Pod`
+/// struct, however little of it is kept (measured: 5,000 such pods with only their names
+/// kept grew the operator by 14 MiB), so they are dropped, not trimmed: not listed, and a
+/// change to one is passed on as its deletion (a member whose controller reference was
+/// removed leaves the store).
+fn members_only(event: watcher::Event<Pod>) -> Option<watcher::Event<Pod>> {
+    use watcher::Event;
+    match event {
+        Event::Apply(pod) if !controlled_by_a_valkey_node(&pod) => Some(Event::Delete(pod)),
+        Event::InitApply(pod) if !controlled_by_a_valkey_node(&pod) => None,
+        event => Some(event),
+    }
+}
+
 /// The member pods the cluster controller keeps: what it reads is their metadata (owner,
 /// labels, annotations, deletion) and status (phase, conditions, containers, IP); the spec
 /// is the ValkeyNode controller's, which reads pods from the API, so it is not kept for every
 /// member of the fleet.
-///
-/// A pod that carries the operator's label but is not controlled by a ValkeyNode (a tenant can
-/// label any pod of its namespace so) keeps only its name, namespace and owners: observe never
-/// takes it for a member (`owned_by`), and 5,000 such pods cannot grow the operator's memory
-/// by more than their names.
 fn forget_pod_spec(pod: &mut Pod) {
     forget_managed_fields(pod);
     pod.spec = None;
-    if !controlled_by_a_valkey_node(pod) {
-        let meta = &mut pod.metadata;
-        *pod = Pod {
-            metadata: kube::api::ObjectMeta {
-                name: meta.name.take(),
-                namespace: meta.namespace.take(),
-                uid: meta.uid.take(),
-                resource_version: meta.resource_version.take(),
-                owner_references: meta.owner_references.take(),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-    }
 }
 
 /// Whether `pod`'s controlling owner is a ValkeyNode (the only pods that are members).
@@ -583,19 +598,36 @@ mod trim_tests {
     }
 
     #[test]
-    fn a_pod_labelled_like_ours_but_not_a_members_keeps_only_its_name() {
+    fn a_pod_labelled_like_ours_but_not_a_members_is_never_held() {
+        use watcher::Event;
         for foreign in [labelled_pod(None), labelled_pod(Some("Deployment"))] {
-            let mut pod = foreign;
-            forget_pod_spec(&mut pod);
-            assert_eq!(pod.metadata.name.as_deref(), Some("p"));
-            assert_eq!(pod.metadata.annotations, None);
-            assert_eq!(pod.metadata.labels, None);
-            assert_eq!(pod.status, None);
-            assert!(serde_json::to_string(&pod).unwrap().len() < 300);
+            assert!(members_only(Event::InitApply(foreign.clone())).is_none());
+            assert!(matches!(
+                members_only(Event::Apply(foreign.clone())),
+                Some(Event::Delete(_))
+            ));
+            assert!(matches!(
+                members_only(Event::Delete(foreign)),
+                Some(Event::Delete(_))
+            ));
         }
-        let mut member = labelled_pod(Some("ValkeyNode"));
-        forget_pod_spec(&mut member);
-        assert!(member.status.is_some() && member.metadata.annotations.is_some());
-        assert_eq!(member.spec, None);
+        let member = labelled_pod(Some("ValkeyNode"));
+        assert!(matches!(
+            members_only(Event::InitApply(member.clone())),
+            Some(Event::InitApply(_))
+        ));
+        assert!(matches!(
+            members_only(Event::Apply(member.clone())),
+            Some(Event::Apply(_))
+        ));
+        assert!(matches!(members_only(Event::Init), Some(Event::Init)));
+        assert!(matches!(
+            members_only(Event::InitDone),
+            Some(Event::InitDone)
+        ));
+        let mut kept = member;
+        forget_pod_spec(&mut kept);
+        assert!(kept.status.is_some() && kept.metadata.annotations.is_some());
+        assert_eq!(kept.spec, None);
     }
 }

@@ -65,6 +65,8 @@ impl<'a> Actor<'a> {
 #[tracing::instrument(name = "cluster.act", skip_all, fields(steps = steps.len()))]
 pub async fn carry_out(actor: &Actor<'_>, steps: &[Step]) -> Result<(), Error> {
     for step in this_round(steps) {
+        // No step once the lease this replica holds may have run out (a standby could act).
+        actor.ctx.confirm_leading().await?;
         dispatch(actor, step).await?;
     }
     Ok(())

@@ -22,6 +22,21 @@ use crate::api::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 use crate::controller::{Error, object_key};
 use crate::plan::{Phase, Plan};
 
+/// The certificate step ([`tls::certificate`]) as the pipeline takes it: the members' TLS
+/// (`None` for a plaintext cluster), or the requeue once an unusable certificate has blocked
+/// the cluster, with failure handling carried on.
+pub async fn certificate_or_blocked(
+    cctx: &ClusterContext,
+    cluster: &ValkeyCluster,
+) -> Result<std::ops::ControlFlow<Action, Option<tls::ClusterTls>>, Error> {
+    Ok(match tls::certificate(cctx, cluster).await? {
+        tls::Certificate::Usable(tls) => std::ops::ControlFlow::Continue(tls),
+        tls::Certificate::Unusable(blocker) => std::ops::ControlFlow::Break(
+            keep_handling_failures(cctx, cluster, blocker.cause()).await?,
+        ),
+    })
+}
+
 /// Publishes the Blocked status `cause` describes and, for a formed cluster, carries on with
 /// failure handling on the members' own spec; the requeue to return.
 pub async fn keep_handling_failures(

@@ -27,9 +27,7 @@ pub async fn may_proceed(
         // The menu stores are still listing: resolving now would report false Blocked states.
         return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(1))));
     }
-    if let Some(election) = &ctx.election {
-        crate::controller::leader::verify_still_leading(&ctx.client, election).await?;
-    }
+    ctx.confirm_leading().await?;
     // Paused by annotation: say so and touch nothing until it goes (removing it is a change
     // that reconciles at once).
     if status::is_paused(cluster) {

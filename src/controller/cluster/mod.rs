@@ -94,12 +94,7 @@ pub async fn reconcile(
     // TLS clusters: the certificate Secret is validated and copied for the members; a missing
     // or broken one blocks the cluster and never reaches them (failures are still handled,
     // with the certificate the members already serve).
-    let tls = match tls::certificate(&cctx, &cluster).await? {
-        tls::Certificate::Usable(tls) => tls,
-        tls::Certificate::Unusable(blocker) => {
-            return blocked::keep_handling_failures(&cctx, &cluster, blocker.cause()).await;
-        }
-    };
+    let tls = or_stop!(blocked::certificate_or_blocked(&cctx, &cluster).await?);
 
     // Build and apply the cluster-wide objects. A name taken by an object that is not this
     // cluster's blocks it; that object is never touched.
@@ -155,12 +150,11 @@ pub async fn reconcile(
 
     let tls_wait = tls_progress
         .as_ref()
-        .and_then(tls::TlsProgress::look_again_in)
-        .map(Duration::from_secs);
+        .and_then(tls::TlsProgress::look_again_in);
     let look = (&plan, &topology, &acl_progress, streak.as_ref());
     let after = look_again_in(&cctx, &cluster, driver.as_ref(), look).await;
     Ok(Action::requeue(
-        tls_wait.map_or(after, |tls| after.min(tls)),
+        tls_wait.map_or(after, |tls| after.min(Duration::from_secs(tls))),
     ))
 }
 
