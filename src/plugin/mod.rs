@@ -62,8 +62,11 @@ pub enum Command {
     Impact(ImpactCommand),
     /// Shards, members, rollout or migration progress and the last Events of a cluster.
     Status {
-        /// `<namespace>/<name>`, or `<name>` in the kubeconfig's namespace.
+        /// `<name>` (in `-n`'s namespace, else the kubeconfig's), or `<namespace>/<name>`.
         cluster: String,
+        /// The cluster's namespace, as with kubectl (`status my-cluster -n my-app`).
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
     },
 }
 
@@ -73,8 +76,11 @@ pub enum ResolveCommand {
     Config { name: String },
     /// A ValkeyCluster: exactly what the operator renders for it.
     Cluster {
-        /// `<namespace>/<name>`, or `<name>` in the kubeconfig's namespace.
+        /// `<name>` (in `-n`'s namespace, else the kubeconfig's), or `<namespace>/<name>`.
         cluster: String,
+        /// The cluster's namespace, as with kubectl (`status my-cluster -n my-app`).
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
     },
 }
 
@@ -131,13 +137,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Resolve(ResolveCommand::Config { name }) => {
             run_resolve_config(&client, cli.output, name).await
         }
-        Command::Resolve(ResolveCommand::Cluster { cluster }) => {
-            let (ns, name) = split_key(cluster, &default_ns);
+        Command::Resolve(ResolveCommand::Cluster { cluster, namespace }) => {
+            let (ns, name) = cluster_key(cluster, namespace.as_deref(), &default_ns)?;
             run_resolve_cluster(&client, cli.output, &ns, &name).await
         }
         Command::Impact(command) => run_impact(&client, &cli, command).await,
-        Command::Status { cluster } => {
-            let (ns, name) = split_key(cluster, &default_ns);
+        Command::Status { cluster, namespace } => {
+            let (ns, name) = cluster_key(cluster, namespace.as_deref(), &default_ns)?;
             run_status(&client, cli.output, &ns, &name).await
         }
     }
@@ -281,11 +287,20 @@ async fn run_status(
     Ok(0)
 }
 
-/// `<ns>/<name>` or `<name>` in `default_ns`.
-pub fn split_key(key: &str, default_ns: &str) -> (String, String) {
-    match key.split_once('/') {
-        Some((ns, name)) => (ns.to_string(), name.to_string()),
-        None => (default_ns.to_string(), key.to_string()),
+/// (namespace, name) of the cluster `key` names: `<ns>/<name>`, or `<name>` in `namespace`
+/// (`-n`) or else `default_ns` (the kubeconfig's). A `-n` that contradicts `<ns>/` is an error.
+pub fn cluster_key(
+    key: &str,
+    namespace: Option<&str>,
+    default_ns: &str,
+) -> anyhow::Result<(String, String)> {
+    match (key.split_once('/'), namespace) {
+        (Some((ns, _)), Some(n)) if ns != n => anyhow::bail!(
+            "{key} names namespace {ns} but -n says {n}: give the namespace once (kubectl valkey status <name> -n <namespace>)"
+        ),
+        (Some((ns, name)), _) => Ok((ns.to_string(), name.to_string())),
+        (None, Some(n)) => Ok((n.to_string(), key.to_string())),
+        (None, None) => Ok((default_ns.to_string(), key.to_string())),
     }
 }
 
@@ -348,4 +363,50 @@ fn read_manifest<K: serde::de::DeserializeOwned>(path: &PathBuf) -> anyhow::Resu
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_yaml::from_str(&text)
         .with_context(|| format!("{} is not a valid manifest", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: &str, n: Option<&str>) -> anyhow::Result<(String, String)> {
+        cluster_key(k, n, "from-kubeconfig")
+    }
+
+    #[test]
+    fn a_cluster_is_named_as_kubectl_names_objects() {
+        let pair = |ns: &str, name: &str| (ns.to_string(), name.to_string());
+        assert_eq!(key("c", None).unwrap(), pair("from-kubeconfig", "c"));
+        assert_eq!(key("c", Some("my-app")).unwrap(), pair("my-app", "c"));
+        assert_eq!(key("my-app/c", None).unwrap(), pair("my-app", "c"));
+        assert_eq!(
+            key("my-app/c", Some("my-app")).unwrap(),
+            pair("my-app", "c")
+        );
+        let err = key("other/c", Some("my-app")).unwrap_err().to_string();
+        assert!(err.contains("-n says my-app"), "{err}");
+    }
+
+    #[test]
+    fn status_and_resolve_take_dash_n() {
+        let cli = Cli::try_parse_from(["kubectl-valkey", "status", "my-cluster", "-n", "my-app"])
+            .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Status { ref cluster, namespace: Some(ref n) } if cluster == "my-cluster" && n == "my-app"
+        ));
+        let cli = Cli::try_parse_from([
+            "kubectl-valkey",
+            "resolve",
+            "cluster",
+            "-n",
+            "my-app",
+            "my-cluster",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Resolve(ResolveCommand::Cluster { namespace: Some(ref n), .. }) if n == "my-app"
+        ));
+    }
 }
