@@ -104,7 +104,18 @@ async fn failures_are_handled_while_the_tls_certificate_is_missing() -> anyhow::
         Duration::from_secs(180),
     )
     .await?;
-    write_confirmed(&client, &ns.name, name, "kept", KEYS).await?;
+    // Through the client Service's name: its DNS record and the Service's rules may trail
+    // Active by a moment (seen: connection refused right after Active).
+    wait_for(
+        "keys written through the Service",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            write_confirmed(&client, &ns.name, name, "kept", KEYS).await?;
+            Ok(Some(()))
+        },
+    )
+    .await?;
 
     // The Certificate and its Secret deleted (cert-manager would issue a deleted Secret again).
     for kind in ["certificate", "secret"] {
@@ -141,7 +152,17 @@ async fn failures_are_handled_while_the_tls_certificate_is_missing() -> anyhow::
         Duration::from_secs(180),
     )
     .await?;
-    let missing = missing_confirmed(&client, &ns.name, name, "kept", KEYS).await?;
+    let missing = wait_for(
+        "keys read through the Service",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            Ok(Some(
+                missing_confirmed(&client, &ns.name, name, "kept", KEYS).await?,
+            ))
+        },
+    )
+    .await?;
     ensure!(missing == 0, "{missing} of {KEYS} keys lost");
     menu.remove(&client).await?;
     Ok(())
