@@ -5,7 +5,6 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use rand::Rng;
 use rand::distr::Alphanumeric;
@@ -104,38 +103,24 @@ async fn empty_legacy_secret(
 ) {
     let namespace = cluster.namespace().unwrap_or_default();
     let patch = Patch::Merge(emptied_legacy_secret(moved_to));
-    let (type_, reason, note) = match legacy_api
+    match legacy_api
         .patch(legacy_name, &PatchParams::default(), &patch)
         .await
     {
-        Ok(_) => (
-            EventType::Normal,
-            "CredentialsMoved",
-            format!(
+        Ok(_) => {
+            let note = format!(
                 "moved the operator's credentials from Secret {namespace}/{legacy_name}, which the namespace's editors can read, to {moved_to}; {legacy_name} is now empty and is deleted with this cluster (or delete it)"
-            ),
-        ),
-        Err(e) => (
-            EventType::Warning,
-            "CredentialsCopyKept",
-            format!(
+            );
+            info!(cluster = %object_key(cluster), "{note}");
+            super::status::event(ctx, cluster, "CredentialsMoved", &note).await;
+        }
+        Err(e) => {
+            let note = format!(
                 "moved the operator's credentials to {moved_to}, but could not empty the old copy, Secret {namespace}/{legacy_name} ({e}): it still holds them, delete it (kubectl -n {namespace} delete secret {legacy_name})"
-            ),
-        ),
-    };
-    match type_ {
-        EventType::Normal => info!(cluster = %object_key(cluster), reason, "{note}"),
-        EventType::Warning => warn!(cluster = %object_key(cluster), reason, "{note}"),
-    }
-    let event = Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "MoveCredentials".to_string(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
-        warn!("cannot publish event: {e}");
+            );
+            warn!(cluster = %object_key(cluster), "{note}");
+            super::status::warning(ctx, cluster, "CredentialsCopyKept", &note).await;
+        }
     }
 }
 
