@@ -44,6 +44,8 @@ PIDS=$LC_DIR/pids
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
 
+source "$REPO/e2e/real-node.sh"
+
 require_root() {
   [ "$(id -u)" = 0 ] || die "the local cluster needs root (network namespaces, veth pairs, a bridge); run as root"
 }
@@ -348,7 +350,13 @@ build_rust() {
   log "building vk-kubelet and the tools (debug), valkey-operator (${LC_OPERATOR_BUILD:-release})"
   (cd "$REPO" && cargo build --quiet --bins --workspace)
   if [ "${LC_OPERATOR_BUILD:-release}" != debug ]; then
-    bash "$REPO/e2e/release-build.sh" >/dev/null
+    local binary archive
+    binary=$(bash "$REPO/e2e/release-build.sh")
+    # The operator's image for the real nodes (what `make image` builds), when the binary is newer.
+    archive=$(ls -t "$CARGO_TARGET_DIR"/image/valkey-operator-*.oci.tar 2>/dev/null | head -1)
+    if [ -z "$archive" ] || [ "$binary" -nt "$archive" ]; then
+      (cd "$REPO" && bash e2e/image.sh >/dev/null)
+    fi
   fi
 }
 
@@ -358,6 +366,8 @@ kubelet_up() {
     --state-dir "$LC_DIR/kubelet" --image-map "$LC_DIR/images.yaml" --nodes "$NODES" \
     --cluster-dns "$DNS_SERVICE_IP" --cluster-domain "$CLUSTER_DOMAIN"
   wait_for "$NODES Ready nodes" 120 nodes_ready
+  registry_up
+  real_nodes_up
   # kube-proxy once its node exists (it reads the node's addresses), then DNS behind it.
   service_routing_up
   dns_up
@@ -497,6 +507,7 @@ cmd_up() {
 
 cmd_down() {
   require_root
+  real_nodes_down
   stop_daemon vk-kubelet 30
   stop_daemon kube-scheduler
   service_routing_down
@@ -511,7 +522,8 @@ cmd_down() {
 
 cmd_status() {
   local n
-  for n in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy vk-kubelet valkey-operator; do
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy vk-kubelet registry \
+      $(for r in $REAL_NODES; do echo "containerd-$r kubelet-$r"; done); do
     if is_running "$n"; then echo "$n: running (pid $(cat "$PIDS/$n.pid"))"; else echo "$n: stopped"; fi
   done
 }
@@ -520,6 +532,8 @@ case "${1:-}" in
   up) cmd_up ;;
   up-controlplane) "$REPO/e2e/tools/install.sh"; STALE=0; cleanup_stale; controlplane_up ;;
   kubelet-up) kubelet_up ;;
+  real-nodes-up) registry_up; real_nodes_up ;;
+  real-nodes-down) real_nodes_down ;;
   project-up) project_up ;;
   operator-up) operator_up ;;
   down) cmd_down ;;

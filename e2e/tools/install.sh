@@ -10,12 +10,16 @@ log() { printf '[install] %s\n' "$*" >&2; }
 
 # --- Debian packages: iproute2 (netns, veth, bridge), util-linux (nsenter/unshare), openssl (PKI),
 #     redis-tools (valkey-cli/redis-cli compatible client), redis-server (TLS-capable stand-in),
-#     buildah (make image: the operator image without a Docker daemon).
+#     buildah (make image: the operator image without a Docker daemon); for the real nodes
+#     containerd, runc, docker-registry (the image registry), skopeo, busybox-static (test images).
 need=()
-for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools redis-server:redis-server pip3:python3-pip unzip:unzip buildah:buildah dpkg-source:dpkg-dev make:make cc:gcc pkg-config:pkg-config iptables:iptables; do
+for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools redis-server:redis-server pip3:python3-pip unzip:unzip buildah:buildah dpkg-source:dpkg-dev make:make cc:gcc pkg-config:pkg-config iptables:iptables containerd:containerd runc:runc docker-registry:docker-registry skopeo:skopeo; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
+# The real nodes: the CNI reference plugins (bridge, host-local, portmap, loopback).
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)   # sh and friends for test images
 python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)   # chart tests compare YAML
 # The TLS-capable valkey-server is built against the machine's OpenSSL.
 dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
@@ -75,18 +79,24 @@ done
 # --- Go-built control plane. GOFLAGS=-mod=mod lets go.sum in the tools modules be the lock.
 export GOFLAGS=-mod=mod
 k8sbin="$CACHE/k8s-v$K8S_VERSION/bin"
+minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+ld="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
+ld="$ld -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 if ! [ -x "$k8sbin/kube-apiserver" ] || ! [ -x "$k8sbin/kube-controller-manager" ] \
    || ! [ -x "$k8sbin/kube-scheduler" ] || ! [ -x "$k8sbin/kubectl" ] || ! [ -x "$k8sbin/kube-proxy" ]; then
   log "building Kubernetes v$K8S_VERSION (first time only; ~20 min on 2 cores)"
-  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
-  ld="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
-  ld="$ld -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
   mkdir -p "$k8sbin.tmp"
   (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$k8sbin.tmp/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-proxy)
   rm -rf "$k8sbin" && mv "$k8sbin.tmp" "$k8sbin"
+fi
+# The node agent of the local cluster's real nodes, from the same module and version.
+if ! [ -x "$k8sbin/kubelet" ]; then
+  log "building the kubelet v$K8S_VERSION (first time only; ~5 min on 2 cores)"
+  (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$k8sbin/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet)
+  mv "$k8sbin/kubelet.tmp" "$k8sbin/kubelet"
 fi
 etcdbin="$CACHE/etcd-v$ETCD_VERSION/bin"
 if ! [ -x "$etcdbin/etcd" ]; then
@@ -117,6 +127,8 @@ go_install() { # name version package binary
 }
 go_install promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool promtool
 go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns coredns
+# crictl: the real nodes' CRI client (`down` stops their pods through it; tests find containers).
+go_install crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl crictl
 # --- cert-manager: its controller, webhook and cainjector packages wired by e2e/tools/cert-manager
 #     (the upstream commands are modules the proxy does not serve; see its go.mod), and the Helm
 #     chart from the same module, copied beside the binary.

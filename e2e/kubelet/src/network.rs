@@ -1,5 +1,5 @@
 //! Pod networking: one network namespace per pod, a veth pair to the launcher's bridge
-//! `vkbr0`, an address from 198.18.1.1–198.18.255.254 with prefix /15 and no default route
+//! `vkbr0`, an address from 198.18.1.1–198.18.127.254 with prefix /15 and no default route
 //! (so nothing a pod sends can leave the machine; the on-link /15 reaches other pods and the
 //! apiserver on 198.18.0.1). Service ClusterIPs (198.19.0.0/16, inside that /15) are routed
 //! through the host, where kube-proxy translates them.
@@ -27,7 +27,8 @@ pub const SERVICE_CIDR: &str = "198.19.0.0/16";
 pub const GATEWAY: &str = "198.18.0.1";
 
 const FIRST: u32 = u32::from_be_bytes([198, 18, 1, 1]);
-const LAST: u32 = u32::from_be_bytes([198, 18, 255, 254]);
+/// The upper half of 198.18.0.0/16 belongs to the real nodes' CNI ranges (e2e/real-node.sh).
+const LAST: u32 = u32::from_be_bytes([198, 18, 127, 254]);
 
 /// Pod IP allocation without collisions. Next-fit (a cursor that moves on), so a freed
 /// address is not handed out again at once while peers may still cache it.

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The images the local cluster's real nodes pull, built with buildah (no daemon) and pushed to
+# the registry on the machine (e2e/cluster.sh starts it), under the names users see. Nodes
+# reach them through containerd's registry mirrors (docker.io, quay.io and registry.local all
+# point at that one registry), exactly as a user's cluster pulls them.
+#
+#   e2e/images/build.sh <registry host:port>
+#
+# Each image carries the hash of its inputs as a label; an image already in the registry with
+# the same hash is not built again, so a warm `make up` pushes nothing.
+#   registry.local/pause:3.10      the pod sandbox (pause.c, static)
+#   valkey/valkey:<version>        valkey-server (the TLS build where e2e/versions.env has one)
+#                                  and valkey-cli with their shared libraries, user valkey (999)
+#   registry.local/sleep:1         busybox (sh, sleep, nc, ...) and valkey-cli: test pods
+#   valkey-operator:dev            the image `make image` built (Containerfile)
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+source "$REPO/e2e/versions.env"
+CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
+REGISTRY=${1:?usage: build.sh <registry host:port>}
+log() { printf '[images] %s\n' "$*" >&2; }
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+
+# The hash an image in the registry was built from, or nothing.
+pushed_hash() { # repo:tag
+  skopeo inspect --tls-verify=false --format '{{index .Labels "local.inputs"}}' \
+    "docker://$REGISTRY/$1" 2>/dev/null || true
+}
+
+inputs_hash() { # files...
+  { sha256sum "$@" | cut -d' ' -f1; sha256sum "$0" | cut -d' ' -f1; } | sha256sum | cut -c1-16
+}
+
+# Copies a dynamically linked executable and every shared library it loads into a rootfs, at
+# the same paths (the loader included), so the image needs no distribution underneath.
+copy_with_libraries() { # rootfs source-path dest-path
+  local rootfs=$1 src=$2 dest=$3 lib
+  install -D -m 0755 "$src" "$rootfs$dest"
+  for lib in $(ldd "$src" 2>/dev/null | grep -o '/[^ ]*'); do
+    [ -e "$rootfs$lib" ] || install -D -m 0755 "$(readlink -f "$lib")" "$rootfs$lib"
+  done
+}
+
+# Commits a rootfs as an image (one layer) and pushes it. Remaining args: buildah config flags.
+commit_and_push() { # rootfs repo:tag hash config-args...
+  local rootfs=$1 ref=$2 hash=$3; shift 3
+  local ctr; ctr=$(buildah from scratch)
+  buildah copy --quiet "$ctr" "$rootfs" / >/dev/null
+  buildah config --label "local.inputs=$hash" "$@" "$ctr"
+  buildah commit --quiet --rm "$ctr" "local/$ref" >/dev/null
+  buildah push --quiet --tls-verify=false "local/$ref" "docker://$REGISTRY/$ref" >/dev/null
+  buildah rmi "local/$ref" >/dev/null 2>&1 || true
+  log "pushed $ref"
+}
+
+users() { # rootfs
+  mkdir -p "$1/etc" "$1/tmp" && chmod 1777 "$1/tmp"
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nvalkey:x:999:999:valkey:/data:/sbin/nologin\nnobody:x:65534:65534:nobody:/:/sbin/nologin\n' > "$1/etc/passwd"
+  printf 'root:x:0:\nvalkey:x:999:\nnogroup:x:65534:\n' > "$1/etc/group"
+}
+
+pause_image() {
+  local ref=pause:3.10 hash; hash=$(inputs_hash "$REPO/e2e/images/pause.c")
+  [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
+  local rootfs=$work/pause; mkdir -p "$rootfs"
+  gcc -static -Os -s -o "$rootfs/pause" "$REPO/e2e/images/pause.c"
+  commit_and_push "$rootfs" "$ref" "$hash" --entrypoint '["/pause"]' --user 65535:65535
+}
+
+valkey_cli() { readlink -f "$(command -v redis-cli)"; }
+
+valkey_image() { # version
+  local v=$1 bin="$CACHE/valkey-$1/bin"
+  [ -x "$CACHE/valkey-$v-tls/bin/valkey-server" ] && bin="$CACHE/valkey-$v-tls/bin"
+  local ref=valkey/valkey:$v hash; hash=$(inputs_hash "$bin/valkey-server" "$(valkey_cli)")
+  [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
+  local rootfs=$work/valkey-$v; mkdir -p "$rootfs"
+  users "$rootfs"
+  copy_with_libraries "$rootfs" "$bin/valkey-server" /usr/local/bin/valkey-server
+  copy_with_libraries "$rootfs" "$(valkey_cli)" /usr/local/bin/valkey-cli
+  ln -s valkey-server "$rootfs/usr/local/bin/valkey-check-aof"
+  install -d -o 999 -g 999 "$rootfs/data"
+  # As the official image: valkey-server on PATH, /data as the working directory, user valkey.
+  commit_and_push "$rootfs" "$ref" "$hash" --env PATH=/usr/local/bin:/usr/bin:/bin \
+    --workingdir /data --user 999:999 --cmd '["valkey-server"]' --port 6379
+}
+
+sleep_image() {
+  local ref=sleep:1 hash; hash=$(inputs_hash /bin/busybox "$(valkey_cli)")
+  [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
+  local rootfs=$work/sleep; mkdir -p "$rootfs/bin"
+  users "$rootfs"
+  install -m 0755 /bin/busybox "$rootfs/bin/busybox"
+  local applet
+  for applet in $(/bin/busybox --list); do
+    [ -e "$rootfs/bin/$applet" ] || ln -s busybox "$rootfs/bin/$applet"
+  done
+  copy_with_libraries "$rootfs" "$(valkey_cli)" /usr/local/bin/valkey-cli
+  ln -s valkey-cli "$rootfs/usr/local/bin/redis-cli"
+  commit_and_push "$rootfs" "$ref" "$hash" --env PATH=/usr/local/bin:/bin \
+    --cmd '["sleep", "infinity"]' --user 65534:65534
+}
+
+# The operator: the OCI archive `make image` wrote, copied as it is.
+operator_image() {
+  local archive; archive=$(ls -t "${CARGO_TARGET_DIR:-$CACHE/target}"/image/valkey-operator-*.oci.tar 2>/dev/null | head -1)
+  [ -n "$archive" ] || { log "no operator image yet (make image builds it): not pushed"; return 0; }
+  local ref=library/valkey-operator:dev want
+  want=$(skopeo inspect --format '{{.Digest}}' "oci-archive:$archive")
+  [ "$(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$REGISTRY/$ref" 2>/dev/null)" = "$want" ] \
+    && return 0
+  skopeo copy --quiet --dest-tls-verify=false "oci-archive:$archive" "docker://$REGISTRY/$ref" >/dev/null
+  log "pushed $ref ($(basename "$archive"))"
+}
+
+pause_image
+for v in $VALKEY_VERSIONS; do valkey_image "$v"; done
+sleep_image
+operator_image
