@@ -291,6 +291,20 @@ dns_up() {
   log "cluster DNS serving at $DNS_SERVICE_IP ($CLUSTER_DOMAIN)"
 }
 
+# The default StorageClass: local-path-provisioner, volumes in each real node's directory.
+storage_up() {
+  local paths="" node
+  for node in $REAL_NODES; do
+    paths="$paths${paths:+, }{\"node\": \"$node\", \"paths\": [\"$LC_DIR/real/$node/volumes\"]}"
+  done
+  sed -e "s|@LOCAL_PATH_VERSION@|$LOCAL_PATH_VERSION|g" -e "s|@REAL_NODE_TAINT@|$REAL_NODE_TAINT|g" \
+    -e "s|@NODE_PATHS@|$paths|g" "$REPO/e2e/addons/local-path-storage.yaml" \
+    | $KUBECTL apply --server-side --force-conflicts -f - >/dev/null
+  $KUBECTL -n local-path-storage rollout status deployment/local-path-provisioner --timeout=120s >/dev/null \
+    || die "local-path-provisioner did not become ready: $KUBECTL -n local-path-storage logs deploy/local-path-provisioner"
+  log "default StorageClass local-path (volumes on the real nodes: $REAL_NODES)"
+}
+
 # cert-manager, installed as users install it: its own Helm chart (from its Go module) with its
 # CRDs. Ready when its webhook admits a cert-manager object (server-side dry run).
 cert_manager_up() {
@@ -371,6 +385,7 @@ kubelet_up() {
   # kube-proxy once its node exists (it reads the node's addresses), then DNS behind it.
   service_routing_up
   dns_up
+  storage_up
   cert_manager_up
 }
 

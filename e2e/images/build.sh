@@ -12,6 +12,8 @@
 #   valkey/valkey:<version>        valkey-server (the TLS build where e2e/versions.env has one)
 #                                  and valkey-cli with their shared libraries, user valkey (999)
 #   registry.local/sleep:1         busybox (sh, sleep, nc, ...) and valkey-cli: test pods
+#   busybox                        the same busybox as root: local-path-provisioner's helper pods
+#   rancher/local-path-provisioner:v<version>  the default StorageClass's provisioner
 #   valkey-operator:dev            the image `make image` built (Containerfile)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -85,20 +87,43 @@ valkey_image() { # version
     --workingdir /data --user 999:999 --cmd '["valkey-server"]' --port 6379
 }
 
+# busybox with every applet linked, and valkey-cli.
+busybox_rootfs() { # rootfs
+  mkdir -p "$1/bin"
+  users "$1"
+  install -m 0755 /bin/busybox "$1/bin/busybox"
+  local applet
+  for applet in $(/bin/busybox --list); do
+    [ -e "$1/bin/$applet" ] || ln -s busybox "$1/bin/$applet"
+  done
+  copy_with_libraries "$1" "$(valkey_cli)" /usr/local/bin/valkey-cli
+  ln -s valkey-cli "$1/usr/local/bin/redis-cli"
+}
+
 sleep_image() {
   local ref=sleep:1 hash; hash=$(inputs_hash /bin/busybox "$(valkey_cli)")
   [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
-  local rootfs=$work/sleep; mkdir -p "$rootfs/bin"
-  users "$rootfs"
-  install -m 0755 /bin/busybox "$rootfs/bin/busybox"
-  local applet
-  for applet in $(/bin/busybox --list); do
-    [ -e "$rootfs/bin/$applet" ] || ln -s busybox "$rootfs/bin/$applet"
-  done
-  copy_with_libraries "$rootfs" "$(valkey_cli)" /usr/local/bin/valkey-cli
-  ln -s valkey-cli "$rootfs/usr/local/bin/redis-cli"
-  commit_and_push "$rootfs" "$ref" "$hash" --env PATH=/usr/local/bin:/bin \
+  busybox_rootfs "$work/sleep"
+  commit_and_push "$work/sleep" "$ref" "$hash" --env PATH=/usr/local/bin:/bin \
     --cmd '["sleep", "infinity"]' --user 65534:65534
+}
+
+busybox_image() {
+  local ref=library/busybox:latest hash; hash=$(inputs_hash /bin/busybox "$(valkey_cli)")
+  [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
+  busybox_rootfs "$work/busybox"
+  commit_and_push "$work/busybox" "$ref" "$hash" --env PATH=/usr/local/bin:/bin --cmd '["sh"]'
+}
+
+local_path_image() {
+  local bin="$CACHE/local-path-provisioner-v$LOCAL_PATH_VERSION/bin/local-path-provisioner"
+  local ref=rancher/local-path-provisioner:v$LOCAL_PATH_VERSION hash; hash=$(inputs_hash "$bin")
+  [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
+  local rootfs=$work/local-path; mkdir -p "$rootfs"
+  users "$rootfs"
+  install -D -m 0755 "$bin" "$rootfs/usr/local/bin/local-path-provisioner"
+  commit_and_push "$rootfs" "$ref" "$hash" --env PATH=/usr/local/bin \
+    --entrypoint '["local-path-provisioner"]'
 }
 
 # The operator: the OCI archive `make image` wrote, copied as it is.
@@ -116,4 +141,6 @@ operator_image() {
 pause_image
 for v in $VALKEY_VERSIONS; do valkey_image "$v"; done
 sleep_image
+busybox_image
+local_path_image
 operator_image

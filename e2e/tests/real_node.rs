@@ -9,7 +9,9 @@
 //! * a Valkey pod from its image, with the restricted securityContext the operator gives its
 //!   members, serves `kubectl exec`, `kubectl logs` and `kubectl port-forward`; its root file
 //!   system is read-only and its emptyDir belongs to the fsGroup;
-//! * a memory limit is enforced by the kernel: the container is `OOMKilled`.
+//! * a memory limit is enforced by the kernel: the container is `OOMKilled`;
+//! * a claim on the default StorageClass (local-path-provisioner) binds, is mounted, and its
+//!   data survives the pod's deletion and re-creation on the same node.
 #![cfg(feature = "e2e")]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -19,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -320,5 +322,82 @@ async fn a_memory_limit_is_enforced_by_the_kernel() -> anyhow::Result<()> {
         .and_then(|c| c.into_iter().find(|c| c.name == "valkey"))
         .map_or(0, |c| c.restart_count);
     println!("over its 48Mi limit valkey-server was OOMKilled ({message:?}), restarts: {restarts}");
+    Ok(())
+}
+
+/// A pod on the real node that mounts the claim `data` at /data, as the operator's members run.
+fn volume_pod(name: &str) -> anyhow::Result<Pod> {
+    let mut pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 999, "runAsGroup": 999,
+                "fsGroup": 999, "seccompProfile": {"type": "RuntimeDefault"}},
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            "containers": [{"name": "shell", "image": "registry.local/sleep:1",
+                "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                "securityContext": {"allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}}}]
+        }
+    }))?;
+    real_node::place(pod.spec.as_mut().context("spec")?);
+    Ok(pod)
+}
+
+#[tokio::test]
+async fn a_claim_on_the_default_storage_class_binds_and_keeps_its_data_across_pods()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = restricted_namespace(&client, "real-pvc").await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
+    // No storageClassName: the cluster's default class provisions it.
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}
+    }))?;
+    claims.create(&PostParams::default(), &claim).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    pods.create(&PostParams::default(), &volume_pod("writer")?)
+        .await?;
+    wait_ready(&pods, "writer", Duration::from_secs(180)).await?;
+    let bound = claims.get("data").await?;
+    let phase = bound.status.and_then(|s| s.phase).unwrap_or_default();
+    let spec = bound.spec.context("claim spec")?;
+    ensure!(phase == "Bound", "the claim is {phase}");
+    println!(
+        "claim bound to {:?} of class {:?}",
+        spec.volume_name, spec.storage_class_name
+    );
+    let (ok, out) = exec(
+        &ns.name,
+        "writer",
+        "shell",
+        &["sh", "-c", "echo kept > /data/probe && cat /data/probe"],
+    )?;
+    ensure!(ok && out.trim() == "kept", "writing to the volume: {out}");
+
+    // The pod goes; a new one on the same node mounts the same volume and finds the file.
+    pods.delete("writer", &DeleteParams::default()).await?;
+    wait_for(
+        "the writer pod gone",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            match pods.get_opt("writer").await? {
+                None => Ok(Some(())),
+                Some(_) => bail!("still there"),
+            }
+        },
+    )
+    .await?;
+    pods.create(&PostParams::default(), &volume_pod("reader")?)
+        .await?;
+    wait_ready(&pods, "reader", Duration::from_secs(120)).await?;
+    let (ok, out) = exec(&ns.name, "reader", "shell", &["cat", "/data/probe"])?;
+    ensure!(
+        ok && out.trim() == "kept",
+        "the volume after the pod's re-creation: {out}"
+    );
+    println!("the volume's data survived its pod's deletion and re-creation");
     Ok(())
 }

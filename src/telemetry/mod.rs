@@ -486,7 +486,10 @@ pub fn init_logging() -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
     let logs = if json {
         fmt::layer().json().boxed()
     } else {
-        fmt::layer().boxed()
+        // Colours only on a terminal: `kubectl logs` of the container showed the escape codes.
+        fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .boxed()
     };
     let (provider, trace_error) = match traces::provider_from_env() {
         Ok(provider) => (provider, None),
