@@ -375,11 +375,13 @@ build_rust() {
 }
 
 kubelet_up() {
-  write_image_map
-  start_daemon vk-kubelet "$(cargo_bin_dir)/vk-kubelet" --kubeconfig "$LC_DIR/kubeconfig" \
-    --state-dir "$LC_DIR/kubelet" --image-map "$LC_DIR/images.yaml" --nodes "$NODES" \
-    --cluster-dns "$DNS_SERVICE_IP" --cluster-domain "$CLUSTER_DOMAIN"
-  wait_for "$NODES Ready nodes" 120 nodes_ready
+  if [ "$NODE_AGENT" = vk-kubelet ]; then
+    write_image_map
+    start_daemon vk-kubelet "$(cargo_bin_dir)/vk-kubelet" --kubeconfig "$LC_DIR/kubeconfig" \
+      --state-dir "$LC_DIR/kubelet" --image-map "$LC_DIR/images.yaml" --nodes "$NODES" \
+      --cluster-dns "$DNS_SERVICE_IP" --cluster-domain "$CLUSTER_DOMAIN"
+    wait_for "$NODES Ready nodes" 120 nodes_ready
+  fi
   registry_up
   real_nodes_up
   # kube-proxy once its node exists (it reads the node's addresses), then DNS behind it.

@@ -8,9 +8,16 @@
 # set in the configs below, each with its reason.
 
 REGISTRY=127.0.0.1:5000
-REAL_NODES=${LC_REAL_NODES:-real-a}
-# Taint of the real nodes while the zoned nodes are still vk-kubelet's: only pods that ask for
-# a real node (tests of images, probes, cgroups, volumes) run there.
+# Who runs the zoned nodes node-a, node-b, node-c: vk-kubelet (the default while the suites
+# move over) or, with LC_NODE_AGENT=kubelet, the upstream kubelet like real-a.
+NODE_AGENT=${LC_NODE_AGENT:-vk-kubelet}
+if [ "$NODE_AGENT" = kubelet ]; then
+  REAL_NODES=${LC_REAL_NODES:-node-a node-b node-c real-a}
+else
+  REAL_NODES=${LC_REAL_NODES:-real-a}
+fi
+# Taint of real-a (no zone label): only pods that ask for it (tests of images, probes, cgroups,
+# volumes) run there. The zoned nodes (node-<x> in zone-<x>) take any pod.
 REAL_NODE_TAINT=valkey-operator.local/real-node
 CRICTL=$CACHE/crictl-v$CRICTL_VERSION/bin/crictl
 
@@ -131,9 +138,19 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 makeIPTablesUtilChains: false
-registerWithTaints:
-- {key: $REAL_NODE_TAINT, value: "true", effect: NoSchedule}
 CFG
+  case $node in
+    node-*) ;;
+    *) printf 'registerWithTaints:\n- {key: %s, value: "true", effect: NoSchedule}\n' "$REAL_NODE_TAINT" \
+         >> "$dir/kubelet-config.yaml" ;;
+  esac
+}
+
+# node-<x> is in zone-<x>, like vk-kubelet's; real-* nodes have no zone.
+real_node_labels() { # node
+  local labels=valkey-operator.local/node-agent=kubelet
+  case $1 in node-*) labels="$labels,topology.kubernetes.io/zone=zone-${1#node-}" ;; esac
+  echo "$labels"
 }
 
 # The node's cgroup root in every v1 hierarchy (the kubelet checks they exist; cpuset needs its
@@ -165,7 +182,7 @@ real_nodes_up() {
     start_daemon "kubelet-$node" "$K8S_BIN/kubelet" --config "$dir/kubelet-config.yaml" \
       --kubeconfig "$dir/kubelet.kubeconfig" --root-dir "$dir/kubelet" --cert-dir "$dir/kubelet/pki" \
       --hostname-override "$node" --node-ip "$GATEWAY" \
-      --node-labels "valkey-operator.local/node-agent=kubelet" --v=1
+      --node-labels "$(real_node_labels "$node")" --v=1
     i=$((i + 1))
   done
   for node in $REAL_NODES; do

@@ -14,6 +14,10 @@
 #   registry.local/sleep:1         busybox (sh, sleep, nc, ...) and valkey-cli: test pods
 #   busybox                        the same busybox as root: local-path-provisioner's helper pods
 #   rancher/local-path-provisioner:v<version>  the default StorageClass's provisioner
+#   registry.local/coredns:<version>           CoreDNS (e2e/addons/coredns.yaml)
+#   quay.io/jetstack/cert-manager-{controller,webhook,cainjector}:v<version>  the one binary of
+#                                  e2e/tools/cert-manager, as cert-manager's own chart names them
+#   redis:7.0-tls                  Debian's redis-server: a plain TCP service for tests
 #   valkey-operator:dev            the image `make image` built (Containerfile)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -126,6 +130,29 @@ local_path_image() {
     --entrypoint '["local-path-provisioner"]'
 }
 
+# One executable (with its shared libraries) as the image's entrypoint.
+binary_image() { # repo:tag executable user entrypoint-json
+  local ref=$1 bin=$2 user=$3 entrypoint=$4 hash
+  hash=$({ inputs_hash "$bin"; echo "$user $entrypoint"; } | sha256sum | cut -c1-16)
+  [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
+  local rootfs=$work/${ref//[\/:]/-}; mkdir -p "$rootfs"
+  users "$rootfs"
+  copy_with_libraries "$rootfs" "$bin" "/usr/local/bin/$(basename "$bin")"
+  commit_and_push "$rootfs" "$ref" "$hash" --env PATH=/usr/local/bin --user "$user" \
+    --entrypoint "$entrypoint"
+}
+
+add_on_images() {
+  binary_image "coredns:$COREDNS_VERSION" "$CACHE/coredns-v$COREDNS_VERSION/bin/coredns" 0:0 '["coredns"]'
+  local component
+  for component in controller webhook cainjector; do
+    # The chart sets runAsNonRoot without a user: the image's must be numeric (as upstream's).
+    binary_image "jetstack/cert-manager-$component:v$CERT_MANAGER_VERSION" \
+      "$CACHE/cert-manager-v$CERT_MANAGER_VERSION/bin/cert-manager" 1000:1000 "[\"cert-manager\", \"$component\"]"
+  done
+  binary_image library/redis:7.0-tls "$(readlink -f "$(command -v redis-server)")" 0:0 '["redis-server"]'
+}
+
 # The operator: the OCI archive `make image` wrote, copied as it is.
 operator_image() {
   local archive; archive=$(ls -t "${CARGO_TARGET_DIR:-$CACHE/target}"/image/valkey-operator-*.oci.tar 2>/dev/null | head -1)
@@ -143,4 +170,5 @@ for v in $VALKEY_VERSIONS; do valkey_image "$v"; done
 sleep_image
 busybox_image
 local_path_image
+add_on_images
 operator_image

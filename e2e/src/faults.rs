@@ -1,5 +1,7 @@
-//! Fault hooks for tests, working from the kubelet's state files (see [`vk_kubelet::state`]).
-//! They need root (like the kubelet) and a running local cluster.
+//! Fault hooks for tests: on vk-kubelet's nodes from its state files (see
+//! [`vk_kubelet::state`]), on the real nodes through their container runtime ([`crate::cri`]):
+//! the same scenario by the mechanism each node has (a paused container is SIGSTOPped on
+//! vk-kubelet, frozen in its cgroup on a real node). They need root and a running local cluster.
 //!
 //! ```no_run
 //! use valkey_e2e::faults::{self, PodRef};
@@ -31,12 +33,20 @@ use vk_kubelet::state::{StateDir, read_trimmed};
 /// The apiserver's address as pods see it.
 pub const APISERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 
-/// A pod as the kubelet runs it: its state dir, network namespace and address.
+/// A pod as its node runs it: its network namespace, address and containers.
 #[derive(Clone, Debug)]
 pub struct PodRef {
     pub namespace: String,
     pub name: String,
-    pub dir: PathBuf,
+    runtime: Runtime,
+}
+
+#[derive(Clone, Debug)]
+enum Runtime {
+    /// vk-kubelet's state dir of the pod.
+    VkKubelet(PathBuf),
+    /// The pod's sandbox on a real node.
+    Cri(crate::cri::Sandbox),
 }
 
 fn run(cmd: &mut Command) -> anyhow::Result<Output> {
@@ -51,66 +61,97 @@ fn run(cmd: &mut Command) -> anyhow::Result<Output> {
 }
 
 impl PodRef {
-    /// Finds the pod in the default state dir (`$LC_DIR/kubelet`).
+    /// Finds the pod in vk-kubelet's default state dir (`$LC_DIR/kubelet`), else on the real
+    /// nodes.
     pub fn find(namespace: &str, name: &str) -> anyhow::Result<Self> {
-        Self::find_in(&StateDir::default_location(), namespace, name)
+        let vk = Self::find_in(&StateDir::default_location(), namespace, name);
+        if vk.is_ok() {
+            return vk;
+        }
+        match crate::cri::find_sandbox(namespace, name)? {
+            Some(sandbox) => Ok(Self {
+                namespace: namespace.into(),
+                name: name.into(),
+                runtime: Runtime::Cri(sandbox),
+            }),
+            None => vk,
+        }
     }
 
     pub fn find_in(state: &StateDir, namespace: &str, name: &str) -> anyhow::Result<Self> {
         let dir = state.find_pod_dir(namespace, name).ok_or_else(|| {
             anyhow!(
-                "pod {namespace}/{name} has no state under {} (not running on vk-kubelet?)",
+                "pod {namespace}/{name} has no state under {} and no sandbox on a real node",
                 state.root.display()
             )
         })?;
         Ok(Self {
             namespace: namespace.into(),
             name: name.into(),
-            dir,
+            runtime: Runtime::VkKubelet(dir),
         })
     }
 
-    /// The pod's network namespace name (`vkp-...`).
+    /// The pod's network namespace name (`vkp-...` on vk-kubelet, `cni-...` on a real node).
     pub fn netns(&self) -> anyhow::Result<String> {
-        read_trimmed(&self.dir.join("netns")).context("reading netns file")
+        match &self.runtime {
+            Runtime::VkKubelet(dir) => {
+                read_trimmed(&dir.join("netns")).context("reading netns file")
+            }
+            Runtime::Cri(sandbox) => Ok(sandbox.netns.clone()),
+        }
     }
 
     /// The pod's IP.
     pub fn ip(&self) -> anyhow::Result<Ipv4Addr> {
-        Ok(read_trimmed(&self.dir.join("ip"))
-            .context("reading ip file")?
-            .parse()?)
+        match &self.runtime {
+            Runtime::VkKubelet(dir) => Ok(read_trimmed(&dir.join("ip"))
+                .context("reading ip file")?
+                .parse()?),
+            Runtime::Cri(sandbox) => Ok(sandbox.ip),
+        }
     }
 
     /// The node the pod runs on.
     pub fn node(&self) -> anyhow::Result<String> {
-        read_trimmed(&self.dir.join("node")).context("reading node file")
+        match &self.runtime {
+            Runtime::VkKubelet(dir) => read_trimmed(&dir.join("node")).context("reading node file"),
+            Runtime::Cri(sandbox) => Ok(sandbox.node.clone()),
+        }
     }
 
-    /// The pid of a container's current process (also its process group).
+    /// The pid of a container's current process (on vk-kubelet also its process group).
     pub fn pid(&self, container: &str) -> anyhow::Result<i32> {
-        let p = self.dir.join(format!("{container}.pid"));
-        Ok(read_trimmed(&p)
-            .with_context(|| {
-                format!(
-                    "container {container} of {}/{} is not running",
-                    self.namespace, self.name
-                )
-            })?
-            .parse()?)
+        match &self.runtime {
+            Runtime::VkKubelet(dir) => Ok(read_trimmed(&dir.join(format!("{container}.pid")))
+                .with_context(|| {
+                    format!(
+                        "container {container} of {}/{} is not running",
+                        self.namespace, self.name
+                    )
+                })?
+                .parse()?),
+            Runtime::Cri(sandbox) => Ok(sandbox.container(container)?.pid),
+        }
     }
 
     /// Path of a container's current log file.
-    pub fn log_path(&self, container: &str) -> PathBuf {
-        self.dir.join(format!("{container}.log"))
+    pub fn log_path(&self, container: &str) -> anyhow::Result<PathBuf> {
+        match &self.runtime {
+            Runtime::VkKubelet(dir) => Ok(dir.join(format!("{container}.log"))),
+            Runtime::Cri(sandbox) => Ok(sandbox.container(container)?.log_path),
+        }
     }
 
-    /// Sends a signal to a container's process group, like a runtime signalling the
-    /// container's pid namespace.
+    /// Sends a signal to a container: on vk-kubelet to its process group, on a real node to
+    /// its first process (pid 1 of the container: SIGKILL ends the whole container).
     pub fn signal(&self, container: &str, sig: Signal) -> anyhow::Result<()> {
         let pid = self.pid(container)?;
-        nix::sys::signal::killpg(Pid::from_raw(pid), sig)
-            .with_context(|| format!("signal {sig} to {pid}"))?;
+        match &self.runtime {
+            Runtime::VkKubelet(_) => nix::sys::signal::killpg(Pid::from_raw(pid), sig),
+            Runtime::Cri(_) => nix::sys::signal::kill(Pid::from_raw(pid), sig),
+        }
+        .with_context(|| format!("signal {sig} to {pid}"))?;
         Ok(())
     }
 
@@ -119,21 +160,37 @@ impl PodRef {
         self.signal(container, Signal::SIGKILL)
     }
 
-    /// SIGSTOP: the process hangs (connections stay open, nothing answers).
+    /// The container hangs (connections stay open, nothing answers): SIGSTOP on vk-kubelet,
+    /// its cgroup frozen on a real node.
     pub fn pause(&self, container: &str) -> anyhow::Result<()> {
-        self.signal(container, Signal::SIGSTOP)
+        match &self.runtime {
+            Runtime::VkKubelet(_) => self.signal(container, Signal::SIGSTOP),
+            Runtime::Cri(_) => {
+                crate::cri::set_frozen(&crate::cri::freezer_of(self.pid(container)?)?, true)
+            }
+        }
     }
 
-    /// SIGCONT after [`PodRef::pause`].
+    /// Undoes [`PodRef::pause`].
     pub fn resume(&self, container: &str) -> anyhow::Result<()> {
-        self.signal(container, Signal::SIGCONT)
+        match &self.runtime {
+            Runtime::VkKubelet(_) => self.signal(container, Signal::SIGCONT),
+            Runtime::Cri(_) => {
+                crate::cri::set_frozen(&crate::cri::freezer_of(self.pid(container)?)?, false)
+            }
+        }
     }
 
-    /// Runs a command inside the container (its network and mount namespaces, with the
-    /// kubelet's view of its PATH), like `kubectl exec`.
+    /// Runs a command inside the container, like `kubectl exec` (on vk-kubelet in its network
+    /// and mount namespaces with the kubelet's view of its PATH; on a real node through the
+    /// runtime).
     pub fn exec(&self, container: &str, argv: &[&str]) -> anyhow::Result<Output> {
+        let dir = match &self.runtime {
+            Runtime::VkKubelet(dir) => dir,
+            Runtime::Cri(sandbox) => return sandbox.exec(container, argv),
+        };
         let pid = self.pid(container)?;
-        let path = std::fs::read(self.dir.join("run").join(format!("{container}.json")))
+        let path = std::fs::read(dir.join("run").join(format!("{container}.json")))
             .ok()
             .and_then(|b| serde_json::from_slice::<vk_kubelet::launch::LaunchSpec>(&b).ok())
             .and_then(|s| s.env.into_iter().find(|(k, _)| k == "PATH").map(|(_, v)| v))
@@ -146,8 +203,15 @@ impl PodRef {
             .context("running nsenter")
     }
 
-    /// Reads a file as the container sees it (through its mount namespace).
+    /// Reads a file as the container sees it (through its mount namespace; on a real node
+    /// through `/proc/<pid>/root`, as images need not have `cat`).
     pub fn read_file(&self, container: &str, path: &str) -> anyhow::Result<String> {
+        if let Runtime::Cri(_) = &self.runtime {
+            let pid = self.pid(container)?;
+            let on_host = format!("/proc/{pid}/root/{}", path.trim_start_matches('/'));
+            return std::fs::read_to_string(&on_host)
+                .with_context(|| format!("reading {path} in {}/{}", self.namespace, self.name));
+        }
         let out = self.exec(container, &["cat", path])?;
         if !out.status.success() {
             bail!(
@@ -246,15 +310,39 @@ pub fn heal_apiserver(p: &PodRef) -> anyhow::Result<()> {
     p.unblackhole(APISERVER_IP)
 }
 
-/// "Powers off" a node: the kubelet stops its heartbeats and lease renewals (the node
-/// controller marks it NotReady/Unknown after ~40 s and taints it) and SIGSTOPs its pods.
+/// "Powers off" a node: its kubelet stops its heartbeats and lease renewals (the node
+/// controller marks it NotReady/Unknown after ~40 s and taints it) and its pods hang. On
+/// vk-kubelet a control file says so; on a real node the kubelet is SIGSTOPped and the node's
+/// cgroup root frozen (every container of every pod).
 pub fn stop_node(node: &str) -> anyhow::Result<()> {
+    if crate::cri::real_nodes().iter().any(|(n, _)| n == node) {
+        crate::cri::set_frozen(&real_node_freezer(node), true)?;
+        return signal_real_kubelet(node, Signal::SIGSTOP);
+    }
     stop_node_in(&StateDir::default_location(), node)
 }
 
 /// Undoes [`stop_node`]: pods continue, heartbeats resume.
 pub fn start_node(node: &str) -> anyhow::Result<()> {
+    if crate::cri::real_nodes().iter().any(|(n, _)| n == node) {
+        crate::cri::set_frozen(&real_node_freezer(node), false)?;
+        return signal_real_kubelet(node, Signal::SIGCONT);
+    }
     start_node_in(&StateDir::default_location(), node)
+}
+
+/// The cgroup root of a real node's pods (e2e/real-node.sh's `cgroupRoot`).
+fn real_node_freezer(node: &str) -> PathBuf {
+    PathBuf::from(format!("/sys/fs/cgroup/freezer/vk-{node}"))
+}
+
+fn signal_real_kubelet(node: &str, sig: Signal) -> anyhow::Result<()> {
+    let pid_file = vk_kubelet::state::lc_dir().join(format!("pids/kubelet-{node}.pid"));
+    let pid: i32 = read_trimmed(&pid_file)
+        .with_context(|| format!("reading {}", pid_file.display()))?
+        .parse()?;
+    nix::sys::signal::kill(Pid::from_raw(pid), sig)
+        .with_context(|| format!("{sig} to the kubelet of {node}"))
 }
 
 pub fn stop_node_in(state: &StateDir, node: &str) -> anyhow::Result<()> {

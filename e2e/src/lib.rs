@@ -8,6 +8,7 @@
 //! * [`report`]: docs/benchmarks.md, its plots and figures.json from vk-bench's figures.
 
 pub mod certs;
+pub mod cri;
 pub mod dns;
 pub mod faults;
 pub mod floors;

@@ -604,7 +604,7 @@ async fn env_secrets_downward_api_init_containers_and_exec_probes() {
         assert_eq!(p.read_file("c", "/etc/sec/password").unwrap(), "hunter2");
         let token = p.read_file("c", "/var/run/secrets/kubernetes.io/serviceaccount/token").unwrap();
         assert!(token.starts_with("ey"), "service account token mounted");
-        let log = std::fs::read_to_string(p.log_path("c")).unwrap();
+        let log = std::fs::read_to_string(p.log_path("c").unwrap()).unwrap();
         let node = pod.spec.clone().unwrap().node_name.unwrap();
         assert_eq!(log, format!("pw=hunter2 ip={} node={node}\n", pod_ip(&pod)));
     })

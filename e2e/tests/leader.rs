@@ -225,7 +225,11 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
         // a change made meanwhile; the old leader, thawed, finds the lease gone and exits on
         // its own (its container restarts and stands by) instead of reconciling.
         let frozen = PodRef::find(NS, &leader.name_any())?;
-        let log_before = std::fs::read_to_string(frozen.log_path("operator")).unwrap_or_default();
+        let log_before = frozen
+            .log_path("operator")
+            .ok()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
         let restarts_before = restarts(&leader);
         frozen.pause("operator")?;
         let paused = Instant::now();
@@ -269,7 +273,7 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
         );
         // The kubelet moves a restarted container's log to `<container>.log.previous`: the
         // exited process's last lines are there once the new one has started.
-        let current = frozen.log_path("operator");
+        let current = frozen.log_path("operator")?;
         let previous = current.with_file_name("operator.log.previous");
         let mut new_lines = String::new();
         for path in [previous, current] {
