@@ -27,8 +27,9 @@ down:
 status:
 	bash e2e/cluster.sh status
 
+## tools: everything `up` needs, and the test tools (promtool)
 tools:
-	bash e2e/tools/install.sh
+	bash e2e/tools/install.sh --test-tools
 
 ## test: the whole suite (lint, unit, real-Valkey driver tests, chart checks, the image, then e2e on a fresh local cluster)
 test: tools lint unit chart-test image

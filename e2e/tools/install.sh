@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs and builds everything the local cluster needs, cached by version outside the checkout.
-# Idempotent: a second run builds nothing. Usage: e2e/tools/install.sh
+# Idempotent: a second run builds nothing. Usage: e2e/tools/install.sh [--test-tools]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../versions.env"
@@ -125,7 +125,11 @@ go_install() { # name version package binary
     go install -trimpath -ldflags "-s -w" "$3@v$2"
   rm -rf "$bin" && mv "$bin.tmp" "$bin"
 }
-go_install promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool promtool
+# promtool is a test tool (make chart-test, the /metrics e2e): built by `make tools`
+# (install.sh --test-tools), not by `make up`, whose first run it would lengthen by minutes.
+if [ "${1:-}" = --test-tools ]; then
+  go_install promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool promtool
+fi
 go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns coredns
 # crictl: the real nodes' CRI client (`down` stops their pods through it; tests find containers).
 go_install crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl crictl
