@@ -232,10 +232,11 @@ real_node_down() { # node
   rm -rf "$dir"
 }
 
+# Every real node that has a directory, whatever LC_NODE_AGENT says now.
 real_nodes_down() {
-  local node
-  for node in $REAL_NODES; do
-    [ -d "$LC_DIR/real/$node" ] && real_node_down "$node"
+  local dir
+  for dir in "$LC_DIR"/real/*/; do
+    [ -d "$dir" ] && real_node_down "$(basename "$dir")"
   done
   stop_daemon registry
 }
