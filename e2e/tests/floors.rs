@@ -27,6 +27,9 @@ fn print_migrate(keys: usize, floor: &MigrateFloor) {
         "migrate floor ({keys} keys): atomic_seconds={:.3} slots_moved={} keys_moved={} settings={:?}",
         floor.seconds, floor.slots_moved, floor.keys_moved, floor.settings
     );
+    for why in &floor.stalled_attempts {
+        println!("migrate floor ({keys} keys): an attempt stalled and was retried: {why}");
+    }
     match &floor.key_by_key {
         Some(Err(why)) => println!("migrate floor ({keys} keys): key-by-key floor failed: {why}"),
         Some(Ok(k)) => println!(

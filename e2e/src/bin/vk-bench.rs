@@ -659,6 +659,11 @@ async fn measure_formation(client: &Client, runs: usize) -> anyhow::Result<repor
 /// Scale-out 3 -> 5 with PRELOADED keys: atomic and key by key, and the raw floors.
 async fn measure_slot_move(client: &Client) -> anyhow::Result<report::SlotMove> {
     let floor = floors::migrate_slots_floor(PRELOADED).await?;
+    for why in &floor.stalled_attempts {
+        println!(
+            "migrateslots floor: an attempt stalled and was retried on a fresh cluster: {why}"
+        );
+    }
     let atomic = scale_out(client, false).await?;
     let by_key = scale_out(client, true).await?;
     let slot_move = atomic
