@@ -130,14 +130,17 @@ local_path_image() {
     --entrypoint '["local-path-provisioner"]'
 }
 
-# One executable (with its shared libraries) as the image's entrypoint.
+# One executable (with its shared libraries) as the image's entrypoint, under the name it is
+# called by: Debian's redis-server is a link to the multi-call redis-check-rdb, which picks its
+# job from that name (copied under the target's name, "redis-server" was not on PATH and the
+# pod ended in StartError).
 binary_image() { # repo:tag executable user entrypoint-json
   local ref=$1 bin=$2 user=$3 entrypoint=$4 hash
   hash=$({ inputs_hash "$bin"; echo "$user $entrypoint"; } | sha256sum | cut -c1-16)
   [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
   local rootfs=$work/${ref//[\/:]/-}; mkdir -p "$rootfs"
   users "$rootfs"
-  copy_with_libraries "$rootfs" "$bin" "/usr/local/bin/$(basename "$bin")"
+  copy_with_libraries "$rootfs" "$(readlink -f "$bin")" "/usr/local/bin/$(basename "$bin")"
   commit_and_push "$rootfs" "$ref" "$hash" --env PATH=/usr/local/bin --user "$user" \
     --entrypoint "$entrypoint"
 }
@@ -150,7 +153,7 @@ add_on_images() {
     binary_image "jetstack/cert-manager-$component:v$CERT_MANAGER_VERSION" \
       "$CACHE/cert-manager-v$CERT_MANAGER_VERSION/bin/cert-manager" 1000:1000 "[\"cert-manager\", \"$component\"]"
   done
-  binary_image library/redis:7.0-tls "$(readlink -f "$(command -v redis-server)")" 0:0 '["redis-server"]'
+  binary_image library/redis:7.0-tls "$(command -v redis-server)" 0:0 '["redis-server"]'
 }
 
 # The operator: the OCI archive `make image` wrote, copied as it is.
