@@ -11,7 +11,7 @@
 #   registry.local/pause:3.10      the pod sandbox (pause.c, static)
 #   valkey/valkey:<version>        valkey-server (the TLS build where e2e/versions.env has one)
 #                                  and valkey-cli with their shared libraries, user valkey (999)
-#   registry.local/sleep:1         busybox (sh, sleep, nc, ...) and valkey-cli: test pods
+#   registry.local/sleep:1         busybox (sh, sleep, nc, ...), valkey-cli and getent: test pods
 #   busybox                        the same busybox as root: local-path-provisioner's helper pods
 #   rancher/local-path-provisioner:v<version>  the default StorageClass's provisioner
 #   registry.local/coredns:<version>           CoreDNS (e2e/addons/coredns.yaml)
@@ -102,10 +102,18 @@ busybox_rootfs() { # rootfs
   done
   copy_with_libraries "$1" "$(valkey_cli)" /usr/local/bin/valkey-cli
   ln -s valkey-cli "$1/usr/local/bin/redis-cli"
+  # glibc's getent resolves names as applications do (busybox has none): with the NSS modules
+  # it loads at run time, which ldd does not list.
+  copy_with_libraries "$1" /usr/bin/getent /usr/local/bin/getent
+  local nss
+  for nss in /lib/x86_64-linux-gnu/libnss_files.so.2 /lib/x86_64-linux-gnu/libnss_dns.so.2; do
+    [ -e "$nss" ] && install -D -m 0644 "$(readlink -f "$nss")" "$1$nss"
+  done
+  printf 'hosts: files dns\n' > "$1/etc/nsswitch.conf"
 }
 
 sleep_image() {
-  local ref=sleep:1 hash; hash=$(inputs_hash /bin/busybox "$(valkey_cli)")
+  local ref=sleep:1 hash; hash=$(inputs_hash /bin/busybox "$(valkey_cli)" /usr/bin/getent)
   [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
   busybox_rootfs "$work/sleep"
   commit_and_push "$work/sleep" "$ref" "$hash" --env PATH=/usr/local/bin:/bin \
@@ -113,7 +121,7 @@ sleep_image() {
 }
 
 busybox_image() {
-  local ref=library/busybox:latest hash; hash=$(inputs_hash /bin/busybox "$(valkey_cli)")
+  local ref=library/busybox:latest hash; hash=$(inputs_hash /bin/busybox "$(valkey_cli)" /usr/bin/getent)
   [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
   busybox_rootfs "$work/busybox"
   commit_and_push "$work/busybox" "$ref" "$hash" --env PATH=/usr/local/bin:/bin --cmd '["sh"]'

@@ -127,11 +127,20 @@ async fn services_route_and_names_resolve_from_pods_and_the_host() -> anyhow::Re
         resolve_ipv4(&format!("{NAME}.{ns}.svc.cluster.local")).await?,
         vec![service_ip]
     );
-    let reply = ping_from_host(&service_ip.to_string(), true)?;
-    assert_eq!(
-        reply, "PONG",
-        "the cluster's Service ClusterIP from the host"
-    );
+    // A real kubelet reports members Ready a moment after the cluster is Active; the
+    // Service's endpoints follow them.
+    wait_for(
+        "the cluster's Service ClusterIP to answer from the host",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || async {
+            match ping_from_host(&service_ip.to_string(), true)?.as_str() {
+                "PONG" => Ok(Some(())),
+                other => bail!("the cluster's Service said {other:?}"),
+            }
+        },
+    )
+    .await?;
     let echo_ip = cluster_ip(&client, ns, "echo").await?;
     assert_eq!(
         resolve_ipv4(&format!("echo.{ns}.svc.cluster.local")).await?,
