@@ -33,6 +33,22 @@ fn ping_from_host(host: &str, auth: bool) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Waits until `ping_from_host` to `ip` answers PONG.
+async fn wait_pong_from_host(
+    what: &str,
+    ip: Ipv4Addr,
+    auth: bool,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_for(what, timeout, Duration::from_millis(500), || async {
+        match ping_from_host(&ip.to_string(), auth)?.as_str() {
+            "PONG" => Ok(Some(())),
+            other => bail!("{ip} said {other:?}"),
+        }
+    })
+    .await
+}
+
 async fn cluster_ip(client: &Client, ns: &str, name: &str) -> anyhow::Result<Ipv4Addr> {
     let svc = Api::<Service>::namespaced(client.clone(), ns)
         .get(name)
@@ -129,16 +145,11 @@ async fn services_route_and_names_resolve_from_pods_and_the_host() -> anyhow::Re
     );
     // A real kubelet reports members Ready a moment after the cluster is Active; the
     // Service's endpoints follow them.
-    wait_for(
+    wait_pong_from_host(
         "the cluster's Service ClusterIP to answer from the host",
+        service_ip,
+        true,
         Duration::from_secs(30),
-        Duration::from_millis(500),
-        || async {
-            match ping_from_host(&service_ip.to_string(), true)?.as_str() {
-                "PONG" => Ok(Some(())),
-                other => bail!("the cluster's Service said {other:?}"),
-            }
-        },
     )
     .await?;
     let echo_ip = cluster_ip(&client, ns, "echo").await?;
@@ -146,16 +157,11 @@ async fn services_route_and_names_resolve_from_pods_and_the_host() -> anyhow::Re
         resolve_ipv4(&format!("echo.{ns}.svc.cluster.local")).await?,
         vec![echo_ip]
     );
-    wait_for(
+    wait_pong_from_host(
         "the echo Deployment to answer through its Service from the host",
+        echo_ip,
+        false,
         Duration::from_secs(60),
-        Duration::from_millis(500),
-        || async {
-            match ping_from_host(&echo_ip.to_string(), false)?.as_str() {
-                "PONG" => Ok(Some(())),
-                other => bail!("echo said {other:?}"),
-            }
-        },
     )
     .await?;
 

@@ -188,6 +188,17 @@ fn valkey_pod(name: &str, memory: &str) -> anyhow::Result<Pod> {
     Ok(pod)
 }
 
+/// [`valkey_pod`] `v` with a memory limit, Ready in a new restricted namespace.
+async fn ready_valkey_pod(prefix: &str, memory: &str) -> anyhow::Result<(TestNamespace, Api<Pod>)> {
+    let client = client().await?;
+    let ns = restricted_namespace(&client, prefix).await?;
+    let pods: Api<Pod> = Api::namespaced(client, &ns.name);
+    pods.create(&PostParams::default(), &valkey_pod("v", memory)?)
+        .await?;
+    wait_ready(&pods, "v", Duration::from_secs(120)).await?;
+    Ok((ns, pods))
+}
+
 fn exec(ns: &str, pod: &str, container: &str, argv: &[&str]) -> anyhow::Result<(bool, String)> {
     let mut args = vec!["-n", ns, "exec", pod, "-c", container, "--"];
     args.extend_from_slice(argv);
@@ -230,12 +241,7 @@ fn ping(port: u16) -> anyhow::Result<String> {
 
 #[tokio::test]
 async fn a_valkey_pod_from_its_image_serves_exec_logs_and_port_forward() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = restricted_namespace(&client, "real-node").await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    pods.create(&PostParams::default(), &valkey_pod("v", "128Mi")?)
-        .await?;
-    wait_ready(&pods, "v", Duration::from_secs(120)).await?;
+    let (ns, pods) = ready_valkey_pod("real-node", "128Mi").await?;
 
     let (ok, info) = exec(&ns.name, "v", "valkey", &["valkey-cli", "info", "server"])?;
     ensure!(
@@ -292,12 +298,7 @@ async fn a_valkey_pod_from_its_image_serves_exec_logs_and_port_forward() -> anyh
 
 #[tokio::test]
 async fn a_memory_limit_is_enforced_by_the_kernel() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = restricted_namespace(&client, "real-oom").await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    pods.create(&PostParams::default(), &valkey_pod("v", "48Mi")?)
-        .await?;
-    wait_ready(&pods, "v", Duration::from_secs(120)).await?;
+    let (ns, pods) = ready_valkey_pod("real-oom", "48Mi").await?;
     // No maxmemory: valkey-server grows until the cgroup's limit, 10 MB per script.
     let fill = "for i=1,1000 do redis.call('set', KEYS[1]..i, string.rep('x', 10000)) end";
     for round in 0..20 {
