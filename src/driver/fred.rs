@@ -516,6 +516,11 @@ impl ClusterDriver for FredDriver {
         Box::pin(self.ok(member, "CLUSTER FAILOVER", args))
     }
 
+    fn set_config_epoch<'a>(&'a self, member: &'a MemberAddr, epoch: u64) -> DriverFuture<'a, ()> {
+        let args = vec![s("CLUSTER"), s("SET-CONFIG-EPOCH"), s(epoch.to_string())];
+        Box::pin(self.ok(member, "CLUSTER SET-CONFIG-EPOCH", args))
+    }
+
     fn forget<'a>(&'a self, member: &'a MemberAddr, node: &'a NodeId) -> DriverFuture<'a, ()> {
         let args = vec![s("CLUSTER"), s("FORGET"), s(node.as_str())];
         Box::pin(self.ok(member, "CLUSTER FORGET", args))

@@ -342,6 +342,9 @@ pub trait ClusterDriver: Send + Sync {
     -> DriverFuture<'a, ()>;
     /// `CLUSTER FAILOVER [FORCE|TAKEOVER]`, sent to a replica.
     fn failover<'a>(&'a self, member: &'a MemberAddr, mode: FailoverMode) -> DriverFuture<'a, ()>;
+    /// `CLUSTER SET-CONFIG-EPOCH epoch`: only on a member that knows no other node and has
+    /// config epoch 0.
+    fn set_config_epoch<'a>(&'a self, member: &'a MemberAddr, epoch: u64) -> DriverFuture<'a, ()>;
     /// `CLUSTER FORGET node-id`.
     fn forget<'a>(&'a self, member: &'a MemberAddr, node: &'a NodeId) -> DriverFuture<'a, ()>;
     /// `CLUSTER RESET SOFT|HARD`.

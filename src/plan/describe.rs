@@ -64,6 +64,9 @@ impl Step {
             ),
             Step::MarkActive { names } => format!("mark {} Active", listed(names)),
             Step::MarkLeaving { names } => format!("mark {} Leaving (retire)", listed(names)),
+            Step::SetConfigEpoch { member, epoch } => {
+                format!("give {member} config epoch {epoch} (CLUSTER SET-CONFIG-EPOCH)")
+            }
             Step::Forget { via, node } => {
                 format!("make {via} forget node {node} (CLUSTER FORGET)")
             }

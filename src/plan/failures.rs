@@ -85,6 +85,24 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
             continue;
         };
         let Some(best) = most_up_to_date(&answering, &id) else {
+            if let Some((promoted, forget)) = unaccepted_takeover(&answering, g, &id) {
+                notes.push(format!(
+                    "shard {}: {} took over from its gone primary {} but {} still see {} \
+                     owning the shard's slots (the takeover's config epoch did not win); \
+                     making them forget {}",
+                    g.shard,
+                    promoted.name,
+                    g.name,
+                    names(&forget),
+                    g.name,
+                    g.name
+                ));
+                steps.extend(forget.iter().map(|m| Step::Forget {
+                    via: m.addr.clone(),
+                    node: id.clone(),
+                }));
+                continue;
+            }
             notes.push(format!(
                 "shard {}: its primary {} is gone ({reason}) and no replica of it answers",
                 g.shard, g.name
@@ -105,6 +123,30 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
         steps.push(Step::MarkLeaving { names: retire });
     }
     Some(Plan::new(Phase::Degraded, steps, notes.join("; ")))
+}
+
+/// A takeover Valkey did not spread: the gone primary's shard-mate `promoted` owns the shard's
+/// slots in its own view, while the members returned still see the gone node `gone` owning
+/// them. `TAKEOVER` bumps the config epoch only when the replica's is not already the
+/// highest, so a replica left with the same epoch as its primary (two members still tied
+/// when formation made one a replica) claims the slots with an epoch nobody prefers to the
+/// gone owner's, and nothing else ever breaks the tie: the gone node is dead, so it never
+/// answers the collision. Once those members forget it, the slots are ownerless in their
+/// view and the promoted member's next heartbeat claims them.
+fn unaccepted_takeover<'a>(
+    answering: &[AnsweredMember<'a>],
+    gone: &Member,
+    id: &NodeId,
+) -> Option<(AnsweredMember<'a>, Vec<AnsweredMember<'a>>)> {
+    let promoted = answering.iter().copied().find(|m| {
+        m.shard == gone.shard && m.view.is_primary && !m.view.slots.is_empty() && m.view.id != *id
+    })?;
+    let forget: Vec<AnsweredMember<'a>> = answering
+        .iter()
+        .copied()
+        .filter(|m| m.view.slot_owners.contains(id) && m.view.primary_id.as_ref() != Some(id))
+        .collect();
+    (!forget.is_empty()).then_some((promoted, forget))
 }
 
 /// 2. Every member runs and answers. A replacement created for a spec that has since changed

@@ -72,6 +72,9 @@ fn used_indices(topology: &Topology) -> BTreeMap<usize, BTreeSet<usize>> {
 /// 3. Everybody knows everybody. Meet through a seed: one that holds slots if any (it is part
 ///    of the established cluster), else the first by name; then wait for gossip.
 pub(super) fn introduce(a: &Answered) -> Option<Plan> {
+    if let Some(plan) = distinct_config_epochs(a) {
+        return Some(plan);
+    }
     let changing = &a.observed.changing;
     let seed = a
         .members
@@ -105,6 +108,45 @@ pub(super) fn introduce(a: &Answered) -> Option<Plan> {
             format!(
                 "introducing members that have not heard of each other yet: {}",
                 names(&unaware)
+            ),
+        )
+    })
+}
+
+/// A new cluster's members get distinct config epochs before they meet, as `valkey-cli
+/// --cluster create` gives them. Left to Valkey, equal epochs are told apart only between
+/// primaries, by gossip; a member made a replica before its tie was broken keeps its
+/// primary's epoch, and if it ever has to take over (`TAKEOVER` bumps the epoch only when
+/// the replica's is not already the highest) it claims the slots with an epoch nobody
+/// prefers to the dead primary's: the shard stays without a primary. Only members that know
+/// nobody and still have epoch 0 accept `SET-CONFIG-EPOCH`; members of a formed cluster
+/// join at 0, which `TAKEOVER` always bumps.
+fn distinct_config_epochs(a: &Answered) -> Option<Plan> {
+    if a.observed.ever_formed || a.members.len() < 2 {
+        return None;
+    }
+    let mut fresh: Vec<&AnsweredMember> = a
+        .members
+        .iter()
+        .filter(|m| m.view.config_epoch == 0 && m.view.known.len() <= 1)
+        .collect();
+    fresh.sort_by(|x, y| x.name.cmp(&y.name));
+    let highest = a.members.iter().map(|m| m.view.config_epoch).max()?;
+    let steps: Vec<Step> = fresh
+        .iter()
+        .zip(highest + 1..)
+        .map(|(m, epoch)| Step::SetConfigEpoch {
+            member: m.addr.clone(),
+            epoch,
+        })
+        .collect();
+    (!steps.is_empty()).then(|| {
+        Plan::new(
+            a.observed.changing.clone(),
+            steps,
+            format!(
+                "giving {} new member(s) distinct config epochs before they meet",
+                fresh.len()
             ),
         )
     })

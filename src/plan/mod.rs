@@ -60,6 +60,8 @@ pub struct MemberView {
     pub replica_in_sync: bool,
     /// Ids of every node owning at least one slot, as this member sees the cluster.
     pub slot_owners: BTreeSet<NodeId>,
+    /// This member's own config epoch (`CLUSTER NODES`, its `myself` line).
+    pub config_epoch: u64,
     /// Slots this member is exporting key by key (`SETSLOT MIGRATING`).
     pub migrating: Vec<OpenSlot>,
     /// Slots this member is importing key by key (`SETSLOT IMPORTING`).
@@ -91,6 +93,7 @@ impl MemberView {
             cluster_ok: true,
             replica_in_sync: false,
             slot_owners: BTreeSet::new(),
+            config_epoch: 0,
             migrating: vec![],
             importing: vec![],
             exports: vec![],
@@ -262,6 +265,11 @@ pub enum Step {
     /// The member is being retired: it owns no slots and its shard keeps an in-sync copy.
     MarkLeaving {
         names: Vec<String>,
+    },
+    /// `CLUSTER SET-CONFIG-EPOCH epoch` on a new member that knows nobody yet.
+    SetConfigEpoch {
+        member: MemberAddr,
+        epoch: u64,
     },
     /// `CLUSTER FORGET node` on `via`.
     Forget {

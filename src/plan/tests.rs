@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::topology::slots::{SLOT_COUNT, range_len, subtract};
+use crate::topology::slots::{SLOT_COUNT, even_ranges, range_len, subtract};
 
 /// A model of the Valkey side: per member id, known ids, slots, primary.
 #[derive(Clone, Debug, Default)]
@@ -29,6 +29,7 @@ struct SimNode {
     generation: u32,
     /// Ids this node refuses to re-learn (CLUSTER FORGET's ban list).
     banned: BTreeSet<NodeId>,
+    config_epoch: u64,
 }
 
 impl Sim {
@@ -70,6 +71,7 @@ impl Sim {
                             .filter(|o| !o.slots.is_empty())
                             .map(|o| o.id.clone())
                             .collect(),
+                        config_epoch: n.config_epoch,
                         ..MemberView::bare(&n.id.0)
                     }),
                     pod_problem: None,
@@ -106,6 +108,7 @@ impl Sim {
                         shard: *shard,
                         generation: self.generation,
                         banned: BTreeSet::new(),
+                        config_epoch: 0,
                     },
                 );
             }
@@ -198,6 +201,20 @@ impl Sim {
             }
             Step::CloseSlots { .. } | Step::CancelSlotMigrations { .. } => {
                 panic!("nothing is left open in the model")
+            }
+            Step::SetConfigEpoch { member, epoch } => {
+                let n = self.by_addr(member);
+                // Valkey refuses it otherwise.
+                assert_eq!(
+                    n.known.len(),
+                    1,
+                    "SET-CONFIG-EPOCH on a node that knows others"
+                );
+                assert_eq!(
+                    n.config_epoch, 0,
+                    "SET-CONFIG-EPOCH on a node with an epoch"
+                );
+                n.config_epoch = *epoch;
             }
             Step::Forget { via, node } => {
                 let n = self.by_addr(via);
@@ -418,10 +435,59 @@ fn formation_of_three_shards_with_one_replica() {
 }
 
 #[test]
+fn a_new_clusters_members_get_distinct_config_epochs_before_they_meet_and_later_ones_do_not() {
+    let mut sim = Sim::default();
+    // Created, then epochs before any introduction.
+    for step in plan(&sim.topology(3, 1)).steps {
+        sim.apply(&step);
+    }
+    let p = plan(&sim.topology(3, 1));
+    assert!(
+        p.steps
+            .iter()
+            .all(|s| matches!(s, Step::SetConfigEpoch { .. })),
+        "{:?}",
+        p.steps
+    );
+    assert_eq!(p.steps.len(), 6, "{}", p.message);
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    let epochs: BTreeSet<u64> = sim.nodes.values().map(|n| n.config_epoch).collect();
+    assert_eq!(
+        epochs,
+        (1..=6).collect(),
+        "every member a distinct, non-zero epoch"
+    );
+    // Members that join a formed cluster keep 0 (Valkey would refuse: they are met at once).
+    let mut t = sim.topology(4, 1);
+    for _ in 0..100 {
+        let p = plan(&t);
+        if p.phase == Phase::Ready && p.steps.is_empty() {
+            break;
+        }
+        assert!(
+            !p.steps
+                .iter()
+                .any(|s| matches!(s, Step::SetConfigEpoch { .. })),
+            "{:?}",
+            p.steps
+        );
+        for step in &p.steps {
+            sim.apply(step);
+        }
+        sim.gossip();
+        t = sim.topology(4, 1);
+    }
+    assert_scaled(&sim, 4, 1);
+}
+
+#[test]
 fn members_that_have_not_heard_of_each_other_are_introduced_directly_not_left_to_gossip() {
     let mut sim = Sim::default();
-    for step in plan(&sim.topology(2, 1)).steps {
-        sim.apply(&step);
+    // Created, then given distinct config epochs.
+    for _ in 0..2 {
+        for step in plan(&sim.topology(2, 1)).steps {
+            sim.apply(&step);
+        }
     }
     // The seed meets everybody; nobody gossips (as if Valkey had not got round to it yet).
     let meets = plan(&sim.topology(2, 1)).steps;
@@ -995,6 +1061,49 @@ fn a_gone_primary_without_an_answering_replica_is_reported_not_forced() {
     assert!(p.steps.is_empty(), "{:?}", p.steps);
     assert!(
         p.message.contains("no replica of it answers"),
+        "{}",
+        p.message
+    );
+}
+
+#[test]
+fn a_takeover_the_rest_of_the_cluster_did_not_accept_is_healed_by_forgetting_the_gone_primary() {
+    // c-0-1 took over from the dead c-0-0, but its config epoch tied c-0-0's: it owns shard
+    // 0's slots in its own view while everybody else still sees c-0-0 owning them.
+    let mut t = primary_gone(3);
+    let gone_id = t.members[0].node_id.clone().unwrap();
+    let shard0 = even_ranges(3)[0].clone();
+    let promoted = t.members[1].view.as_mut().unwrap();
+    promoted.is_primary = true;
+    promoted.primary_id = None;
+    promoted.slots = vec![shard0];
+    promoted.slot_owners.remove(&gone_id);
+    let p = plan(&t);
+    let expected: Vec<Step> = t.members[2..]
+        .iter()
+        .map(|m| Step::Forget {
+            via: m.addr.clone().unwrap(),
+            node: gone_id.clone(),
+        })
+        .collect();
+    assert_eq!(p.steps, expected, "{}", p.message);
+    assert!(
+        p.message
+            .contains("c-0-1 took over from its gone primary c-0-0")
+            && p.message.contains("making them forget c-0-0"),
+        "{}",
+        p.message
+    );
+    // Once they forgot it and took the promoted member's claim, the gone member is retired.
+    for m in &mut t.members[2..] {
+        m.view.as_mut().unwrap().slot_owners.remove(&gone_id);
+    }
+    let p = plan(&t);
+    assert_eq!(
+        p.steps,
+        vec![Step::MarkLeaving {
+            names: vec!["c-0-0".into()]
+        }],
         "{}",
         p.message
     );

@@ -23,6 +23,8 @@ fn created(shards: usize, replicas: usize) -> Topology {
             let name = member_name("c", shard, index);
             let view = MemberView {
                 known: BTreeSet::from([id(&name)]),
+                // Past the distinct-epochs step (formation's first, tested in tests.rs).
+                config_epoch: i as u64 + 1,
                 ..MemberView::bare(&id(&name).0)
             };
             Member {

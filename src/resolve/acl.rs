@@ -44,6 +44,7 @@ pub const OPERATOR_COMMANDS: &[&str] = &[
     "cluster|addslotsrange",
     "cluster|replicate",
     "cluster|failover",
+    "cluster|set-config-epoch",
     "cluster|forget",
     "cluster|reset",
     "cluster|setslot",
@@ -503,7 +504,8 @@ mod tests {
                 " resetchannels ~* -@all +auth +client|id +ping +info +cluster|myid +cluster|nodes \
                  +cluster|shards +cluster|info +cluster|countkeysinslot +cluster|getkeysinslot \
                  +cluster|getslotmigrations +cluster|meet +cluster|addslotsrange \
-                 +cluster|replicate +cluster|failover +cluster|forget +cluster|reset \
+                 +cluster|replicate +cluster|failover +cluster|set-config-epoch \
+                 +cluster|forget +cluster|reset \
                  +cluster|setslot +cluster|migrateslots +cluster|cancelslotmigrations \
                  +config|get +config|set +config|rewrite +acl|load +acl|users +migrate \
                  +restore-asking +select"

@@ -84,6 +84,7 @@ fn this_round(steps: &[Step]) -> Vec<&Step> {
             let kind = match step {
                 Step::CreateNode { .. } => "create",
                 Step::Meet { .. } => "meet",
+                Step::SetConfigEpoch { .. } => "set_config_epoch",
                 Step::Replicate { .. } => "replicate",
                 Step::Forget { .. } => "forget",
                 Step::DeleteNode { .. } => "delete",
@@ -121,6 +122,7 @@ async fn dispatch(a: &Actor<'_>, step: &Step) -> Result<(), Error> {
         Step::CancelSlotMigrations { member } => cancel_slot_migrations(a, member).await,
         Step::MarkActive { names } => mark_active(a, names).await,
         Step::MarkLeaving { names } => mark_leaving(a, names).await,
+        Step::SetConfigEpoch { member, epoch } => set_config_epoch(a, member, *epoch).await,
         Step::Forget { via, node } => forget(a, via, node).await,
         Step::DeleteNode { name } => delete_node(a, name).await,
     }
@@ -329,6 +331,13 @@ async fn mark_leaving(a: &Actor<'_>, names: &[String]) -> Result<(), Error> {
         a.event("RetiringMember", &format!("Retiring member {name}"))
             .await;
     }
+    Ok(())
+}
+
+async fn set_config_epoch(a: &Actor<'_>, member: &MemberAddr, epoch: u64) -> Result<(), Error> {
+    a.ctx.metrics.action("set_config_epoch");
+    info!(cluster = %a.key, member = %member, epoch, "CLUSTER SET-CONFIG-EPOCH");
+    a.driver.set_config_epoch(member, epoch).await?;
     Ok(())
 }
 

@@ -208,6 +208,7 @@ pub fn view(obs: &MemberObservation, now: i64) -> MemberView {
             .filter(|n| !n.slots.is_empty())
             .map(|n| n.id.clone())
             .collect(),
+        config_epoch: myself.map_or(0, |m| m.config_epoch),
         migrating: myself.map(|m| m.migrating.clone()).unwrap_or_default(),
         importing: myself.map(|m| m.importing.clone()).unwrap_or_default(),
         exports,
