@@ -143,6 +143,29 @@ impl PodRef {
         }
     }
 
+    /// Path of the log of a container's previous run, once it has restarted: vk-kubelet moves
+    /// the log to `<container>.log.previous`; a real kubelet keeps one file per attempt
+    /// (`<container>/<attempt>.log`), so it is the attempt before the running one's.
+    pub fn previous_log_path(&self, container: &str) -> anyhow::Result<PathBuf> {
+        let current = self.log_path(container)?;
+        match &self.runtime {
+            Runtime::VkKubelet(_) => {
+                Ok(current.with_file_name(format!("{container}.log.previous")))
+            }
+            Runtime::Cri(_) => {
+                let attempt: u32 = current
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .and_then(|s| s.parse().ok())
+                    .with_context(|| format!("{} is not <attempt>.log", current.display()))?;
+                let previous = attempt
+                    .checked_sub(1)
+                    .context("the container has not restarted")?;
+                Ok(current.with_file_name(format!("{previous}.log")))
+            }
+        }
+    }
+
     /// Sends a signal to a container: on vk-kubelet to its process group, on a real node to
     /// its first process (pid 1 of the container: SIGKILL ends the whole container).
     pub fn signal(&self, container: &str, sig: Signal) -> anyhow::Result<()> {

@@ -271,10 +271,10 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
             "thawed leader exited {:.1} s after SIGCONT",
             woke.elapsed().as_secs_f64()
         );
-        // The kubelet moves a restarted container's log to `<container>.log.previous`: the
-        // exited process's last lines are there once the new one has started.
+        // The exited process's last lines are in its previous run's log once the new one has
+        // started.
         let current = frozen.log_path("operator")?;
-        let previous = current.with_file_name("operator.log.previous");
+        let previous = frozen.previous_log_path("operator")?;
         let mut new_lines = String::new();
         for path in [previous, current] {
             let text = std::fs::read_to_string(&path).unwrap_or_default();

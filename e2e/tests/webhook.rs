@@ -373,19 +373,19 @@ async fn a_config_closing_an_inheritance_cycle_or_overcommitting_memory_is_denie
         )?;
         assert!(out.ok, "{}", out.stderr);
 
-        // maxmemory above the container memory (inherited 2Gi from standard): denied.
+        // maxmemory above the container memory (inherited 1Gi from standard): denied.
         let out = kubectl_input(
             &["apply", "--dry-run=server", "-f", "-"],
             &config_json(
                 &a,
-                json!({"baseRef": "standard", "valkey": {"maxmemory": "3gb"}}),
+                json!({"baseRef": "standard", "valkey": {"maxmemory": "2gb"}}),
             ),
         )?;
         assert!(!out.ok, "maxmemory above memory must be denied");
         assert!(out.stderr.contains(CONFIG_WEBHOOK), "{}", out.stderr);
         assert!(
             out.stderr
-                .contains("valkey.maxmemory 3gb (3Gi) is above the container memory 2Gi"),
+                .contains("valkey.maxmemory 2gb (2Gi) is above the container memory 1Gi"),
             "{}",
             out.stderr
         );
@@ -394,14 +394,14 @@ async fn a_config_closing_an_inheritance_cycle_or_overcommitting_memory_is_denie
             &["apply", "--dry-run=server", "-f", "-"],
             &config_json(
                 &a,
-                json!({"baseRef": "standard", "valkey": {"maxmemory": "1900mb"}}),
+                json!({"baseRef": "standard", "valkey": {"maxmemory": "900mb"}}),
             ),
         )?;
         assert!(out.ok, "{}", out.stderr);
         assert!(
             out.stderr
-                .contains("Warning: valkey.maxmemory 1900mb (inherited")
-                || out.stderr.contains("Warning: valkey.maxmemory 1900mb is"),
+                .contains("Warning: valkey.maxmemory 900mb (inherited")
+                || out.stderr.contains("Warning: valkey.maxmemory 900mb is"),
             "{}",
             out.stderr
         );
