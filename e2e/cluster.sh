@@ -369,7 +369,8 @@ build_rust() {
     local binary archive
     binary=$(bash "$REPO/e2e/release-build.sh")
     # The operator's image for the real nodes (what `make image` builds), when the binary is newer.
-    archive=$(ls -t "$CARGO_TARGET_DIR"/image/valkey-operator-*.oci.tar 2>/dev/null | head -1)
+    # (none yet on a fresh machine: ls fails, which must not end the script)
+    archive=$(ls -t "$CARGO_TARGET_DIR"/image/valkey-operator-*.oci.tar 2>/dev/null | head -1 || true)
     if [ -z "$archive" ] || [ "$binary" -nt "$archive" ]; then
       (cd "$REPO" && bash e2e/image.sh >/dev/null)
     fi

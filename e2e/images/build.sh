@@ -166,7 +166,7 @@ add_on_images() {
 
 # The operator: the OCI archive `make image` wrote, copied as it is.
 operator_image() {
-  local archive; archive=$(ls -t "${CARGO_TARGET_DIR:-$CACHE/target}"/image/valkey-operator-*.oci.tar 2>/dev/null | head -1)
+  local archive; archive=$(ls -t "${CARGO_TARGET_DIR:-$CACHE/target}"/image/valkey-operator-*.oci.tar 2>/dev/null | head -1 || true)
   [ -n "$archive" ] || { log "no operator image yet (make image builds it): not pushed"; return 0; }
   local ref=library/valkey-operator:dev want
   want=$(skopeo inspect --format '{{.Digest}}' "oci-archive:$archive")
