@@ -244,6 +244,50 @@ async fn forms_three_primaries_with_one_replica_each(build: ValkeyBuild) {
     }
 }
 
+/// A replica whose own config epoch is already the highest does not bump it on `TAKEOVER`:
+/// its claim wins only because formation gave every member a distinct epoch (tied with its
+/// primary's, the other members would keep the dead primary as the slots' owner).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_by_the_replica_with_the_highest_epoch_is_accepted_by_every_member() {
+    let (mut servers, driver) = start(ValkeyBuild::V9_0, 4).await;
+    let members = servers.addrs();
+    // Epochs 1..=4: members[3] (epoch 4, the highest) replicates members[1] (epoch 2).
+    let formation = form_cluster(&driver, &members, 2, FORM_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("formation failed: {e}"));
+    let (replica, replica_id, primary_id) = formation.replicas[1].clone();
+    assert_eq!(replica, members[3]);
+    let refused = driver.set_config_epoch(&members[0], 9).await;
+    assert!(
+        refused.is_err(),
+        "SET-CONFIG-EPOCH is refused once a member knows others"
+    );
+    servers.servers[1].kill();
+    driver
+        .failover(&replica, FailoverMode::Takeover)
+        .await
+        .expect("takeover");
+    let range = slots::even_ranges(2)[1].clone();
+    for witness in [&members[0], &members[2]] {
+        wait_for("the takeover's claim to spread", STEP_TIMEOUT, || async {
+            let nodes = driver
+                .cluster_nodes(witness)
+                .await
+                .map_err(|e| e.to_string())?;
+            let owner = nodes.iter().find(|n| n.slots.contains(&range));
+            match owner {
+                Some(n) if n.id == replica_id => Ok(()),
+                other => Err(format!(
+                    "{witness} sees {:?} owning {range:?} (dead primary {primary_id})",
+                    other.map(|n| (&n.id, n.config_epoch))
+                )),
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("the takeover was not accepted: {e}"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forms_3x1_cluster_through_the_driver_on_9_0() {
     forms_three_primaries_with_one_replica_each(ValkeyBuild::V9_0).await;

@@ -164,29 +164,6 @@ pub fn pod_metrics(pod: &Pod) -> anyhow::Result<String> {
     Ok(body)
 }
 
-/// Each member's own config epoch (its `myself` line of `CLUSTER NODES`), by pod name.
-pub async fn config_epochs(
-    client: &Client,
-    ns: &str,
-    cluster: &str,
-) -> anyhow::Result<Vec<(String, u64)>> {
-    use valkey_operator::driver::ClusterDriver;
-    let driver = operator_driver(client, ns, cluster).await?;
-    let mut epochs = Vec::new();
-    for pod in member_pods(client, ns, cluster).await? {
-        let addr = serving_addrs(std::slice::from_ref(&pod))
-            .pop()
-            .with_context(|| format!("{} has no address", pod.name_any()))?;
-        let nodes = driver.cluster_nodes(&addr).await?;
-        let myself = nodes
-            .iter()
-            .find(|n| n.flags.myself)
-            .context("no myself line")?;
-        epochs.push((pod.name_any(), myself.config_epoch));
-    }
-    Ok(epochs)
-}
-
 /// What a failed wait needs to be diagnosed after the fact (CI keeps no cluster): each member
 /// pod's phase, its node's view of the cluster and its replication link, and the operator's
 /// log lines about the cluster. Best effort: whatever cannot be read is said so.

@@ -613,8 +613,9 @@ pub struct Formation {
     pub phases: Vec<(&'static str, Duration)>,
 }
 
-/// Forms a cluster from fresh members with driver calls only: the first `shards` members
-/// become primaries with even slot ranges, the rest replicate them round-robin.
+/// Forms a cluster from fresh members with driver calls only: each gets its own config epoch
+/// (member i: i + 1, as the operator gives them), the first `shards` members become primaries
+/// with even slot ranges, the rest replicate them round-robin.
 /// Returns when every member reports `cluster_state:ok` and every replica's link is up.
 pub async fn form_cluster(
     driver: &dyn ClusterDriver,
@@ -631,8 +632,9 @@ pub async fn form_cluster(
     let mut phases = Vec::new();
     let mut phase_start = Instant::now();
     let mut ids = Vec::with_capacity(members.len());
-    for m in members {
+    for (m, epoch) in members.iter().zip(1..) {
         ids.push(driver.my_id(m).await?);
+        driver.set_config_epoch(m, epoch).await?;
     }
     // Slots first (they travel with the gossip), then one member meets all others.
     for (m, range) in members.iter().zip(even_ranges(shards)) {

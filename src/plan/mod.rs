@@ -60,7 +60,8 @@ pub struct MemberView {
     pub replica_in_sync: bool,
     /// Ids of every node owning at least one slot, as this member sees the cluster.
     pub slot_owners: BTreeSet<NodeId>,
-    /// This member's own config epoch (`CLUSTER NODES`, its `myself` line).
+    /// This member's config epoch (`CLUSTER NODES`, its `myself` line; a replica reports its
+    /// primary's there, not the one it would take over with).
     pub config_epoch: u64,
     /// Slots this member is exporting key by key (`SETSLOT MIGRATING`).
     pub migrating: Vec<OpenSlot>,
