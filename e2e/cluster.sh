@@ -324,7 +324,15 @@ metadata: {name: readiness-check, namespace: cert-manager}
 spec: {selfSigned: {}}
 EOF
   }
-  wait_for "cert-manager's webhook to admit objects" 120 cert_manager_admits
+  # cainjector copies the webhook's CA (Secret cert-manager-webhook-ca, made by the webhook
+  # when it starts) into the webhook configurations. On real nodes a cainjector that started
+  # before the Secret existed was seen to miss its creation and never inject (x509: unknown
+  # authority for minutes; a new cainjector pod injected at once): one restart after 45 s.
+  if ! (wait_for "cert-manager's webhook to admit objects" 45 cert_manager_admits) 2>/dev/null; then
+    log "cert-manager's webhook CA not injected after 45 s: restarting cainjector"
+    $KUBECTL -n cert-manager rollout restart deployment/cert-manager-cainjector >/dev/null
+    wait_for "cert-manager's webhook to admit objects" 120 cert_manager_admits
+  fi
   log "cert-manager $v running (controller, webhook, cainjector)"
 }
 
