@@ -946,6 +946,19 @@ fn rollout_progress_counts_shards_and_members() {
     panic!("the rollout never reached shard 1");
 }
 
+/// The plan for `t` is to retire `name`, and nothing else.
+fn assert_retires_only(t: &Topology, name: &str) {
+    let p = plan(t);
+    assert_eq!(
+        p.steps,
+        vec![Step::MarkLeaving {
+            names: vec![name.into()]
+        }],
+        "{}",
+        p.message
+    );
+}
+
 /// A formed 3 x 1 cluster whose shard 0 primary (c-0-0) is gone for good: its process died
 /// without persistence (pod Failed) and it answers nothing.
 fn primary_gone(shards: usize) -> Topology {
@@ -1015,15 +1028,7 @@ fn a_gone_member_owning_no_slots_is_retired_and_replaced() {
     gone.view = None;
     gone.addr = None;
     gone.gone = Some("its pod was lost".into());
-    let p = plan(&t);
-    assert_eq!(
-        p.steps,
-        vec![Step::MarkLeaving {
-            names: vec!["c-0-0".into()]
-        }],
-        "{}",
-        p.message
-    );
+    assert_retires_only(&t, "c-0-0");
     // Retired, it is replaced: a new member for shard 0 first.
     t.members[0].lifecycle = Lifecycle::Leaving;
     let p = plan(&t);
@@ -1098,15 +1103,7 @@ fn a_takeover_the_rest_of_the_cluster_did_not_accept_is_healed_by_forgetting_the
     for m in &mut t.members[2..] {
         m.view.as_mut().unwrap().slot_owners.remove(&gone_id);
     }
-    let p = plan(&t);
-    assert_eq!(
-        p.steps,
-        vec![Step::MarkLeaving {
-            names: vec!["c-0-0".into()]
-        }],
-        "{}",
-        p.message
-    );
+    assert_retires_only(&t, "c-0-0");
 }
 
 #[test]
