@@ -415,16 +415,31 @@ project_up() {
   $KUBECTL apply --server-side --force-conflicts -f "$REPO/manifests/rbac/platform-team.yaml" \
     -f "$REPO/manifests/rbac/product-team.yaml" >/dev/null
   log "persona RBAC installed"
-  if [ "${LC_SAMPLES:-1}" = 1 ]; then
+  # LC_SAMPLES=1 (default): the menu and the sample clusters; menu: the menu only (images,
+  # roles, configs, the samples' namespace: make test, whose suites need the room the sample
+  # clusters would take on 2-CPU nodes); 0: nothing.
+  local samples=${LC_SAMPLES:-1} files=()
+  case $samples in
+    1) files=("$REPO"/manifests/samples/*.yaml) ;;
+    menu) files=("$REPO"/manifests/samples/0*.yaml "$REPO"/manifests/samples/10-namespace.yaml) ;;
+    0) ;;
+    *) die "LC_SAMPLES=$samples: use 1 (menu and sample clusters), menu (the menu only) or 0 (nothing)" ;;
+  esac
+  if [ ${#files[@]} -gt 0 ]; then
     # Samples are for the first start: objects that exist (perhaps edited by the user since,
     # e.g. `kubectl patch` of a cluster) are left as they are, never fought over.
-    local out errors
-    out=$($KUBECTL create -f "$REPO/manifests/samples/" 2>&1) || true
+    local out errors f args=()
+    for f in "${files[@]}"; do args+=(-f "$f"); done
+    out=$($KUBECTL create "${args[@]}" 2>&1) || true
     errors=$(grep -i 'error' <<<"$out" | grep -v 'AlreadyExists' || true)
     [ -z "$errors" ] || die "samples could not be created: $errors"
+  fi
+  if [ "$samples" = 1 ]; then
     log "samples created (existing ones left as they are); watch them with: kubectl get valkey -A"
     $KUBECTL -n my-app wait --for=jsonpath='{.status.state}'=Active valkeycluster/my-cluster --timeout=180s >/dev/null \
       && log "my-app/my-cluster is Active" || log "my-app/my-cluster is not Active yet: kubectl -n my-app describe valkeycluster my-cluster"
+  elif [ "$samples" = menu ]; then
+    log "sample menu created (images, roles, configs; no sample clusters)"
   fi
 }
 

@@ -27,8 +27,11 @@ pids_of() { for f in "$LC_DIR"/pids/*.pid; do [ -e "$f" ] && cat "$f"; done | so
 nodes_ready() { [ "$($KUBECTL get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 3 ]; }
 leftovers() {
   pgrep -af "$CACHE/(k8s|etcd|coredns|cert-manager)-v"; pgrep -ax vk-kubelet; pgrep -af "valkey-server /etc/valkey"
-  ip netns list | grep '^vkp-'; ip -o link show | grep -E ': (vkh|vkbr0)'
+  pgrep -af "containerd(-shim-runc-v2)? .*$LC_DIR/real/"; pgrep -ax docker-registry
+  ip netns list | grep -E '^(vkp|cni)-'; ip -o link show | grep -E ': (vkh|vkbr0|veth)'
   iptables -t nat -S | grep KUBE- | head -3
+  awk -v d="$LC_DIR/real/" 'index($2, d) == 1 {print "mount", $2}' /proc/self/mounts | head -3
+  ls -d /sys/fs/cgroup/*/vk-* 2>/dev/null | head -3
 }
 nothing_left() {
   # Processes killed by `down` may take a moment to be gone.
@@ -36,14 +39,22 @@ nothing_left() {
   echo "left behind:"; leftovers
   return 1
 }
+# Real nodes too: no containerd or shim of a node, no registry, no CNI namespace or veth, no
+# mount under a node's directory, no node cgroup.
 nothing_left_now() {
-  local nat; nat=$(iptables -t nat -S 2>/dev/null)
+  local nat netns links mounts
+  nat=$(iptables -t nat -S 2>/dev/null); netns=$(ip netns list 2>/dev/null)
+  links=$(ip -o link show 2>/dev/null); mounts=$(cat /proc/self/mounts)
   ! pgrep -f "$CACHE/(k8s|etcd|coredns|cert-manager)-v" >/dev/null \
     && ! pgrep -x vk-kubelet >/dev/null \
+    && ! pgrep -f "containerd(-shim-runc-v2)? .*$LC_DIR/real/" >/dev/null \
+    && ! pgrep -x docker-registry >/dev/null \
     && [[ $nat != *KUBE-* ]] \
     && ! pgrep -f "valkey-server /etc/valkey" >/dev/null \
-    && ! ip netns list | grep -q '^vkp-' \
-    && ! ip -o link show | grep -qE ': (vkh|vkbr0)'
+    && ! grep -qE '^(vkp|cni)-' <<<"$netns" \
+    && ! grep -qE ': (vkh|vkbr0|veth)' <<<"$links" \
+    && [[ $mounts != *" $LC_DIR/real/"* ]] \
+    && ! compgen -G '/sys/fs/cgroup/*/vk-*' >/dev/null
 }
 
 # 1. A second `up` builds nothing and keeps the control plane running.

@@ -8,9 +8,9 @@
 # set in the configs below, each with its reason.
 
 REGISTRY=127.0.0.1:5000
-# Who runs the zoned nodes node-a, node-b, node-c: vk-kubelet (the default while the suites
-# move over) or, with LC_NODE_AGENT=kubelet, the upstream kubelet like real-a.
-NODE_AGENT=${LC_NODE_AGENT:-vk-kubelet}
+# Who runs the zoned nodes node-a, node-b, node-c: the upstream kubelet like real-a (the
+# default), or with LC_NODE_AGENT=vk-kubelet our process-per-pod kubelet (e2e/kubelet).
+NODE_AGENT=${LC_NODE_AGENT:-kubelet}
 if [ "$NODE_AGENT" = kubelet ]; then
   REAL_NODES=${LC_REAL_NODES:-node-a node-b node-c real-a}
 else

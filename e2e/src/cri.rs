@@ -179,6 +179,15 @@ pub fn freezer_of(pid: i32) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from("/sys/fs/cgroup/freezer").join(path.trim_start_matches('/')))
 }
 
+/// Whether `pid`'s freezer cgroup is frozen, by itself or by an ancestor (a stopped node's
+/// frozen cgroup root reads `FROZEN` in every cgroup below it).
+pub fn is_frozen(pid: i32) -> anyhow::Result<bool> {
+    let cgroup = freezer_of(pid)?;
+    let state = std::fs::read_to_string(cgroup.join("freezer.state"))
+        .with_context(|| format!("reading {}/freezer.state", cgroup.display()))?;
+    Ok(state.trim() == "FROZEN")
+}
+
 /// Freezes (`FROZEN`) or thaws (`THAWED`) every process of a freezer cgroup and its children:
 /// processes keep their sockets open and answer nothing, as a hung machine.
 pub fn set_frozen(cgroup: &std::path::Path, frozen: bool) -> anyhow::Result<()> {

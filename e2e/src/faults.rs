@@ -204,6 +204,25 @@ impl PodRef {
         }
     }
 
+    /// Whether [`PodRef::pause`] (or a stopped node) holds the container: stopped (`T`) on
+    /// vk-kubelet, its cgroup frozen on a real node.
+    pub fn is_paused(&self, container: &str) -> anyhow::Result<bool> {
+        let pid = self.pid(container)?;
+        match &self.runtime {
+            Runtime::VkKubelet(_) => {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+                let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+                Ok(state.starts_with('T'))
+            }
+            Runtime::Cri(_) => crate::cri::is_frozen(pid),
+        }
+    }
+
+    /// Whether the pod runs on a real node (upstream kubelet, containerd), not on vk-kubelet.
+    pub fn on_real_node(&self) -> bool {
+        matches!(self.runtime, Runtime::Cri(_))
+    }
+
     /// Runs a command inside the container, like `kubectl exec` (on vk-kubelet in its network
     /// and mount namespaces with the kubelet's view of its PATH; on a real node through the
     /// runtime).

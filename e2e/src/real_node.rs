@@ -1,6 +1,6 @@
 //! The local cluster's real node (e2e/real-node.sh): the upstream kubelet with containerd and
-//! runc, images pulled from the registry on the machine. It is tainted while the zoned nodes
-//! are still vk-kubelet's, so only pods that ask for it run there.
+//! runc, images pulled from the registry on the machine. `real-a` has no zone and is tainted,
+//! so only pods that ask for it run there (the zoned nodes are real nodes too, by default).
 
 use std::collections::BTreeMap;
 

@@ -7,7 +7,9 @@
 //! of the replica that replaced it. (The same with `appendonly yes`, where members do restart
 //! in place: e2e/tests/failures.rs.) And a key-by-key scale-out whose source primary is
 //! SIGKILLed while it exports: the replica that replaces it finishes the move, no confirmed key
-//! is lost and no key is left in a slot its member does not own.
+//! is lost and no key is left in a slot its member does not own. And a primary that a client's
+//! oversized command drives past its container's memory limit, `OOMKilled` by the kernel (a
+//! real node's memory cgroup): the same rules hold and no confirmed key is lost.
 #![cfg(feature = "e2e")]
 
 use std::time::{Duration, Instant};
@@ -139,6 +141,99 @@ async fn killed_members_without_persistence_lose_no_confirmed_write() -> anyhow:
     );
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete(NAME, &Default::default())
+        .await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// Sends `SET` with a `bulk`-byte value to the member at `ip` as user `app`, streaming the
+/// value until the connection breaks: Valkey reads a command's arguments into the client's
+/// query buffer before running it, so a value larger than the container's memory limit drives
+/// valkey-server into the kernel's OOM killer, as a client uploading a huge blob does. Returns
+/// the bytes of the value that were sent before the connection broke.
+async fn oversized_set(ip: &str, bulk: usize) -> anyhow::Result<usize> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect((ip, 6379)).await?;
+    let password = valkey_e2e::workload::PASSWORD;
+    conn.write_all(format!("AUTH app {password}\r\n").as_bytes())
+        .await?;
+    let mut reply = [0u8; 64];
+    let n = conn.read(&mut reply).await?;
+    ensure!(
+        reply[..n].starts_with(b"+OK"),
+        "AUTH as app: {}",
+        String::from_utf8_lossy(&reply[..n])
+    );
+    conn.write_all(format!("*3\r\n$3\r\nSET\r\n$7\r\noom:big\r\n${bulk}\r\n").as_bytes())
+        .await?;
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0;
+    while sent < bulk {
+        let len = chunk.len().min(bulk - sent);
+        if conn.write_all(&chunk[..len]).await.is_err() {
+            return Ok(sent);
+        }
+        sent += len;
+    }
+    // All of it went out: whatever happens next, the server did not die while reading it.
+    let _ = conn.write_all(b"\r\n").await;
+    Ok(sent)
+}
+
+#[tokio::test]
+async fn oom_killed_primary_loses_no_confirmed_write() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    const OOM: &str = "oom";
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-safe-oom").await?;
+    // Members' containers are limited to the config's 256Mi (workload::config).
+    let menu = active_cluster(&client, &ns.name, OOM, "9.0.0", (2, 1)).await?;
+    valkey_e2e::workload::write_confirmed(&client, &ns.name, OOM, "oom", KEYS).await?;
+    let primary = safety::members_with(&client, &ns.name, OOM, NodeRole::Primary).await?[0].clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod = pods.get(&primary.pod).await?;
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("primary's pod IP")?;
+    ensure!(
+        PodRef::find(&ns.name, &primary.pod)?.on_real_node(),
+        "{} runs on vk-kubelet, which enforces no memory limit: this test needs the real nodes \
+         (LC_NODE_AGENT=kubelet, the default)",
+        primary.pod
+    );
+    let t = Instant::now();
+    // 400 MB, well past the 256Mi limit and within Valkey's 512 MB proto-max-bulk-len.
+    let sent = oversized_set(&ip, 400 << 20).await?;
+    println!(
+        "connection to {} broke after {} MiB of the value",
+        primary.pod,
+        sent >> 20
+    );
+    let reason = valkey_e2e::harness::wait_for(
+        "the kubelet to report the primary's valkey-server OOMKilled",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let (pods, name) = (pods.clone(), primary.pod.clone());
+            async move {
+                let pod = pods.get_opt(&name).await?.context("the primary's pod")?;
+                match valkey_e2e::real_node::termination(&pod, "valkey") {
+                    Some((reason, _)) if reason == "OOMKilled" => Ok(Some(reason)),
+                    other => anyhow::bail!("{name}: last termination {other:?}"),
+                }
+            }
+        },
+    )
+    .await?;
+    println!("{}: {reason} after {:?}", primary.pod, t.elapsed());
+    safety::healed(&client, &ns.name, OOM, SHAPE, &[&primary.name], t).await?;
+    let missing =
+        valkey_e2e::workload::missing_confirmed(&client, &ns.name, OOM, "oom", KEYS).await?;
+    ensure!(missing == 0, "the OOM kill lost {missing} confirmed key(s)");
+    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .delete(OOM, &Default::default())
         .await?;
     menu.remove(&client).await?;
     Ok(())

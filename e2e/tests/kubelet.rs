@@ -1,5 +1,7 @@
-//! Integration tests of vk-kubelet against the running local cluster (`make up`). They
-//! read `$LC_DIR/kubeconfig` (default `<repo>/.localcluster/kubeconfig`) and fail loudly
+//! Integration tests of the local cluster's nodes against the running cluster (`make up`):
+//! what the suites rely on a node for (zones, volumes, probes, restarts, logs, images, pod
+//! networking and its faults), on whichever agent runs the zoned nodes (the upstream kubelet
+//! by default, vk-kubelet with `LC_NODE_AGENT=vk-kubelet`). They read `$LC_DIR/kubeconfig` (default `<repo>/.localcluster/kubeconfig`) and fail loudly
 //! when the cluster is not up. Each test works in its own namespace and deletes it.
 //! Needs root (fault hooks and in-namespace checks use setns/nsenter).
 //! Built with `--features valkey-e2e/e2e` (`make e2e`); plain `cargo test` has no cluster.
@@ -21,6 +23,10 @@ use vk_kubelet::state::lc_dir;
 use vk_kubelet::{client_from, install_crypto_provider};
 
 const VALKEY_IMAGE: &str = "valkey/valkey:9.1.2";
+/// busybox with a shell (the Valkey image, like a minimal production image, has none).
+const SHELL_IMAGE: &str = "registry.local/sleep:1";
+/// The image registry on the machine that the real nodes pull from (e2e/real-node.sh).
+const REGISTRY: &str = "127.0.0.1:5000";
 
 async fn client() -> Client {
     install_crypto_provider();
@@ -305,8 +311,9 @@ async fn valkey_pod_with_configmap_is_ready_reachable_and_sees_config_edits() {
         .await
         .unwrap();
         let t0 = Instant::now();
+        // A real kubelet refreshes ConfigMap volumes on its pod sync (about a minute, jittered).
         wait_until(
-            Duration::from_secs(60),
+            Duration::from_secs(150),
             "edited valkey.conf visible in the pod",
             || {
                 let got = p.read_file("valkey", "/etc/valkey/valkey.conf").ok();
@@ -445,7 +452,7 @@ async fn kubectl_logs_returns_container_output() {
         create_pod(&c, &ns, json!({
             "metadata": {"name": "talker"},
             "spec": {"containers": [{
-                "name": "c", "image": VALKEY_IMAGE,
+                "name": "c", "image": SHELL_IMAGE,
                 "command": ["sh", "-c", "echo line-one; echo \"hello from $(POD_NAME)\"; exec sleep 100000"],
                 "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
             }]}
@@ -568,11 +575,11 @@ async fn env_secrets_downward_api_init_containers_and_exec_probes() {
         create_pod(&c, &ns, json!({
             "metadata": {"name": "full", "labels": {"app": "full"}},
             "spec": {
-                "initContainers": [{"name": "init", "image": VALKEY_IMAGE,
+                "initContainers": [{"name": "init", "image": SHELL_IMAGE,
                     "command": ["sh", "-c", "echo init-ran > /work/marker"],
                     "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
                 "containers": [{
-                    "name": "c", "image": VALKEY_IMAGE,
+                    "name": "c", "image": SHELL_IMAGE,
                     "command": ["sh", "-c", "echo \"pw=$PW ip=$IP node=$NODE\"; exec sleep 100000"],
                     "env": [
                         {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "s", "key": "password"}}},
@@ -604,7 +611,11 @@ async fn env_secrets_downward_api_init_containers_and_exec_probes() {
         assert_eq!(p.read_file("c", "/etc/sec/password").unwrap(), "hunter2");
         let token = p.read_file("c", "/var/run/secrets/kubernetes.io/serviceaccount/token").unwrap();
         assert!(token.starts_with("ey"), "service account token mounted");
-        let log = std::fs::read_to_string(p.log_path("c").unwrap()).unwrap();
+        // Through the API: a real kubelet's log files carry CRI timestamps and stream tags.
+        let log = Api::<Pod>::namespaced(c.clone(), &ns)
+            .logs("full", &LogParams::default())
+            .await
+            .unwrap();
         let node = pod.spec.clone().unwrap().node_name.unwrap();
         assert_eq!(log, format!("pw=hunter2 ip={} node={node}\n", pod_ip(&pod)));
     })
@@ -755,7 +766,7 @@ async fn run_to_completion_pods_succeed_or_fail_and_crash_loops_back_off() {
         let once = |name: &str, script: &str, policy: &str| {
             json!({"metadata": {"name": name}, "spec": {
                 "restartPolicy": policy,
-                "containers": [{"name": "c", "image": VALKEY_IMAGE, "command": ["sh", "-c", script]}]}})
+                "containers": [{"name": "c", "image": SHELL_IMAGE, "command": ["sh", "-c", script]}]}})
         };
         create_pod(&c, &ns, once("ok", "echo done", "Never")).await;
         create_pod(&c, &ns, once("bad", "exit 2", "Never")).await;
@@ -772,10 +783,15 @@ async fn run_to_completion_pods_succeed_or_fail_and_crash_loops_back_off() {
             .await;
             let t = st.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
             assert_eq!(t.exit_code, code, "{name} exit code");
-            // A finished pod's sandbox is gone.
-            let netns = PodRef::find(&ns, name).unwrap().netns().unwrap();
-            wait_until(Duration::from_secs(10), "finished pod's netns removed", || {
-                let gone = !std::path::Path::new("/run/netns").join(&netns).exists();
+            // A finished pod's sandbox is gone: a real node keeps no ready sandbox for it,
+            // vk-kubelet removes its network namespace.
+            wait_until(Duration::from_secs(30), "finished pod's sandbox released", || {
+                let gone = match PodRef::find(&ns, name) {
+                    Err(_) => true,
+                    Ok(p) => p
+                        .netns()
+                        .is_ok_and(|n| !std::path::Path::new("/run/netns").join(n).exists()),
+                };
                 async move { gone.then_some(()) }
             })
             .await;
@@ -809,47 +825,99 @@ fn edit_image_map(f: impl FnOnce(&mut serde_yaml::Mapping)) {
     std::fs::rename(&tmp, &path).unwrap();
 }
 
+/// skopeo on the machine's registry (plain HTTP, local only).
+fn skopeo(args: &[&str]) {
+    let out = std::process::Command::new("skopeo")
+        .args(args)
+        .output()
+        .expect("run skopeo (make up installs it)");
+    assert!(
+        out.status.success(),
+        "skopeo {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Makes `image` (`registry.local/<name>:<tag>`) pullable as a copy of the Valkey image: on a
+/// real node by pushing it to the registry the nodes pull from, on vk-kubelet by adding it to
+/// the image map. Returns how to take it away again.
+fn publish_image(image: &str, real_node: bool) -> Box<dyn FnOnce()> {
+    if real_node {
+        let path = image
+            .strip_prefix("registry.local/")
+            .expect("registry.local image");
+        let dest = format!("docker://{REGISTRY}/{path}");
+        skopeo(&[
+            "copy",
+            "--quiet",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            &format!("docker://{REGISTRY}/valkey/valkey:9.1.2"),
+            &dest,
+        ]);
+        return Box::new(move || skopeo(&["delete", "--tls-verify=false", &dest]));
+    }
+    let key = serde_yaml::Value::String(image.to_string());
+    let added = key.clone();
+    edit_image_map(|m| {
+        let valkey = m
+            .get(serde_yaml::Value::String(VALKEY_IMAGE.into()))
+            .cloned()
+            .expect("valkey image in the map");
+        m.insert(added, valkey);
+    });
+    Box::new(move || {
+        edit_image_map(|m| {
+            m.remove(&key);
+        })
+    })
+}
+
+/// Whether `node` runs the upstream kubelet (e2e/real-node.sh labels its nodes so).
+async fn is_real_node(c: &Client, node: &str) -> bool {
+    let n = Api::<Node>::all(c.clone()).get(node).await.expect("node");
+    n.metadata
+        .labels
+        .unwrap_or_default()
+        .get("valkey-operator.local/node-agent")
+        .is_some_and(|agent| agent == "kubelet")
+}
+
+/// An image that does not exist yet leaves its pod in ImagePullBackOff; once it is published
+/// (pushed to the registry, as a user's CI pushes a tag late) the kubelet's next pull starts it.
 #[tokio::test]
-async fn image_added_to_the_map_later_starts_the_waiting_pod() {
+async fn image_published_later_starts_the_waiting_pod() {
     with_namespace("lateimage", |c, ns| async move {
         let image = format!("registry.local/late-{ns}:1");
         create_pod(
             &c,
             &ns,
             json!({"metadata": {"name": "late"}, "spec": {"containers": [{
-            "name": "c", "image": image,
+            "name": "c", "image": image, "command": ["valkey-server"],
             "args": ["--port", "7400", "--protected-mode", "no", "--save", ""],
             "readinessProbe": {"tcpSocket": {"port": 7400}, "periodSeconds": 1}}]}}),
         )
         .await;
         let api: Api<Pod> = Api::namespaced(c.clone(), &ns);
-        wait_until(Duration::from_secs(60), "ImagePullBackOff", || {
+        let node = wait_until(Duration::from_secs(60), "ImagePullBackOff", || {
             let api = api.clone();
             async move {
-                let cs = api
-                    .get("late")
-                    .await
-                    .ok()?
-                    .status?
-                    .container_statuses?
-                    .remove(0);
-                (cs.state?.waiting?.reason.as_deref() == Some("ImagePullBackOff")).then_some(())
+                let pod = api.get("late").await.ok()?;
+                let node = pod.spec?.node_name?;
+                let cs = pod.status?.container_statuses?.remove(0);
+                (cs.state?.waiting?.reason.as_deref() == Some("ImagePullBackOff")).then_some(node)
             }
         })
         .await;
-        // Add the image (same directory as valkey 9.1.2, entrypoint valkey-server).
-        let key = serde_yaml::Value::String(image.clone());
-        edit_image_map(|m| {
-            let valkey = m
-                .get(serde_yaml::Value::String(VALKEY_IMAGE.into()))
-                .cloned()
-                .expect("valkey image in the map");
-            m.insert(key.clone(), valkey);
-        });
+        let unpublish = publish_image(&image, is_real_node(&c, &node).await);
         let res = std::panic::AssertUnwindSafe(async {
             let t0 = Instant::now();
+            // The kubelet retries a failed pull with a back-off (10 s, doubling).
             let pod = wait_ready(&c, &ns, "late").await;
-            eprintln!("pod started {:?} after the image was added", t0.elapsed());
+            eprintln!(
+                "pod started {:?} after the image was published",
+                t0.elapsed()
+            );
             assert_eq!(
                 ping(SocketAddr::new(pod_ip(&pod).into(), 7400)).unwrap(),
                 "+PONG\r\n"
@@ -857,9 +925,7 @@ async fn image_added_to_the_map_later_starts_the_waiting_pod() {
         })
         .catch_unwind()
         .await;
-        edit_image_map(|m| {
-            m.remove(&key);
-        });
+        unpublish();
         if let Err(p) = res {
             std::panic::resume_unwind(p);
         }

@@ -138,27 +138,15 @@ fn ping(a: SocketAddr) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&b[..n]).into_owned())
 }
 
-fn proc_state(pid: i32) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit(')')
-        .next()
-        .unwrap_or("")
-        .trim_start()
-        .chars()
-        .next()
-        .unwrap_or('?')
-}
-
 #[tokio::test]
 async fn pause_and_resume_a_container() {
     with_valkey_pod("pause", Some("node-a"), |_c, ns, pod| async move {
         let p = PodRef::find(&ns, "v").unwrap();
         assert_eq!(ping(addr(&pod)).unwrap(), "+PONG\r\n");
         p.pause("valkey").unwrap();
-        let pid = p.pid("valkey").unwrap();
-        wait_until(Duration::from_secs(5), "process stopped", || {
-            let st = proc_state(pid);
-            async move { (st == 'T').then_some(()) }
+        wait_until(Duration::from_secs(5), "container paused", || {
+            let paused = p.is_paused("valkey").unwrap_or(false);
+            async move { paused.then_some(()) }
         })
         .await;
         assert!(ping(addr(&pod)).is_err(), "a paused server answered");
@@ -228,10 +216,9 @@ async fn stop_a_node_then_start_it_again() {
         faults::stop_node(node).unwrap();
         let stopped_at = Instant::now();
         let res = std::panic::AssertUnwindSafe(async {
-            let pid = p.pid("valkey").unwrap();
             wait_until(Duration::from_secs(5), "container paused", || {
-                let st = proc_state(pid);
-                async move { (st == 'T').then_some(()) }
+                let paused = p.is_paused("valkey").unwrap_or(false);
+                async move { paused.then_some(()) }
             })
             .await;
             assert!(ping(addr(&pod)).is_err(), "a stopped node's pod answered");

@@ -34,7 +34,7 @@ use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
 use valkey_operator::controller::names;
 use valkey_operator::driver::{ClusterDriver, Credentials, DriverConfig, FredDriver, MemberAddr};
 
-/// The TLS-capable build in `.localcluster/images.yaml`.
+/// The image built with TLS (e2e/images/build.sh; docs/local-cluster.md lists which serve TLS).
 const TLS_TAG: &str = "9.1.2";
 const KEYS: usize = 10_000;
 
