@@ -373,18 +373,69 @@ pub fn start_node(node: &str) -> anyhow::Result<()> {
     start_node_in(&StateDir::default_location(), node)
 }
 
+/// A stopped node's machine boots again: on a real node the kubelet is thawed, killed and
+/// started anew by `e2e/cluster.sh real-nodes-up` (its containerd and containers keep
+/// running), so it registers its Node again if the object was deleted while it was down, as
+/// a rebooted machine's kubelet does (a running kubelet does not re-register). vk-kubelet
+/// re-registers by itself: there this is [`start_node`].
+pub fn reboot_node(node: &str) -> anyhow::Result<()> {
+    if !crate::cri::real_nodes().iter().any(|(n, _)| n == node) {
+        return start_node(node);
+    }
+    crate::cri::set_frozen(&real_node_freezer(node), false)?;
+    kill_real_kubelet(node)?;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("real-nodes-up")
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} real-nodes-up: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// The cgroup root of a real node's pods (e2e/real-node.sh's `cgroupRoot`).
 fn real_node_freezer(node: &str) -> PathBuf {
     PathBuf::from(format!("/sys/fs/cgroup/freezer/vk-{node}"))
 }
 
-fn signal_real_kubelet(node: &str, sig: Signal) -> anyhow::Result<()> {
+fn real_kubelet_pid(node: &str) -> anyhow::Result<i32> {
     let pid_file = vk_kubelet::state::lc_dir().join(format!("pids/kubelet-{node}.pid"));
-    let pid: i32 = read_trimmed(&pid_file)
+    Ok(read_trimmed(&pid_file)
         .with_context(|| format!("reading {}", pid_file.display()))?
-        .parse()?;
+        .parse()?)
+}
+
+fn signal_real_kubelet(node: &str, sig: Signal) -> anyhow::Result<()> {
+    let pid = real_kubelet_pid(node)?;
     nix::sys::signal::kill(Pid::from_raw(pid), sig)
         .with_context(|| format!("{sig} to the kubelet of {node}"))
+}
+
+/// SIGKILL to a real node's kubelet, then waits until it is gone (or a zombie), so that
+/// e2e/cluster.sh sees it stopped and starts a new one.
+fn kill_real_kubelet(node: &str) -> anyhow::Result<()> {
+    let pid = real_kubelet_pid(node)?;
+    signal_real_kubelet(node, Signal::SIGKILL)?;
+    for _ in 0..100 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_none_or(|s| s.trim_start().starts_with(['Z', 'X']))
+            || stat.is_empty()
+        {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    bail!("the kubelet of {node} (pid {pid}) did not exit after SIGKILL")
 }
 
 pub fn stop_node_in(state: &StateDir, node: &str) -> anyhow::Result<()> {

@@ -323,7 +323,8 @@ async fn members_evicted_stranded_or_on_a_deleted_node_are_replaced_without_loss
         "{lost:?} (on deleted node {node}) replaced {:?} after the deletion",
         t.elapsed()
     );
-    // The machine comes back and registers again.
+    // The machine comes back (boots: its kubelet starts again and registers the Node anew).
+    faults::reboot_node(&node)?;
     drop(stopped);
     node_ready_is(&client, &node, "True").await?;
     healed(&client, &ns.name, NAME, SHAPE, &lost, t).await?;
