@@ -123,6 +123,13 @@ network_down() {
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^vkh' || true); do
     ip link delete "$link" 2>/dev/null || true
   done
+  # Whatever is still attached to the bridge is ours (a real node's CNI veth whose pod
+  # namespace outlived its name, e.g. after a killed run): deleting one end removes both.
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    for link in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
+      ip link delete "$link" 2>/dev/null || true
+    done
+  fi
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link delete "$BRIDGE"
     log "removed bridge $BRIDGE"

@@ -97,7 +97,7 @@ for _ in $(seq 100); do
   [ "$gone" = 1 ] && break
   sleep 0.1
 done
-left=$(ip netns list | grep -c '^vkp-' || true)
+left=$(ip netns list | grep -cE '^(vkp|cni)-' || true)
 echo "after kill: $left pod network namespaces left behind"
 start=$SECONDS
 bash "$REPO/e2e/cluster.sh" up >"$LC_DIR/logs/launcher-test-up-after-kill.log" 2>&1; rc=$?

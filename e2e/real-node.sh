@@ -211,10 +211,15 @@ real_node_down() { # node
   # Shims outlive containerd by design; this node's are those started on its socket. Whatever
   # still runs in the node's cgroups (a container of a killed containerd) goes too.
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $dir/containerd.sock" 2>/dev/null || true
-  local procs
-  procs=$(cat /sys/fs/cgroup/pids/vk-"$node"/cgroup.procs /sys/fs/cgroup/pids/vk-"$node"/*/cgroup.procs \
-    /sys/fs/cgroup/pids/vk-"$node"/*/*/cgroup.procs /sys/fs/cgroup/pids/vk-"$node"/*/*/*/cgroup.procs 2>/dev/null || true)
-  [ -z "$procs" ] || kill -KILL $procs 2>/dev/null || true
+  # Every depth: burstable and best-effort containers sit four levels below the node's root
+  # (kubepods/<class>/pod<uid>/<container>); a container outlives its killed shim.
+  local procs _
+  for _ in $(seq 50); do
+    procs=$(find /sys/fs/cgroup/pids/vk-"$node" -name cgroup.procs -exec cat {} + 2>/dev/null || true)
+    [ -n "$procs" ] || break
+    kill -KILL $procs 2>/dev/null || true
+    sleep 0.1
+  done
   local m
   for m in $(awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r); do
     umount -l "$m" 2>/dev/null || true
