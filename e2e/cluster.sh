@@ -129,8 +129,6 @@ network_down() {
     for link in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
       ip link delete "$link" 2>/dev/null || true
     done
-  fi
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link delete "$BRIDGE"
     log "removed bridge $BRIDGE"
   fi

@@ -209,11 +209,7 @@ impl PodRef {
     pub fn is_paused(&self, container: &str) -> anyhow::Result<bool> {
         let pid = self.pid(container)?;
         match &self.runtime {
-            Runtime::VkKubelet(_) => {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-                let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-                Ok(state.starts_with('T'))
-            }
+            Runtime::VkKubelet(_) => Ok(process_state(pid) == Some('T')),
             Runtime::Cri(_) => crate::cri::is_frozen(pid),
         }
     }
@@ -357,7 +353,7 @@ pub fn heal_apiserver(p: &PodRef) -> anyhow::Result<()> {
 /// vk-kubelet a control file says so; on a real node the kubelet is SIGSTOPped and the node's
 /// cgroup root frozen (every container of every pod).
 pub fn stop_node(node: &str) -> anyhow::Result<()> {
-    if crate::cri::real_nodes().iter().any(|(n, _)| n == node) {
+    if is_real_node(node) {
         crate::cri::set_frozen(&real_node_freezer(node), true)?;
         return signal_real_kubelet(node, Signal::SIGSTOP);
     }
@@ -366,7 +362,7 @@ pub fn stop_node(node: &str) -> anyhow::Result<()> {
 
 /// Undoes [`stop_node`]: pods continue, heartbeats resume.
 pub fn start_node(node: &str) -> anyhow::Result<()> {
-    if crate::cri::real_nodes().iter().any(|(n, _)| n == node) {
+    if is_real_node(node) {
         crate::cri::set_frozen(&real_node_freezer(node), false)?;
         return signal_real_kubelet(node, Signal::SIGCONT);
     }
@@ -379,7 +375,7 @@ pub fn start_node(node: &str) -> anyhow::Result<()> {
 /// a rebooted machine's kubelet does (a running kubelet does not re-register). vk-kubelet
 /// re-registers by itself: there this is [`start_node`].
 pub fn reboot_node(node: &str) -> anyhow::Result<()> {
-    if !crate::cri::real_nodes().iter().any(|(n, _)| n == node) {
+    if !is_real_node(node) {
         return start_node(node);
     }
     crate::cri::set_frozen(&real_node_freezer(node), false)?;
@@ -398,6 +394,19 @@ pub fn reboot_node(node: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A process's state letter from `/proc/<pid>/stat` (`R`, `S`, `T` stopped, `Z` zombie...);
+/// None once it is gone.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.trim_start().chars().next()
+}
+
+/// Whether `node` is one of the local cluster's real nodes (upstream kubelet), not
+/// vk-kubelet's.
+pub fn is_real_node(node: &str) -> bool {
+    crate::cri::real_nodes().iter().any(|(n, _)| n == node)
 }
 
 /// The cgroup root of a real node's pods (e2e/real-node.sh's `cgroupRoot`).
@@ -424,13 +433,7 @@ fn kill_real_kubelet(node: &str) -> anyhow::Result<()> {
     let pid = real_kubelet_pid(node)?;
     signal_real_kubelet(node, Signal::SIGKILL)?;
     for _ in 0..100 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit(')')
-            .next()
-            .is_none_or(|s| s.trim_start().starts_with(['Z', 'X']))
-            || stat.is_empty()
-        {
+        if matches!(process_state(pid), None | Some('Z' | 'X')) {
             return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(100));

@@ -887,16 +887,6 @@ fn publish_image(image: &str, real_node: bool) -> Box<dyn FnOnce()> {
     })
 }
 
-/// Whether `node` runs the upstream kubelet (e2e/real-node.sh labels its nodes so).
-async fn is_real_node(c: &Client, node: &str) -> bool {
-    let n = Api::<Node>::all(c.clone()).get(node).await.expect("node");
-    n.metadata
-        .labels
-        .unwrap_or_default()
-        .get("valkey-operator.local/node-agent")
-        .is_some_and(|agent| agent == "kubelet")
-}
-
 /// An image that does not exist yet leaves its pod in ImagePullBackOff; once it is published
 /// (pushed to the registry, as a user's CI pushes a tag late) the kubelet's next pull starts it.
 #[tokio::test]
@@ -923,7 +913,7 @@ async fn image_published_later_starts_the_waiting_pod() {
             }
         })
         .await;
-        let unpublish = publish_image(&image, is_real_node(&c, &node).await);
+        let unpublish = publish_image(&image, faults::is_real_node(&node));
         let res = std::panic::AssertUnwindSafe(async {
             let t0 = Instant::now();
             // The kubelet retries a failed pull with a back-off (10 s, doubling).
