@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The local Kubernetes cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-# kube-proxy (built from Go modules by e2e/tools/install.sh), our kubelet (vk-kubelet, the
-# e2e/kubelet crate) with pods in their own network namespaces on bridge vkbr0
-# (198.18.0.0/15), real nodes (upstream kubelet, containerd, images from a registry on the
-# machine: e2e/real-node.sh; LC_NODE_AGENT=kubelet runs every node so), CoreDNS as a pod behind
-# the kube-dns Service (e2e/addons/coredns.yaml) and the default StorageClass.
+# kube-proxy (built from Go modules by e2e/tools/install.sh), real nodes (upstream kubelet,
+# containerd, images from a registry on the machine: e2e/real-node.sh) with pods on bridge vkbr0
+# (198.18.0.0/15), or with LC_NODE_AGENT=vk-kubelet our kubelet (the e2e/kubelet crate, pods as
+# local processes) for the zoned nodes, CoreDNS as a pod behind the kube-dns Service
+# (e2e/addons/coredns.yaml) and the default StorageClass.
 #
 #   e2e/cluster.sh up               tools + control plane + kubelet (+ CRDs, operator, samples
 #                                   when the repo provides them); idempotent
