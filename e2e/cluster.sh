@@ -298,6 +298,38 @@ dns_up() {
   log "cluster DNS serving at $DNS_SERVICE_IP ($CLUSTER_DOMAIN)"
 }
 
+# NetworkPolicy enforced: kube-network-policies (e2e/addons/network-policies.yaml) judges the
+# first packet of every TCP connection between pod addresses, handed to it through the netfilter
+# queue NFQUEUE_ID by the mangle chain VK-NETPOL (POSTROUTING: after kube-proxy's DNAT, so the
+# destination is the backing pod, and before its masquerade, so the source is still the client
+# pod; bridged packets reach it through br_netfilter). Left out, as on a real cluster: the host
+# (kubelet probes, the apiserver, the test harness), and UDP (DNS would meet the conntrack race
+# of netfilter bug 1766; every policy of this project is TCP). --queue-bypass: while nothing
+# listens on the queue, packets pass; network_policies_up waits for the listener.
+NFQUEUE_ID=100
+NETPOL_CHAIN=VK-NETPOL
+network_policies_up() {
+  sed -e "s/@KUBE_NETWORK_POLICIES_VERSION@/$KUBE_NETWORK_POLICIES_VERSION/g" -e "s/@NFQUEUE_ID@/$NFQUEUE_ID/g" \
+    "$REPO/e2e/addons/network-policies.yaml" | $KUBECTL apply --server-side --force-conflicts -f - >/dev/null
+  $KUBECTL -n kube-system rollout status deployment/kube-network-policies --timeout=120s >/dev/null \
+    || die "kube-network-policies did not become ready: $KUBECTL -n kube-system logs deploy/kube-network-policies"
+  queue_bound() { grep -qE "^ *$NFQUEUE_ID " /proc/net/netfilter/nfnetlink_queue; }
+  wait_for "kube-network-policies to listen on netfilter queue $NFQUEUE_ID" 60 queue_bound
+  iptables -t mangle -N "$NETPOL_CHAIN" 2>/dev/null || iptables -t mangle -F "$NETPOL_CHAIN"
+  iptables -t mangle -A "$NETPOL_CHAIN" -s "$GATEWAY" -j RETURN
+  iptables -t mangle -A "$NETPOL_CHAIN" -p tcp -m conntrack --ctstate NEW \
+    -j NFQUEUE --queue-num "$NFQUEUE_ID" --queue-bypass
+  local jump=(POSTROUTING -s 198.18.0.0/15 -d 198.18.0.0/15 -j "$NETPOL_CHAIN")
+  iptables -t mangle -C "${jump[@]}" 2>/dev/null || iptables -t mangle -A "${jump[@]}"
+  log "NetworkPolicy enforced by kube-network-policies (netfilter queue $NFQUEUE_ID)"
+}
+
+network_policies_down() {
+  while iptables -t mangle -D POSTROUTING -s 198.18.0.0/15 -d 198.18.0.0/15 -j "$NETPOL_CHAIN" 2>/dev/null; do :; done
+  iptables -t mangle -F "$NETPOL_CHAIN" 2>/dev/null || true
+  iptables -t mangle -X "$NETPOL_CHAIN" 2>/dev/null || true
+}
+
 # The default StorageClass: local-path-provisioner, volumes in each real node's directory.
 storage_up() {
   local paths="" node
@@ -403,6 +435,7 @@ kubelet_up() {
   # kube-proxy once its node exists (it reads the node's addresses), then DNS behind it.
   service_routing_up
   dns_up
+  network_policies_up
   storage_up
   cert_manager_up
 }
@@ -558,6 +591,7 @@ cmd_down() {
   real_nodes_down
   stop_daemon vk-kubelet 30
   stop_daemon kube-scheduler
+  network_policies_down
   service_routing_down
   stop_daemon kube-controller-manager
   stop_daemon kube-apiserver

@@ -29,7 +29,7 @@ leftovers() {
   pgrep -af "$CACHE/(k8s|etcd|coredns|cert-manager)-v"; pgrep -ax vk-kubelet; pgrep -af "valkey-server /etc/valkey"
   pgrep -af "containerd(-shim-runc-v2)? .*$LC_DIR/real/"; pgrep -ax docker-registry
   ip netns list | grep -E '^(vkp|cni)-'; ip -o link show | grep -E ': (vkh|vkbr0|veth)'
-  iptables -t nat -S | grep KUBE- | head -3
+  iptables -t nat -S | grep KUBE- | head -3; iptables -t mangle -S | grep VK-NETPOL | head -3
   awk -v d="$LC_DIR/real/" 'index($2, d) == 1 {print "mount", $2}' /proc/self/mounts | head -3
   ls -d /sys/fs/cgroup/*/vk-* 2>/dev/null | head -3
 }
@@ -42,14 +42,16 @@ nothing_left() {
 # Real nodes too: no containerd or shim of a node, no registry, no CNI namespace or veth, no
 # mount under a node's directory, no node cgroup.
 nothing_left_now() {
-  local nat netns links mounts
-  nat=$(iptables -t nat -S 2>/dev/null); netns=$(ip netns list 2>/dev/null)
+  local nat mangle netns links mounts
+  nat=$(iptables -t nat -S 2>/dev/null); mangle=$(iptables -t mangle -S 2>/dev/null)
+  netns=$(ip netns list 2>/dev/null)
   links=$(ip -o link show 2>/dev/null); mounts=$(cat /proc/self/mounts)
   ! pgrep -f "$CACHE/(k8s|etcd|coredns|cert-manager)-v" >/dev/null \
     && ! pgrep -x vk-kubelet >/dev/null \
     && ! pgrep -f "containerd(-shim-runc-v2)? .*$LC_DIR/real/" >/dev/null \
     && ! pgrep -x docker-registry >/dev/null \
     && [[ $nat != *KUBE-* ]] \
+    && [[ $mangle != *VK-NETPOL* ]] \
     && ! pgrep -f "valkey-server /etc/valkey" >/dev/null \
     && ! grep -qE '^(vkp|cni)-' <<<"$netns" \
     && ! grep -qE ': (vkh|vkbr0|veth)' <<<"$links" \

@@ -17,6 +17,7 @@
 #   registry.local/coredns:<version>           CoreDNS (e2e/addons/coredns.yaml)
 #   quay.io/jetstack/cert-manager-{controller,webhook,cainjector}:v<version>  the one binary of
 #                                  e2e/tools/cert-manager, as cert-manager's own chart names them
+#   registry.local/kube-network-policies:v<version>  NetworkPolicy enforcement
 #   redis:7.0-tls                  Debian's redis-server: a plain TCP service for tests
 #   valkey-operator:dev            the image `make image` built (Containerfile)
 set -euo pipefail
@@ -51,7 +52,10 @@ copy_with_libraries() { # rootfs source-path dest-path
 commit_and_push() { # rootfs repo:tag hash config-args...
   local rootfs=$1 ref=$2 hash=$3; shift 3
   local ctr; ctr=$(buildah from scratch)
-  buildah copy --quiet "$ctr" "$rootfs" / >/dev/null
+  # As an archive: `buildah copy` of a directory makes every file root's, which left the Valkey
+  # image's /data unwritable for its user (a pod without a volume there could not start).
+  tar -C "$rootfs" --numeric-owner -cf "$rootfs.tar" .
+  buildah add --quiet "$ctr" "$rootfs.tar" / >/dev/null
   buildah config --label "local.inputs=$hash" "$@" "$ctr"
   buildah commit --quiet --rm "$ctr" "local/$ref" >/dev/null
   buildah push --quiet --tls-verify=false "local/$ref" "docker://$REGISTRY/$ref" >/dev/null
@@ -142,13 +146,13 @@ local_path_image() {
 # called by: Debian's redis-server is a link to the multi-call redis-check-rdb, which picks its
 # job from that name (copied under the target's name, "redis-server" was not on PATH and the
 # pod ended in StartError).
-binary_image() { # repo:tag executable user entrypoint-json
-  local ref=$1 bin=$2 user=$3 entrypoint=$4 hash
+binary_image() { # repo:tag executable user entrypoint-json [name in the image]
+  local ref=$1 bin=$2 user=$3 entrypoint=$4 name=${5:-$(basename "$2")} hash
   hash=$({ inputs_hash "$bin"; echo "$user $entrypoint"; } | sha256sum | cut -c1-16)
   [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
   local rootfs=$work/${ref//[\/:]/-}; mkdir -p "$rootfs"
   users "$rootfs"
-  copy_with_libraries "$rootfs" "$(readlink -f "$bin")" "/usr/local/bin/$(basename "$bin")"
+  copy_with_libraries "$rootfs" "$(readlink -f "$bin")" "/usr/local/bin/$name"
   commit_and_push "$rootfs" "$ref" "$hash" --env PATH=/usr/local/bin --user "$user" \
     --entrypoint "$entrypoint"
 }
@@ -161,6 +165,8 @@ add_on_images() {
     binary_image "jetstack/cert-manager-$component:v$CERT_MANAGER_VERSION" \
       "$CACHE/cert-manager-v$CERT_MANAGER_VERSION/bin/cert-manager" 1000:1000 "[\"cert-manager\", \"$component\"]"
   done
+  binary_image "kube-network-policies:v$KUBE_NETWORK_POLICIES_VERSION" \
+    "$CACHE/kube-network-policies-v$KUBE_NETWORK_POLICIES_VERSION/bin/cmd" 0:0 '["netpol"]' netpol
   binary_image library/redis:7.0-tls "$(command -v redis-server)" 0:0 '["redis-server"]'
 }
 

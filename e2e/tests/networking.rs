@@ -1,7 +1,9 @@
 //! What a real cluster's network gives and ours must too (kube-proxy and CoreDNS of
 //! e2e/cluster.sh): from a pod and from the host, a ValkeyCluster's Service ClusterIP answers
 //! PING, a member's pod DNS name resolves to its IP, and a Deployment behind a Service is
-//! reachable by name.
+//! reachable by name. And the cluster's NetworkPolicy holds (kube-network-policies enforces it):
+//! a pod of another namespace gets no connection to 6379, and no pod but the members reaches
+//! the cluster bus, so a rogue `CLUSTER MEET` from another namespace never joins.
 #![cfg(feature = "e2e")]
 
 use std::net::Ipv4Addr;
@@ -17,8 +19,9 @@ use serde_json::json;
 
 use valkey_e2e::dns::resolve_ipv4;
 use valkey_e2e::harness::{TestNamespace, client, wait_for};
-use valkey_e2e::valkey::member_pods;
+use valkey_e2e::valkey::{member_pods, operator_driver};
 use valkey_e2e::workload::{PASSWORD, active_cluster};
+use valkey_operator::driver::{ClusterDriver, MemberAddr};
 
 const NAME: &str = "net";
 
@@ -172,7 +175,9 @@ async fn services_route_and_names_resolve_from_pods_and_the_host() -> anyhow::Re
          echo \"cluster $(redis-cli -h {NAME} --user app --pass {PASSWORD} --no-auth-warning ping)\"\n\
          echo \"echo $(redis-cli -h echo ping)\"\n\
          echo \"echo-fqdn $(redis-cli -h echo.{ns}.svc.cluster.local ping)\"\n\
-         echo \"resolv $(grep -c '^nameserver 198.19.0.10$' /etc/resolv.conf)\"\n"
+         echo \"resolv $(grep -c '^nameserver 198.19.0.10$' /etc/resolv.conf)\"\n\
+         {}",
+        connect_lines(member_ip)
     );
     let logs = run_in_pod(&client, ns, &script).await?;
     assert_eq!(line(&logs, "member"), member_ip.to_string(), "{logs}");
@@ -180,5 +185,96 @@ async fn services_route_and_names_resolve_from_pods_and_the_host() -> anyhow::Re
     assert_eq!(line(&logs, "echo"), "PONG", "{logs}");
     assert_eq!(line(&logs, "echo-fqdn"), "PONG", "{logs}");
     assert_eq!(line(&logs, "resolv"), "1", "{logs}");
+    // clientsFrom sameNamespace (the default): a pod of the namespace reaches the client port,
+    // not the bus, which is members-only (a dropped SYN: the connect times out).
+    assert_eq!(line(&logs, "client"), "open", "{logs}");
+    assert!(line(&logs, "bus").contains("timed out"), "{logs}");
+
+    rogue_meet_from_another_namespace(&client, ns, member_ip).await?;
     menu.remove(&client).await
+}
+
+/// Shell lines printing `client open` / `bus open` when a TCP connection to `ip`'s client and
+/// bus ports opens within 3 seconds, else what busybox nc said ("timed out", "refused").
+fn connect_lines(ip: Ipv4Addr) -> String {
+    [("client", 6379), ("bus", 16379)]
+        .map(|(label, port)| {
+            format!("echo \"{label} $(nc -w 3 {ip} {port} -e true 2>&1 && echo open)\"\n")
+        })
+        .concat()
+}
+
+/// From a namespace `clientsFrom` does not admit: no connection to the member's client or bus
+/// port, and a Valkey of the tenant's own that is told to `CLUSTER MEET` the member tries (its
+/// handshake entry shows) but never reaches it: the member's view never lists it.
+async fn rogue_meet_from_another_namespace(
+    client: &Client,
+    ns: &str,
+    member_ip: Ipv4Addr,
+) -> anyhow::Result<()> {
+    let other = TestNamespace::create(client, "net-rogue").await?;
+    let rogue_ip = rogue_valkey(client, &other.name).await?;
+    let logs = run_in_pod(client, &other.name, &connect_lines(member_ip)).await?;
+    assert!(line(&logs, "client").contains("timed out"), "{logs}");
+    assert!(line(&logs, "bus").contains("timed out"), "{logs}");
+
+    let rogue = |args: &[&str]| -> anyhow::Result<String> {
+        let out = Command::new("redis-cli")
+            .args(["-h", &rogue_ip.to_string(), "-p", "6379"])
+            .args(args)
+            .output()
+            .context("running redis-cli")?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let meet = rogue(&["cluster", "meet", &member_ip.to_string(), "6379"])?;
+    ensure!(
+        meet.trim() == "OK",
+        "the rogue's CLUSTER MEET answered {meet:?}"
+    );
+    let rogue_view = rogue(&["cluster", "nodes"])?;
+    ensure!(
+        rogue_view.contains(&format!("{member_ip}:6379")) && rogue_view.contains("handshake"),
+        "the rogue did not start a handshake with the member:\n{rogue_view}"
+    );
+    // A handshake that reaches the member completes within a second or two; past the
+    // rogue's handshake timeout (its node timeout, 15 s by default) the attempt is over.
+    let driver = operator_driver(client, ns, NAME).await?;
+    let member = MemberAddr::new(member_ip.to_string(), 6379);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(16);
+    while tokio::time::Instant::now() < deadline {
+        let nodes = driver.cluster_nodes(&member).await?;
+        let rogue_seen = nodes.iter().any(|n| n.ip == rogue_ip.to_string());
+        ensure!(
+            !rogue_seen,
+            "the member met the rogue from {}: {nodes:?}",
+            other.name
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+/// A cluster-enabled Valkey in `ns`, outside any ValkeyCluster; its pod IP once Running.
+async fn rogue_valkey(client: &Client, ns: &str) -> anyhow::Result<Ipv4Addr> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "rogue"},
+        "spec": {"containers": [{"name": "valkey", "image": "valkey/valkey:9.1.2",
+            "command": ["valkey-server", "--cluster-enabled", "yes", "--protected-mode", "no",
+                "--save", "", "--appendonly", "no"]}]}
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    wait_for(
+        "the rogue Valkey to run",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || async {
+            let status = pods.get("rogue").await?.status.unwrap_or_default();
+            if status.phase.as_deref() != Some("Running") {
+                return Ok(None);
+            }
+            Ok(status.pod_ip.map(|ip| ip.parse()).transpose()?)
+        },
+    )
+    .await
 }

@@ -135,6 +135,8 @@ go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns coredns
 go_install crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl crictl
 # local-path-provisioner: dynamic volumes on the real nodes; static (its image has no libc).
 CGO_ENABLED=0 go_install local-path-provisioner "$LOCAL_PATH_VERSION" github.com/rancher/local-path-provisioner local-path-provisioner
+# kube-network-policies: NetworkPolicy enforcement; static, as the image has no libc.
+CGO_ENABLED=0 go_install kube-network-policies "$KUBE_NETWORK_POLICIES_VERSION" sigs.k8s.io/kube-network-policies/cmd cmd
 # --- cert-manager: its controller, webhook and cainjector packages wired by e2e/tools/cert-manager
 #     (the upstream commands are modules the proxy does not serve; see its go.mod), and the Helm
 #     chart from the same module, copied beside the binary.
