@@ -8,14 +8,8 @@
 # set in the configs below, each with its reason.
 
 REGISTRY=127.0.0.1:5000
-# Who runs the zoned nodes node-a, node-b, node-c: the upstream kubelet like real-a (the
-# default), or with LC_NODE_AGENT=vk-kubelet our process-per-pod kubelet (e2e/kubelet).
-NODE_AGENT=${LC_NODE_AGENT:-kubelet}
-if [ "$NODE_AGENT" = kubelet ]; then
-  REAL_NODES=${LC_REAL_NODES:-node-a node-b node-c real-a}
-else
-  REAL_NODES=${LC_REAL_NODES:-real-a}
-fi
+# The nodes: node-a, node-b, node-c in zones and the tainted real-a, each an upstream kubelet.
+REAL_NODES=${LC_REAL_NODES:-node-a node-b node-c real-a}
 # Taint of real-a (no zone label): only pods that ask for it (tests of images, probes, cgroups,
 # volumes) run there. The zoned nodes (node-<x> in zone-<x>) take any pod.
 REAL_NODE_TAINT=valkey-operator.local/real-node
@@ -41,8 +35,8 @@ CFG
   bash "$REPO/e2e/images/build.sh" "$REGISTRY"
 }
 
-# Pod addresses of real node i: 198.18.(128+32i).1 - 198.18.(159+32i).254 (vk-kubelet's pods
-# use 198.18.1.1 - 198.18.127.254); on-link /15 like every pod, Services through the host.
+# Pod addresses of node i: 198.18.(128+32i).1 - 198.18.(159+32i).254; on-link /15 like every
+# pod, Services through the host.
 real_node_cni() { # node index dir
   local first=$((128 + 32 * $2))
   mkdir -p "$3/cni" "$3/cni-state"
@@ -146,7 +140,8 @@ CFG
   esac
 }
 
-# node-<x> is in zone-<x>, like vk-kubelet's; real-* nodes have no zone.
+# node-<x> is in zone-<x>; real-* nodes have no zone. node-agent=kubelet: the nodes that run
+# images (every node now; local-path-provisioner selects on it).
 real_node_labels() { # node
   local labels=valkey-operator.local/node-agent=kubelet
   case $1 in node-*) labels="$labels,topology.kubernetes.io/zone=zone-${1#node-}" ;; esac
@@ -237,7 +232,7 @@ real_node_down() { # node
   rm -rf "$dir"
 }
 
-# Every real node that has a directory, whatever LC_NODE_AGENT says now.
+# Every node that has a directory, whatever LC_REAL_NODES says now.
 real_nodes_down() {
   local dir
   for dir in "$LC_DIR"/real/*/; do

@@ -1,6 +1,6 @@
 //! Pods of the real nodes (e2e/real-node.sh), seen through their container runtime: each real
 //! node has its own containerd under `$LC_DIR/real/<node>/`, asked with crictl (built by
-//! e2e/tools/install.sh). [`crate::faults`] uses this for pods that vk-kubelet does not run.
+//! e2e/tools/install.sh). [`crate::faults`] reaches every pod through it.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -64,7 +64,7 @@ fn crictl_ok(socket: &std::path::Path, args: &[&str]) -> anyhow::Result<String> 
 
 /// The real nodes of the running local cluster and their runtime sockets.
 pub fn real_nodes() -> Vec<(String, PathBuf)> {
-    let dir = vk_kubelet::state::lc_dir().join("real");
+    let dir = crate::harness::lc_dir().join("real");
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };

@@ -1,7 +1,6 @@
-//! Fault hooks for tests: on vk-kubelet's nodes from its state files (see
-//! [`vk_kubelet::state`]), on the real nodes through their container runtime ([`crate::cri`]):
-//! the same scenario by the mechanism each node has (a paused container is SIGSTOPped on
-//! vk-kubelet, frozen in its cgroup on a real node). They need root and a running local cluster.
+//! Fault hooks for tests, with the mechanisms a real machine has, reaching pods through their
+//! node's container runtime ([`crate::cri`]): SIGKILL a container, freeze its cgroup, cut its
+//! routes, stop or reboot a node. They need root and a running local cluster.
 //!
 //! ```no_run
 //! use valkey_e2e::faults::{self, PodRef};
@@ -9,13 +8,13 @@
 //! let a = PodRef::find("ns", "valkey-0")?;
 //! let b = PodRef::find("ns", "valkey-1")?;
 //! a.kill("valkey")?;                 // SIGKILL the container (the kubelet restarts it)
-//! a.pause("valkey")?;                // SIGSTOP: a hung process, TCP stays open
-//! a.resume("valkey")?;               // SIGCONT
+//! a.pause("valkey")?;                // cgroup frozen: a hung process, TCP stays open
+//! a.resume("valkey")?;               // thawed
 //! faults::cut_link(&a, &b)?;         // a and b can no longer reach each other
 //! faults::heal_link(&a, &b)?;
 //! faults::cut_apiserver(&a)?;        // a cannot reach the apiserver (probes still work)
 //! faults::heal_apiserver(&a)?;
-//! faults::stop_node("node-b")?;      // no heartbeats, its pods SIGSTOPped
+//! faults::stop_node("node-b")?;      // no heartbeats, its pods frozen
 //! faults::start_node("node-b")?;
 //! # Ok(()) }
 //! ```
@@ -28,7 +27,8 @@ use anyhow::{Context, anyhow, bail};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use vk_kubelet::state::{StateDir, read_trimmed};
+use crate::cri::Sandbox;
+use crate::harness::{lc_dir, read_trimmed};
 
 /// The apiserver's address as pods see it.
 pub const APISERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -38,15 +38,7 @@ pub const APISERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 pub struct PodRef {
     pub namespace: String,
     pub name: String,
-    runtime: Runtime,
-}
-
-#[derive(Clone, Debug)]
-enum Runtime {
-    /// vk-kubelet's state dir of the pod.
-    VkKubelet(PathBuf),
-    /// The pod's sandbox on a real node.
-    Cri(crate::cri::Sandbox),
+    sandbox: Sandbox,
 }
 
 fn run(cmd: &mut Command) -> anyhow::Result<Output> {
@@ -61,120 +53,64 @@ fn run(cmd: &mut Command) -> anyhow::Result<Output> {
 }
 
 impl PodRef {
-    /// Finds the pod in vk-kubelet's default state dir (`$LC_DIR/kubelet`), else on the real
-    /// nodes.
+    /// Finds the pod's sandbox on the nodes.
     pub fn find(namespace: &str, name: &str) -> anyhow::Result<Self> {
-        let vk = Self::find_in(&StateDir::default_location(), namespace, name);
-        if vk.is_ok() {
-            return vk;
-        }
-        match crate::cri::find_sandbox(namespace, name)? {
-            Some(sandbox) => Ok(Self {
-                namespace: namespace.into(),
-                name: name.into(),
-                runtime: Runtime::Cri(sandbox),
-            }),
-            None => vk,
-        }
-    }
-
-    pub fn find_in(state: &StateDir, namespace: &str, name: &str) -> anyhow::Result<Self> {
-        let dir = state.find_pod_dir(namespace, name).ok_or_else(|| {
-            anyhow!(
-                "pod {namespace}/{name} has no state under {} and no sandbox on a real node",
-                state.root.display()
-            )
-        })?;
+        let sandbox = crate::cri::find_sandbox(namespace, name)?
+            .ok_or_else(|| anyhow!("pod {namespace}/{name} has no sandbox on any node"))?;
         Ok(Self {
             namespace: namespace.into(),
             name: name.into(),
-            runtime: Runtime::VkKubelet(dir),
+            sandbox,
         })
     }
 
-    /// The pod's network namespace name (`vkp-...` on vk-kubelet, `cni-...` on a real node).
+    /// The pod's network namespace name (`cni-...`).
     pub fn netns(&self) -> anyhow::Result<String> {
-        match &self.runtime {
-            Runtime::VkKubelet(dir) => {
-                read_trimmed(&dir.join("netns")).context("reading netns file")
-            }
-            Runtime::Cri(sandbox) => Ok(sandbox.netns.clone()),
-        }
+        Ok(self.sandbox.netns.clone())
     }
 
     /// The pod's IP.
     pub fn ip(&self) -> anyhow::Result<Ipv4Addr> {
-        match &self.runtime {
-            Runtime::VkKubelet(dir) => Ok(read_trimmed(&dir.join("ip"))
-                .context("reading ip file")?
-                .parse()?),
-            Runtime::Cri(sandbox) => Ok(sandbox.ip),
-        }
+        Ok(self.sandbox.ip)
     }
 
     /// The node the pod runs on.
     pub fn node(&self) -> anyhow::Result<String> {
-        match &self.runtime {
-            Runtime::VkKubelet(dir) => read_trimmed(&dir.join("node")).context("reading node file"),
-            Runtime::Cri(sandbox) => Ok(sandbox.node.clone()),
-        }
+        Ok(self.sandbox.node.clone())
     }
 
-    /// The pid of a container's current process (on vk-kubelet also its process group).
+    /// The pid of a container's current process (pid 1 of the container).
     pub fn pid(&self, container: &str) -> anyhow::Result<i32> {
-        match &self.runtime {
-            Runtime::VkKubelet(dir) => Ok(read_trimmed(&dir.join(format!("{container}.pid")))
-                .with_context(|| {
-                    format!(
-                        "container {container} of {}/{} is not running",
-                        self.namespace, self.name
-                    )
-                })?
-                .parse()?),
-            Runtime::Cri(sandbox) => Ok(sandbox.container(container)?.pid),
-        }
+        Ok(self.sandbox.container(container)?.pid)
     }
 
     /// Path of a container's current log file.
     pub fn log_path(&self, container: &str) -> anyhow::Result<PathBuf> {
-        match &self.runtime {
-            Runtime::VkKubelet(dir) => Ok(dir.join(format!("{container}.log"))),
-            Runtime::Cri(sandbox) => Ok(sandbox.container(container)?.log_path),
-        }
+        Ok(self.sandbox.container(container)?.log_path)
     }
 
-    /// Path of the log of a container's previous run, once it has restarted: vk-kubelet moves
-    /// the log to `<container>.log.previous`; a real kubelet keeps one file per attempt
-    /// (`<container>/<attempt>.log`), so it is the attempt before the running one's.
+    /// Path of the log of a container's previous run, once it has restarted: the kubelet keeps
+    /// one file per attempt (`<container>/<attempt>.log`), so it is the attempt before the
+    /// running one's.
     pub fn previous_log_path(&self, container: &str) -> anyhow::Result<PathBuf> {
         let current = self.log_path(container)?;
-        match &self.runtime {
-            Runtime::VkKubelet(_) => {
-                Ok(current.with_file_name(format!("{container}.log.previous")))
-            }
-            Runtime::Cri(_) => {
-                let attempt: u32 = current
-                    .file_stem()
-                    .and_then(|s| s.to_str())
-                    .and_then(|s| s.parse().ok())
-                    .with_context(|| format!("{} is not <attempt>.log", current.display()))?;
-                let previous = attempt
-                    .checked_sub(1)
-                    .context("the container has not restarted")?;
-                Ok(current.with_file_name(format!("{previous}.log")))
-            }
-        }
+        let attempt: u32 = current
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("{} is not <attempt>.log", current.display()))?;
+        let previous = attempt
+            .checked_sub(1)
+            .context("the container has not restarted")?;
+        Ok(current.with_file_name(format!("{previous}.log")))
     }
 
-    /// Sends a signal to a container: on vk-kubelet to its process group, on a real node to
-    /// its first process (pid 1 of the container: SIGKILL ends the whole container).
+    /// Sends a signal to a container's first process (pid 1 of the container: SIGKILL ends
+    /// the whole container).
     pub fn signal(&self, container: &str, sig: Signal) -> anyhow::Result<()> {
         let pid = self.pid(container)?;
-        match &self.runtime {
-            Runtime::VkKubelet(_) => nix::sys::signal::killpg(Pid::from_raw(pid), sig),
-            Runtime::Cri(_) => nix::sys::signal::kill(Pid::from_raw(pid), sig),
-        }
-        .with_context(|| format!("signal {sig} to {pid}"))?;
+        nix::sys::signal::kill(Pid::from_raw(pid), sig)
+            .with_context(|| format!("signal {sig} to {pid}"))?;
         Ok(())
     }
 
@@ -183,83 +119,33 @@ impl PodRef {
         self.signal(container, Signal::SIGKILL)
     }
 
-    /// The container hangs (connections stay open, nothing answers): SIGSTOP on vk-kubelet,
-    /// its cgroup frozen on a real node.
+    /// The container hangs (connections stay open, nothing answers): its cgroup frozen.
     pub fn pause(&self, container: &str) -> anyhow::Result<()> {
-        match &self.runtime {
-            Runtime::VkKubelet(_) => self.signal(container, Signal::SIGSTOP),
-            Runtime::Cri(_) => {
-                crate::cri::set_frozen(&crate::cri::freezer_of(self.pid(container)?)?, true)
-            }
-        }
+        crate::cri::set_frozen(&crate::cri::freezer_of(self.pid(container)?)?, true)
     }
 
     /// Undoes [`PodRef::pause`].
     pub fn resume(&self, container: &str) -> anyhow::Result<()> {
-        match &self.runtime {
-            Runtime::VkKubelet(_) => self.signal(container, Signal::SIGCONT),
-            Runtime::Cri(_) => {
-                crate::cri::set_frozen(&crate::cri::freezer_of(self.pid(container)?)?, false)
-            }
-        }
+        crate::cri::set_frozen(&crate::cri::freezer_of(self.pid(container)?)?, false)
     }
 
-    /// Whether [`PodRef::pause`] (or a stopped node) holds the container: stopped (`T`) on
-    /// vk-kubelet, its cgroup frozen on a real node.
+    /// Whether [`PodRef::pause`] (or a stopped node) holds the container: its cgroup frozen.
     pub fn is_paused(&self, container: &str) -> anyhow::Result<bool> {
-        let pid = self.pid(container)?;
-        match &self.runtime {
-            Runtime::VkKubelet(_) => Ok(process_state(pid) == Some('T')),
-            Runtime::Cri(_) => crate::cri::is_frozen(pid),
-        }
+        crate::cri::is_frozen(self.pid(container)?)
     }
 
-    /// Whether the pod runs on a real node (upstream kubelet, containerd), not on vk-kubelet.
-    pub fn on_real_node(&self) -> bool {
-        matches!(self.runtime, Runtime::Cri(_))
-    }
-
-    /// Runs a command inside the container, like `kubectl exec` (on vk-kubelet in its network
-    /// and mount namespaces with the kubelet's view of its PATH; on a real node through the
-    /// runtime).
+    /// Runs a command inside the container through the runtime, like `kubectl exec`.
     pub fn exec(&self, container: &str, argv: &[&str]) -> anyhow::Result<Output> {
-        let dir = match &self.runtime {
-            Runtime::VkKubelet(dir) => dir,
-            Runtime::Cri(sandbox) => return sandbox.exec(container, argv),
-        };
-        let pid = self.pid(container)?;
-        let path = std::fs::read(dir.join("run").join(format!("{container}.json")))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<vk_kubelet::launch::LaunchSpec>(&b).ok())
-            .and_then(|s| s.env.into_iter().find(|(k, _)| k == "PATH").map(|(_, v)| v))
-            .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
-        Command::new("nsenter")
-            .args(["-t", &pid.to_string(), "-n", "-m", "--"])
-            .args(argv)
-            .env("PATH", path)
-            .output()
-            .context("running nsenter")
+        self.sandbox.exec(container, argv)
     }
 
-    /// Reads a file as the container sees it (through its mount namespace; on a real node
-    /// through `/proc/<pid>/root`, as images need not have `cat`).
+    /// Reads a file as the container sees it, through `/proc/<pid>/root` (images need not
+    /// have `cat`).
     pub fn read_file(&self, container: &str, path: &str) -> anyhow::Result<String> {
-        if let Runtime::Cri(_) = &self.runtime {
-            let pid = self.pid(container)?;
-            let on_host = format!("/proc/{pid}/root/{}", path.trim_start_matches('/'));
-            return std::fs::read_to_string(&on_host)
-                .with_context(|| format!("reading {path} in {}/{}", self.namespace, self.name));
-        }
-        let out = self.exec(container, &["cat", path])?;
-        if !out.status.success() {
-            bail!(
-                "cat {path} in {}/{}: {}",
-                self.namespace,
-                self.name,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        let pid = self.pid(container)?;
+        let on_host = format!("/proc/{pid}/root/{}", path.trim_start_matches('/'));
+        std::fs::read_to_string(&on_host)
+            .with_context(|| format!("reading {path} in {}/{}", self.namespace, self.name))
     }
 
     /// Opens a TCP connection *from inside this pod's network namespace* to `dst`, sends
@@ -337,8 +223,9 @@ pub fn heal_link(a: &PodRef, b: &PodRef) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Cuts a pod from the apiserver (198.18.0.1). The kubelet's probes come from another
-/// address (198.18.0.2) and keep working, as on a real node.
+/// Cuts a pod from the apiserver (198.18.0.1). On this one machine that is also the nodes'
+/// address, which the kubelet probes from: the pod's probes fail too, as a pod cut from its
+/// node (kubelet_faults shows it turning NotReady).
 pub fn cut_apiserver(p: &PodRef) -> anyhow::Result<()> {
     p.blackhole(APISERVER_IP)
 }
@@ -349,37 +236,26 @@ pub fn heal_apiserver(p: &PodRef) -> anyhow::Result<()> {
 }
 
 /// "Powers off" a node: its kubelet stops its heartbeats and lease renewals (the node
-/// controller marks it NotReady/Unknown after ~40 s and taints it) and its pods hang. On
-/// vk-kubelet a control file says so; on a real node the kubelet is SIGSTOPped and the node's
-/// cgroup root frozen (every container of every pod).
+/// controller marks it NotReady/Unknown after ~40 s and taints it) and its pods hang: the
+/// kubelet is SIGSTOPped and the node's cgroup root frozen (every container of every pod).
 pub fn stop_node(node: &str) -> anyhow::Result<()> {
-    if is_real_node(node) {
-        crate::cri::set_frozen(&real_node_freezer(node), true)?;
-        return signal_real_kubelet(node, Signal::SIGSTOP);
-    }
-    stop_node_in(&StateDir::default_location(), node)
+    crate::cri::set_frozen(&node_freezer(node), true)?;
+    signal_kubelet(node, Signal::SIGSTOP)
 }
 
 /// Undoes [`stop_node`]: pods continue, heartbeats resume.
 pub fn start_node(node: &str) -> anyhow::Result<()> {
-    if is_real_node(node) {
-        crate::cri::set_frozen(&real_node_freezer(node), false)?;
-        return signal_real_kubelet(node, Signal::SIGCONT);
-    }
-    start_node_in(&StateDir::default_location(), node)
+    crate::cri::set_frozen(&node_freezer(node), false)?;
+    signal_kubelet(node, Signal::SIGCONT)
 }
 
-/// A stopped node's machine boots again: on a real node the kubelet is thawed, killed and
-/// started anew by `e2e/cluster.sh real-nodes-up` (its containerd and containers keep
-/// running), so it registers its Node again if the object was deleted while it was down, as
-/// a rebooted machine's kubelet does (a running kubelet does not re-register). vk-kubelet
-/// re-registers by itself: there this is [`start_node`].
+/// A stopped node's machine boots again: the kubelet is thawed, killed and started anew by
+/// `e2e/cluster.sh real-nodes-up` (its containerd and containers keep running), so it
+/// registers its Node again if the object was deleted while it was down, as a rebooted
+/// machine's kubelet does (a running kubelet does not re-register).
 pub fn reboot_node(node: &str) -> anyhow::Result<()> {
-    if !is_real_node(node) {
-        return start_node(node);
-    }
-    crate::cri::set_frozen(&real_node_freezer(node), false)?;
-    kill_real_kubelet(node)?;
+    crate::cri::set_frozen(&node_freezer(node), false)?;
+    kill_kubelet(node)?;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster.sh");
     let out = Command::new("bash")
         .arg(&script)
@@ -403,35 +279,29 @@ fn process_state(pid: i32) -> Option<char> {
     stat.rsplit(')').next()?.trim_start().chars().next()
 }
 
-/// Whether `node` is one of the local cluster's real nodes (upstream kubelet), not
-/// vk-kubelet's.
-pub fn is_real_node(node: &str) -> bool {
-    crate::cri::real_nodes().iter().any(|(n, _)| n == node)
-}
-
-/// The cgroup root of a real node's pods (e2e/real-node.sh's `cgroupRoot`).
-fn real_node_freezer(node: &str) -> PathBuf {
+/// The cgroup root of a node's pods (e2e/real-node.sh's `cgroupRoot`).
+fn node_freezer(node: &str) -> PathBuf {
     PathBuf::from(format!("/sys/fs/cgroup/freezer/vk-{node}"))
 }
 
-fn real_kubelet_pid(node: &str) -> anyhow::Result<i32> {
-    let pid_file = vk_kubelet::state::lc_dir().join(format!("pids/kubelet-{node}.pid"));
+fn kubelet_pid(node: &str) -> anyhow::Result<i32> {
+    let pid_file = lc_dir().join(format!("pids/kubelet-{node}.pid"));
     Ok(read_trimmed(&pid_file)
         .with_context(|| format!("reading {}", pid_file.display()))?
         .parse()?)
 }
 
-fn signal_real_kubelet(node: &str, sig: Signal) -> anyhow::Result<()> {
-    let pid = real_kubelet_pid(node)?;
+fn signal_kubelet(node: &str, sig: Signal) -> anyhow::Result<()> {
+    let pid = kubelet_pid(node)?;
     nix::sys::signal::kill(Pid::from_raw(pid), sig)
         .with_context(|| format!("{sig} to the kubelet of {node}"))
 }
 
-/// SIGKILL to a real node's kubelet, then waits until it is gone (or a zombie), so that
+/// SIGKILL to a node's kubelet, then waits until it is gone (or a zombie), so that
 /// e2e/cluster.sh sees it stopped and starts a new one.
-fn kill_real_kubelet(node: &str) -> anyhow::Result<()> {
-    let pid = real_kubelet_pid(node)?;
-    signal_real_kubelet(node, Signal::SIGKILL)?;
+fn kill_kubelet(node: &str) -> anyhow::Result<()> {
+    let pid = kubelet_pid(node)?;
+    signal_kubelet(node, Signal::SIGKILL)?;
     for _ in 0..100 {
         if matches!(process_state(pid), None | Some('Z' | 'X')) {
             return Ok(());
@@ -439,21 +309,6 @@ fn kill_real_kubelet(node: &str) -> anyhow::Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     bail!("the kubelet of {node} (pid {pid}) did not exit after SIGKILL")
-}
-
-pub fn stop_node_in(state: &StateDir, node: &str) -> anyhow::Result<()> {
-    let f = state.node_stopped_file(node);
-    std::fs::create_dir_all(f.parent().expect("node dir"))?;
-    std::fs::write(&f, b"stopped by a test\n")?;
-    Ok(())
-}
-
-pub fn start_node_in(state: &StateDir, node: &str) -> anyhow::Result<()> {
-    match std::fs::remove_file(state.node_stopped_file(node)) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// A Node's `Ready` condition status (`True`, `False`, `Unknown`; empty when it has none).

@@ -13,7 +13,31 @@ use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
-use vk_kubelet::state::lc_dir;
+/// The local cluster's state dir: `$LC_DIR`, else `<repo>/.localcluster` where `<repo>` is the
+/// checkout the current directory is in (found by `e2e/versions.env`; `cargo test` runs in the
+/// package dir). Resolved at run time: several checkouts may share one target dir.
+pub fn lc_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("LC_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Ok(cwd) = std::env::current_dir()
+        && let Some(repo) = cwd
+            .ancestors()
+            .find(|dir| dir.join("e2e").join("versions.env").is_file())
+    {
+        return repo.join(".localcluster");
+    }
+    // This crate is <repo>/e2e.
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the e2e crate is one level below the repository")
+        .join(".localcluster")
+}
+
+/// A file's contents without surrounding whitespace (pid files, one-line state).
+pub fn read_trimmed(p: &std::path::Path) -> std::io::Result<String> {
+    Ok(std::fs::read_to_string(p)?.trim().to_string())
+}
 
 /// The admin kubeconfig: `$KUBECONFIG` if set, else `$LC_DIR/kubeconfig`.
 pub fn kubeconfig_path() -> PathBuf {
@@ -56,7 +80,7 @@ pub fn tool_cache() -> PathBuf {
 
 /// promtool of the version pinned in `e2e/versions.env` (`make tools` builds it).
 pub fn promtool() -> anyhow::Result<PathBuf> {
-    let versions = vk_kubelet::state::lc_dir()
+    let versions = lc_dir()
         .parent()
         .map(|repo| repo.join("e2e/versions.env"))
         .context("no checkout")?;

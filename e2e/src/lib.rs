@@ -1,8 +1,8 @@
-//! End-to-end harness for valkey-operator, against the local cluster `make up` starts (whose
-//! kubelet is the `vk-kubelet` crate, e2e/kubelet).
+//! End-to-end harness for valkey-operator, against the local cluster `make up` starts (real
+//! nodes: the upstream kubelet with containerd, e2e/real-node.sh).
 //!
 //! * [`faults`]: fault hooks for tests (kill/pause a container, cut links, stop a node),
-//!   working from the kubelet's state files ([`vk_kubelet::state`]).
+//!   through the nodes' container runtime ([`cri`]).
 //! * [`floors`]: vk-bench's floors, measured on local valkey-server processes (no cluster).
 //! * [`real_node`]: placing pods on the real node (upstream kubelet, containerd, images).
 //! * [`report`]: docs/benchmarks.md, its plots and figures.json from vk-bench's figures.

@@ -219,15 +219,15 @@ pub struct Metadata {
 }
 
 impl Metadata {
-    /// This machine and checkout now. The operator's build follows `LC_OPERATOR_BUILD`, the
-    /// variable e2e/cluster.sh builds it by (release unless it says debug).
+    /// This machine and checkout now. The operator always runs from its image, the static
+    /// release build (e2e/release-build.sh).
     pub fn collect(repo_root: &Path, command: &str, valkey_versions: &[&str]) -> Metadata {
         Metadata {
             date_utc: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
             commit: git_commit(repo_root).unwrap_or_else(|| "unknown".into()),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             memory_gib: total_memory_gib().unwrap_or(0.0),
-            operator_build: std::env::var("LC_OPERATOR_BUILD").unwrap_or_else(|_| "release".into()),
+            operator_build: "release".into(),
             valkey_versions: valkey_versions.iter().map(|v| v.to_string()).collect(),
             command: command.to_string(),
         }

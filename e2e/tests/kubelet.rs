@@ -1,7 +1,6 @@
 //! Integration tests of the local cluster's nodes against the running cluster (`make up`):
 //! what the suites rely on a node for (zones, volumes, probes, restarts, logs, images, pod
-//! networking and its faults), on whichever agent runs the zoned nodes (the upstream kubelet
-//! by default, vk-kubelet with `LC_NODE_AGENT=vk-kubelet`). They read `$LC_DIR/kubeconfig` (default `<repo>/.localcluster/kubeconfig`) and fail loudly
+//! networking and its faults), on the upstream kubelet of every node. They read `$LC_DIR/kubeconfig` (default `<repo>/.localcluster/kubeconfig`) and fail loudly
 //! when the cluster is not up. Each test works in its own namespace and deletes it.
 //! Needs root (fault hooks and in-namespace checks use setns/nsenter).
 //! Built with `--features valkey-e2e/e2e` (`make e2e`); plain `cargo test` has no cluster.
@@ -19,8 +18,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use valkey_e2e::faults::{self, PodRef};
-use vk_kubelet::state::lc_dir;
-use vk_kubelet::{client_from, install_crypto_provider};
+use valkey_e2e::harness::{self, lc_dir};
 
 const VALKEY_IMAGE: &str = "valkey/valkey:9.1.2";
 /// busybox with a shell (the Valkey image, like a minimal production image, has none).
@@ -29,23 +27,7 @@ const SHELL_IMAGE: &str = "registry.local/sleep:1";
 const REGISTRY: &str = "127.0.0.1:5000";
 
 async fn client() -> Client {
-    install_crypto_provider();
-    let kc = lc_dir().join("kubeconfig");
-    assert!(
-        kc.exists(),
-        "the local cluster is not up: {} does not exist (run `make up` first)",
-        kc.display()
-    );
-    let c = client_from(&kc)
-        .await
-        .unwrap_or_else(|e| panic!("kubeconfig {}: {e:#}", kc.display()));
-    if let Err(e) = c.apiserver_version().await {
-        panic!(
-            "the local cluster is not up: apiserver unreachable via {}: {e}",
-            kc.display()
-        );
-    }
-    c
+    harness::client().await.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// Runs `body` in a fresh namespace and deletes the namespace afterwards, pass or fail.
@@ -218,7 +200,7 @@ async fn three_ready_nodes_with_zone_labels_and_no_taints() {
         let n = nodes
             .get(name)
             .await
-            .unwrap_or_else(|e| panic!("node {name}: {e} (is vk-kubelet running?)"));
+            .unwrap_or_else(|e| panic!("node {name}: {e} (is its kubelet running?)"));
         let labels = n.metadata.labels.clone().unwrap_or_default();
         assert_eq!(
             labels
@@ -797,8 +779,7 @@ async fn run_to_completion_pods_succeed_or_fail_and_crash_loops_back_off() {
             .await;
             let t = st.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
             assert_eq!(t.exit_code, code, "{name} exit code");
-            // A finished pod's sandbox is gone: a real node keeps no ready sandbox for it,
-            // vk-kubelet removes its network namespace.
+            // A finished pod's sandbox is gone: the node keeps no ready sandbox for it.
             wait_until(Duration::from_secs(30), "finished pod's sandbox released", || {
                 let gone = match PodRef::find(&ns, name) {
                     Err(_) => true,
@@ -823,22 +804,6 @@ async fn run_to_completion_pods_succeed_or_fail_and_crash_loops_back_off() {
     .await;
 }
 
-/// Edits `$LC_DIR/images.yaml` atomically (temp file + rename), so vk-kubelet never reads a
-/// half-written map.
-fn edit_image_map(f: impl FnOnce(&mut serde_yaml::Mapping)) {
-    let path = lc_dir().join("images.yaml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
-    let images = doc
-        .get_mut("images")
-        .and_then(|v| v.as_mapping_mut())
-        .expect("images: mapping");
-    f(images);
-    let tmp = path.with_extension(format!("yaml.tmp{}", std::process::id()));
-    std::fs::write(&tmp, serde_yaml::to_string(&doc).unwrap()).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
-}
-
 /// skopeo on the machine's registry (plain HTTP, local only).
 fn skopeo(args: &[&str]) {
     let out = std::process::Command::new("skopeo")
@@ -852,39 +817,22 @@ fn skopeo(args: &[&str]) {
     );
 }
 
-/// Makes `image` (`registry.local/<name>:<tag>`) pullable as a copy of the Valkey image: on a
-/// real node by pushing it to the registry the nodes pull from, on vk-kubelet by adding it to
-/// the image map. Returns how to take it away again.
-fn publish_image(image: &str, real_node: bool) -> Box<dyn FnOnce()> {
-    if real_node {
-        let path = image
-            .strip_prefix("registry.local/")
-            .expect("registry.local image");
-        let dest = format!("docker://{REGISTRY}/{path}");
-        skopeo(&[
-            "copy",
-            "--quiet",
-            "--src-tls-verify=false",
-            "--dest-tls-verify=false",
-            &format!("docker://{REGISTRY}/valkey/valkey:9.1.2"),
-            &dest,
-        ]);
-        return Box::new(move || skopeo(&["delete", "--tls-verify=false", &dest]));
-    }
-    let key = serde_yaml::Value::String(image.to_string());
-    let added = key.clone();
-    edit_image_map(|m| {
-        let valkey = m
-            .get(serde_yaml::Value::String(VALKEY_IMAGE.into()))
-            .cloned()
-            .expect("valkey image in the map");
-        m.insert(added, valkey);
-    });
-    Box::new(move || {
-        edit_image_map(|m| {
-            m.remove(&key);
-        })
-    })
+/// Makes `image` (`registry.local/<name>:<tag>`) pullable as a copy of the Valkey image, by
+/// pushing it to the registry the nodes pull from. Returns how to take it away again.
+fn publish_image(image: &str) -> Box<dyn FnOnce()> {
+    let path = image
+        .strip_prefix("registry.local/")
+        .expect("registry.local image");
+    let dest = format!("docker://{REGISTRY}/{path}");
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        &format!("docker://{REGISTRY}/{VALKEY_IMAGE}"),
+        &dest,
+    ]);
+    Box::new(move || skopeo(&["delete", "--tls-verify=false", &dest]))
 }
 
 /// An image that does not exist yet leaves its pod in ImagePullBackOff; once it is published
@@ -903,17 +851,16 @@ async fn image_published_later_starts_the_waiting_pod() {
         )
         .await;
         let api: Api<Pod> = Api::namespaced(c.clone(), &ns);
-        let node = wait_until(Duration::from_secs(60), "ImagePullBackOff", || {
+        wait_until(Duration::from_secs(60), "ImagePullBackOff", || {
             let api = api.clone();
             async move {
                 let pod = api.get("late").await.ok()?;
-                let node = pod.spec?.node_name?;
                 let cs = pod.status?.container_statuses?.remove(0);
-                (cs.state?.waiting?.reason.as_deref() == Some("ImagePullBackOff")).then_some(node)
+                (cs.state?.waiting?.reason.as_deref() == Some("ImagePullBackOff")).then_some(())
             }
         })
         .await;
-        let unpublish = publish_image(&image, faults::is_real_node(&node));
+        let unpublish = publish_image(&image);
         let res = std::panic::AssertUnwindSafe(async {
             let t0 = Instant::now();
             // The kubelet retries a failed pull with a back-off (10 s, doubling).

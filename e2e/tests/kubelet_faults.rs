@@ -16,24 +16,10 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use valkey_e2e::faults::{self, APISERVER_IP, PodRef};
-use vk_kubelet::state::lc_dir;
-use vk_kubelet::{client_from, install_crypto_provider};
+use valkey_e2e::harness;
 
 async fn client() -> Client {
-    install_crypto_provider();
-    let kc = lc_dir().join("kubeconfig");
-    assert!(
-        kc.exists(),
-        "the local cluster is not up: {} does not exist (run `make up` first)",
-        kc.display()
-    );
-    let c = client_from(&kc)
-        .await
-        .unwrap_or_else(|e| panic!("kubeconfig {}: {e:#}", kc.display()));
-    if let Err(e) = c.apiserver_version().await {
-        panic!("the local cluster is not up: apiserver unreachable: {e}");
-    }
-    c
+    harness::client().await.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
@@ -173,10 +159,9 @@ async fn cut_a_pod_from_the_apiserver_and_heal_it() {
             p.tcp_request(api, b"", t).is_err() && !reach(&p),
             "pod still reaches the apiserver"
         );
-        // vk-kubelet probes from inside the pod's network namespace: the pod stays Ready. A
-        // real kubelet probes from its node's address, which on this one machine is the
+        // The kubelet probes from its node's address, which on this one machine is the
         // apiserver's too (198.18.0.1): the cut fails its probes, as a pod cut from its node.
-        let expected = if p.on_real_node() { "False" } else { "True" };
+        let expected = "False";
         let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
         let ready_status = || {
             let pods = pods.clone();
