@@ -29,6 +29,7 @@ HELM="$CACHE/helm-v$HELM_VERSION/bin/helm"
 BRIDGE=vkbr0
 GATEWAY=198.18.0.1
 BRIDGE_CIDR=$GATEWAY/15
+POD_CIDR=198.18.0.0/15
 SERVICE_CIDR=198.19.0.0/16
 FIRST_SERVICE_IP=198.19.0.1
 DNS_SERVICE_IP=198.19.0.10
@@ -261,7 +262,7 @@ service_routing_up() {
   [ -f "$LC_DIR/ip_forward.orig" ] || cat /proc/sys/net/ipv4/ip_forward > "$LC_DIR/ip_forward.orig"
   echo 1 > /proc/sys/net/ipv4/ip_forward
   start_daemon kube-proxy "$K8S_BIN/kube-proxy" --kubeconfig "$PKI/kube-proxy.kubeconfig" \
-    --proxy-mode iptables --hostname-override node-a --cluster-cidr 198.18.0.0/15 --masquerade-all \
+    --proxy-mode iptables --hostname-override node-a --cluster-cidr "$POD_CIDR" --masquerade-all \
     --iptables-localhost-nodeports=false --conntrack-max-per-core 0 \
     --metrics-bind-address 127.0.0.1:10249 --healthz-bind-address 127.0.0.1:10256 --v=1
   wait_for "kube-proxy to program the kubernetes Service" 60 iptables -t nat -S KUBE-SERVICES
@@ -299,6 +300,7 @@ dns_up() {
 # listens on the queue, packets pass; network_policies_up waits for the listener.
 NFQUEUE_ID=100
 NETPOL_CHAIN=VK-NETPOL
+NETPOL_JUMP=(POSTROUTING -s "$POD_CIDR" -d "$POD_CIDR" -j "$NETPOL_CHAIN")
 network_policies_up() {
   sed -e "s/@KUBE_NETWORK_POLICIES_VERSION@/$KUBE_NETWORK_POLICIES_VERSION/g" -e "s/@NFQUEUE_ID@/$NFQUEUE_ID/g" \
     "$REPO/e2e/addons/network-policies.yaml" | $KUBECTL apply --server-side --force-conflicts -f - >/dev/null
@@ -310,13 +312,12 @@ network_policies_up() {
   iptables -t mangle -A "$NETPOL_CHAIN" -s "$GATEWAY" -j RETURN
   iptables -t mangle -A "$NETPOL_CHAIN" -p tcp -m conntrack --ctstate NEW \
     -j NFQUEUE --queue-num "$NFQUEUE_ID" --queue-bypass
-  local jump=(POSTROUTING -s 198.18.0.0/15 -d 198.18.0.0/15 -j "$NETPOL_CHAIN")
-  iptables -t mangle -C "${jump[@]}" 2>/dev/null || iptables -t mangle -A "${jump[@]}"
+  iptables -t mangle -C "${NETPOL_JUMP[@]}" 2>/dev/null || iptables -t mangle -A "${NETPOL_JUMP[@]}"
   log "NetworkPolicy enforced by kube-network-policies (netfilter queue $NFQUEUE_ID)"
 }
 
 network_policies_down() {
-  while iptables -t mangle -D POSTROUTING -s 198.18.0.0/15 -d 198.18.0.0/15 -j "$NETPOL_CHAIN" 2>/dev/null; do :; done
+  while iptables -t mangle -D "${NETPOL_JUMP[@]}" 2>/dev/null; do :; done
   iptables -t mangle -F "$NETPOL_CHAIN" 2>/dev/null || true
   iptables -t mangle -X "$NETPOL_CHAIN" 2>/dev/null || true
 }

@@ -25,15 +25,24 @@ use valkey_operator::driver::{ClusterDriver, MemberAddr};
 
 const NAME: &str = "net";
 
+/// `redis-cli -h <host> -p 6379 <args>` from the host: its output, whatever it says; Err when
+/// it cannot run.
+fn redis_cli_from_host(host: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("redis-cli")
+        .args(["-h", host, "-p", "6379"])
+        .args(args)
+        .output()
+        .context("running redis-cli")?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// `redis-cli ... ping` from the host; Ok(reply) whatever it says, Err when it cannot run.
 fn ping_from_host(host: &str, auth: bool) -> anyhow::Result<String> {
-    let mut cmd = Command::new("redis-cli");
-    cmd.args(["-h", host, "-p", "6379"]);
-    if auth {
-        cmd.args(["--user", "app", "--pass", PASSWORD, "--no-auth-warning"]);
-    }
-    let out = cmd.arg("ping").output().context("running redis-cli")?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let auth_args = ["--user", "app", "--pass", PASSWORD, "--no-auth-warning"];
+    let args: &[&str] = if auth { &auth_args } else { &[] };
+    Ok(redis_cli_from_host(host, &[args, &["ping"]].concat())?
+        .trim()
+        .to_string())
 }
 
 /// Waits until `ping_from_host` to `ip` answers PONG.
@@ -218,14 +227,7 @@ async fn rogue_meet_from_another_namespace(
     assert!(line(&logs, "client").contains("timed out"), "{logs}");
     assert!(line(&logs, "bus").contains("timed out"), "{logs}");
 
-    let rogue = |args: &[&str]| -> anyhow::Result<String> {
-        let out = Command::new("redis-cli")
-            .args(["-h", &rogue_ip.to_string(), "-p", "6379"])
-            .args(args)
-            .output()
-            .context("running redis-cli")?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    };
+    let rogue = |args: &[&str]| redis_cli_from_host(&rogue_ip.to_string(), args);
     let meet = rogue(&["cluster", "meet", &member_ip.to_string(), "6379"])?;
     ensure!(
         meet.trim() == "OK",
