@@ -55,7 +55,27 @@ impl CoverageMonitor {
                         }
                         let covered = count_slots(nodes.iter().flat_map(|n| n.slots.clone()));
                         if covered < usize::from(SLOT_COUNT) {
-                            println!("coverage: {addr} sees {covered} slots owned");
+                            // The whole view: which node's slots went missing, and who it knows.
+                            let view: Vec<String> = nodes
+                                .iter()
+                                .map(|n| {
+                                    format!(
+                                        "{} {}:{} myself={} primary={:?} epoch={} slots={}",
+                                        n.id,
+                                        n.ip,
+                                        n.port,
+                                        n.flags.myself,
+                                        n.primary_id,
+                                        n.config_epoch,
+                                        count_slots(n.slots.clone())
+                                    )
+                                })
+                                .collect();
+                            println!(
+                                "coverage: {addr} sees {covered} slots owned at {:?}:\n  {}",
+                                std::time::SystemTime::now(),
+                                view.join("\n  ")
+                            );
                         }
                         min2.fetch_min(covered, Ordering::Relaxed);
                     }
