@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use fred::prelude::*;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
+use kube::api::{Api, LogParams};
 
 use valkey_e2e::harness::{TestNamespace, client, wait_for};
 use valkey_e2e::valkey::{kill_operator, member_pods, operator_driver, wait_state};
@@ -44,8 +46,12 @@ impl CoverageMonitor {
         let (stop2, min2) = (stop.clone(), min_covered.clone());
         let task = tokio::spawn(async move {
             while !stop2.load(Ordering::Relaxed) {
-                if let Ok(addrs) = member_addrs(&client, &ns, &name).await {
-                    for addr in addrs {
+                if let Ok(pods) = member_pods(&client, &ns, &name).await {
+                    for pod in pods {
+                        let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+                            continue;
+                        };
+                        let addr = MemberAddr::new(ip, 6379);
                         let Ok(nodes) = driver.cluster_nodes(&addr).await else {
                             continue;
                         };
@@ -76,6 +82,10 @@ impl CoverageMonitor {
                                 std::time::SystemTime::now(),
                                 view.join("\n  ")
                             );
+                            println!(
+                                "coverage: {addr}'s last log lines:\n{}",
+                                pod_log_tail(&client, &ns, &pod).await
+                            );
                         }
                         min2.fetch_min(covered, Ordering::Relaxed);
                     }
@@ -95,6 +105,60 @@ impl CoverageMonitor {
         let _ = self.task.await;
         self.min_covered.load(Ordering::Relaxed)
     }
+}
+
+/// The last lines of a member pod's log, for a coverage gap's report.
+async fn pod_log_tail(client: &Client, ns: &str, pod: &Pod) -> String {
+    pod_log(client, ns, pod, Some(40)).await
+}
+
+/// A member pod's log (its last `tail` lines, or all of it).
+async fn pod_log(client: &Client, ns: &str, pod: &Pod, tail: Option<i64>) -> String {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let params = LogParams {
+        tail_lines: tail,
+        ..LogParams::default()
+    };
+    match Api::<Pod>::namespaced(client.clone(), ns)
+        .logs(&name, &params)
+        .await
+    {
+        Ok(log) => log,
+        Err(e) => format!("(no log of {name}: {e})"),
+    }
+}
+
+/// Ids of the members that own slots, as `addr` sees the cluster.
+async fn primary_ids(driver: &FredDriver, addr: &MemberAddr) -> anyhow::Result<Vec<String>> {
+    Ok(driver
+        .cluster_nodes(addr)
+        .await?
+        .into_iter()
+        .filter(|n| !n.slots.is_empty())
+        .map(|n| n.id.0)
+        .collect())
+}
+
+/// The lines of the remaining members' logs where Valkey saw one of `retired` (primaries of
+/// the removed shards) stop being a primary: Valkey then drops every slot it still believed
+/// that node owned, whether or not their new owner had reached it yet. The operator keeps a
+/// draining primary a primary (`cluster-allow-replica-migration no`), so there are none.
+async fn role_switches_of(
+    client: &Client,
+    ns: &str,
+    retired: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let mut seen = Vec::new();
+    for pod in member_pods(client, ns, "scale").await? {
+        let log = pod_log(client, ns, &pod, None).await;
+        seen.extend(
+            log.lines()
+                .filter(|l| l.contains("is no longer primary of shard"))
+                .filter(|l| retired.iter().any(|id| l.contains(id.as_str())))
+                .map(str::to_owned),
+        );
+    }
+    Ok(seen)
 }
 
 /// Every member: no slot importing or migrating, no atomic migration job running; returns
@@ -205,8 +269,23 @@ async fn three_to_five_to_three_shards_with_100k_keys_loses_nothing() -> anyhow:
         operator_driver(&client, &ns.name, "scale").await?,
     );
     scale_to(&client, &ns.name, &cfg, 5, &driver).await?;
+    let seed = member_addrs(&client, &ns.name, "scale").await?[0].clone();
+    let primaries_of_five = primary_ids(&driver, &seed).await?;
     scale_to(&client, &ns.name, &cfg, 3, &driver).await?;
     let min_covered = monitor.finish().await;
+    let seed = member_addrs(&client, &ns.name, "scale").await?[0].clone();
+    let primaries_of_three = primary_ids(&driver, &seed).await?;
+    let retired: Vec<String> = primaries_of_five
+        .into_iter()
+        .filter(|id| !primaries_of_three.contains(id))
+        .collect();
+    assert_eq!(retired.len(), 2, "two primaries retired");
+    let switches = role_switches_of(&client, &ns.name, &retired).await?;
+    assert!(
+        switches.is_empty(),
+        "a draining primary turned into a replica before it was retired (members then drop slots whose new owner has not reached them yet):\n{}",
+        switches.join("\n")
+    );
     writer.finish(&client, &ns.name, "scale").await?;
     println!("fewest slots owned in any primary's view throughout: {min_covered}");
     assert_eq!(
