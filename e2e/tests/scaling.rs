@@ -109,14 +109,9 @@ impl CoverageMonitor {
 
 /// The last lines of a member pod's log, for a coverage gap's report.
 async fn pod_log_tail(client: &Client, ns: &str, pod: &Pod) -> String {
-    pod_log(client, ns, pod, Some(40)).await
-}
-
-/// A member pod's log (its last `tail` lines, or all of it).
-async fn pod_log(client: &Client, ns: &str, pod: &Pod, tail: Option<i64>) -> String {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let params = LogParams {
-        tail_lines: tail,
+        tail_lines: Some(40),
         ..LogParams::default()
     };
     match Api::<Pod>::namespaced(client.clone(), ns)
@@ -126,39 +121,6 @@ async fn pod_log(client: &Client, ns: &str, pod: &Pod, tail: Option<i64>) -> Str
         Ok(log) => log,
         Err(e) => format!("(no log of {name}: {e})"),
     }
-}
-
-/// Ids of the members that own slots, as `addr` sees the cluster.
-async fn primary_ids(driver: &FredDriver, addr: &MemberAddr) -> anyhow::Result<Vec<String>> {
-    Ok(driver
-        .cluster_nodes(addr)
-        .await?
-        .into_iter()
-        .filter(|n| !n.slots.is_empty())
-        .map(|n| n.id.0)
-        .collect())
-}
-
-/// The lines of the remaining members' logs where Valkey saw one of `retired` (primaries of
-/// the removed shards) stop being a primary: Valkey then drops every slot it still believed
-/// that node owned, whether or not their new owner had reached it yet. The operator keeps a
-/// draining primary a primary (`cluster-allow-replica-migration no`), so there are none.
-async fn role_switches_of(
-    client: &Client,
-    ns: &str,
-    retired: &[String],
-) -> anyhow::Result<Vec<String>> {
-    let mut seen = Vec::new();
-    for pod in member_pods(client, ns, "scale").await? {
-        let log = pod_log(client, ns, &pod, None).await;
-        seen.extend(
-            log.lines()
-                .filter(|l| l.contains("is no longer primary of shard"))
-                .filter(|l| retired.iter().any(|id| l.contains(id.as_str())))
-                .map(str::to_owned),
-        );
-    }
-    Ok(seen)
 }
 
 /// Every member: no slot importing or migrating, no atomic migration job running; returns
@@ -269,23 +231,8 @@ async fn three_to_five_to_three_shards_with_100k_keys_loses_nothing() -> anyhow:
         operator_driver(&client, &ns.name, "scale").await?,
     );
     scale_to(&client, &ns.name, &cfg, 5, &driver).await?;
-    let seed = member_addrs(&client, &ns.name, "scale").await?[0].clone();
-    let primaries_of_five = primary_ids(&driver, &seed).await?;
     scale_to(&client, &ns.name, &cfg, 3, &driver).await?;
     let min_covered = monitor.finish().await;
-    let seed = member_addrs(&client, &ns.name, "scale").await?[0].clone();
-    let primaries_of_three = primary_ids(&driver, &seed).await?;
-    let retired: Vec<String> = primaries_of_five
-        .into_iter()
-        .filter(|id| !primaries_of_three.contains(id))
-        .collect();
-    assert_eq!(retired.len(), 2, "two primaries retired");
-    let switches = role_switches_of(&client, &ns.name, &retired).await?;
-    assert!(
-        switches.is_empty(),
-        "a draining primary turned into a replica before it was retired (members then drop slots whose new owner has not reached them yet):\n{}",
-        switches.join("\n")
-    );
     writer.finish(&client, &ns.name, "scale").await?;
     println!("fewest slots owned in any primary's view throughout: {min_covered}");
     assert_eq!(

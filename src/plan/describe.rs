@@ -172,7 +172,6 @@ mod tests {
                 ranges: (0..6).map(|i| i * 10..=i * 10 + 1).collect(),
             }],
             primaries: vec![],
-            keep_source_primary: false,
         };
         assert_eq!(
             moves.describe(),

@@ -15,8 +15,7 @@ pub(super) fn finish_slot_moves(a: &Answered) -> Option<Plan> {
     if a.holding {
         return None;
     }
-    resume_key_moves(&a.members, a.observed.topology.shards)
-        .or_else(|| follow_atomic_jobs(&a.members))
+    resume_key_moves(&a.members).or_else(|| follow_atomic_jobs(&a.members))
 }
 
 /// A key-by-key move cut short: source, target and the slots left open between them.
@@ -26,9 +25,7 @@ type OpenMove<'a> = (AnsweredMember<'a>, AnsweredMember<'a>, Vec<u16>);
 /// (and the source still owns the slot, for an importing one), closed otherwise. Only
 /// primaries' open slots count: Valkey shows a primary's on its replicas too, and a replica
 /// takes neither `MIGRATE` nor `CLUSTER SETSLOT` (a promoted replica is a primary by then).
-/// Sources of shards at or beyond `shards` are being drained (see
-/// [`Step::MoveSlots::keep_source_primary`]).
-fn resume_key_moves(members: &[AnsweredMember], shards: usize) -> Option<Plan> {
+fn resume_key_moves(members: &[AnsweredMember]) -> Option<Plan> {
     let primaries_only: Vec<AnsweredMember> = members
         .iter()
         .copied()
@@ -75,7 +72,6 @@ fn resume_key_moves(members: &[AnsweredMember], shards: usize) -> Option<Plan> {
                 ranges: slots.iter().map(|s| *s..=*s).collect(),
             }],
             primaries: primaries.clone(),
-            keep_source_primary: source.shard >= shards,
         });
     }
     for (member, slots) in close.into_values() {

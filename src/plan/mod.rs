@@ -250,14 +250,6 @@ pub enum Step {
         targets: Vec<MoveTarget>,
         /// Every primary, told the new owner of each slot moved key by key.
         primaries: Vec<MemberAddr>,
-        /// The source's shard is being removed: before its slots move, the source is told to
-        /// stay a primary once it has none (`cluster-allow-replica-migration no`). Left to
-        /// itself, Valkey turns a primary that gave away its last slot into a replica of the
-        /// receiving shard, and every member that sees that switch drops all the slots it
-        /// still believed the source owned: a range the source gave to another shard moments
-        /// before is then ownerless in that member's view until the new owner's next
-        /// heartbeat (the cluster is down for clients of that member meanwhile).
-        keep_source_primary: bool,
     },
     /// `CLUSTER SETSLOT slot STABLE` for slots left open toward a node that is gone.
     CloseSlots {

@@ -177,7 +177,6 @@ fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<(Vec<Step>, Vec<Stri
             method,
             targets,
             primaries: primaries.clone(),
-            keep_source_primary: from >= a.observed.topology.shards,
         });
     }
     Some((steps, failures))

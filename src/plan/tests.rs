@@ -169,7 +169,6 @@ impl Sim {
                 source,
                 source_id,
                 targets,
-                keep_source_primary,
                 ..
             } => {
                 for t in targets {
@@ -193,10 +192,10 @@ impl Sim {
                     target.slots.extend(t.ranges.iter().cloned());
                 }
                 // Valkey turns a primary that lost its last slot into a replica of the node
-                // that took them, unless told not to (cluster-allow-replica-migration no).
+                // that took them (cluster-allow-replica-migration).
                 let last = targets.last().map(|t| t.id.clone());
                 let src = self.by_addr(source);
-                if src.slots.is_empty() && !keep_source_primary {
+                if src.slots.is_empty() {
                     src.primary = last;
                 }
             }
@@ -421,66 +420,6 @@ fn three_to_five_to_three_shards() {
         BTreeSet::from(["c-0-0", "c-0-1", "c-1-0", "c-1-1", "c-2-0", "c-2-1"]),
         "the added shards are the ones removed"
     );
-}
-
-/// Only a shard being removed keeps its primary a primary once empty: a scale-in tells each
-/// draining source so before its slots move, a scale-out never does.
-#[test]
-fn only_sources_of_removed_shards_are_told_to_stay_primaries_once_empty() {
-    let keep_flags = |sim: &Sim, shards: usize| -> Vec<(usize, bool)> {
-        let t = sim.topology(shards, 1);
-        plan(&t)
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::MoveSlots {
-                    source,
-                    keep_source_primary,
-                    ..
-                } => {
-                    let shard = t
-                        .members
-                        .iter()
-                        .find(|m| m.addr.as_ref() == Some(source))?
-                        .shard;
-                    Some((shard, *keep_source_primary))
-                }
-                _ => None,
-            })
-            .collect()
-    };
-    let mut sim = Sim::default();
-    form(&mut sim, 3, 1, |_| usize::MAX);
-    converge(&mut sim, 5, 1, |_| 1);
-    // Scale-out: the first round of moves comes from the shards that stay.
-    let mut out = Sim::default();
-    form(&mut out, 3, 1, |_| usize::MAX);
-    let mut flags = Vec::new();
-    for _ in 0..50 {
-        flags = keep_flags(&out, 5);
-        if !flags.is_empty() {
-            break;
-        }
-        for step in plan(&out.topology(5, 1)).steps {
-            out.apply(&step);
-        }
-        out.gossip();
-    }
-    assert!(!flags.is_empty(), "the scale-out moves slots");
-    assert!(
-        flags.iter().all(|(shard, keep)| *shard < 3 && !keep),
-        "{flags:?}"
-    );
-    // Scale-in: the moves come from shards 3 and 4, each told to stay a primary.
-    let flags = keep_flags(&sim, 3);
-    assert_eq!(flags.len(), 2, "one batch per removed shard: {flags:?}");
-    assert!(
-        flags.iter().all(|(shard, keep)| *shard >= 3 && *keep),
-        "{flags:?}"
-    );
-    // And once drained they are still primaries, retired as such.
-    converge(&mut sim, 3, 1, |_| usize::MAX);
-    assert_scaled(&sim, 3, 1);
 }
 
 #[test]

@@ -114,18 +114,10 @@ async fn dispatch(a: &Actor<'_>, step: &Step) -> Result<(), Error> {
             method,
             targets,
             primaries,
-            keep_source_primary,
-        } => {
-            if *keep_source_primary {
-                keep_primary_when_empty(a, source).await?;
-            }
-            match method {
-                MoveMethod::Atomic => move_slots_atomic(a, source, targets).await,
-                MoveMethod::Keys => {
-                    move_slots_by_keys(a, source, source_id, targets, primaries).await
-                }
-            }
-        }
+        } => match method {
+            MoveMethod::Atomic => move_slots_atomic(a, source, targets).await,
+            MoveMethod::Keys => move_slots_by_keys(a, source, source_id, targets, primaries).await,
+        },
         Step::CloseSlots { member, slots } => close_slots(a, member, slots).await,
         Step::CancelSlotMigrations { member } => cancel_slot_migrations(a, member).await,
         Step::MarkActive { names } => mark_active(a, names).await,
@@ -227,18 +219,6 @@ fn slot_count(targets: &[MoveTarget]) -> usize {
         .flat_map(|t| &t.ranges)
         .map(crate::driver::slots::range_len)
         .sum()
-}
-
-/// Tells a source whose shard is being removed to stay a primary once it has given away its
-/// last slot (see [`Step::MoveSlots::keep_source_primary`]). A runtime setting: a member
-/// started again has Valkey's default back, and is told again before its next move.
-async fn keep_primary_when_empty(a: &Actor<'_>, source: &MemberAddr) -> Result<(), Error> {
-    let setting = [(
-        "cluster-allow-replica-migration".to_string(),
-        "no".to_string(),
-    )];
-    a.driver.config_set(source, &setting).await?;
-    Ok(())
 }
 
 /// Starts one atomic slot migration job on `source` (Valkey 9.0+), followed by observe.
