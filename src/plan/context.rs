@@ -159,7 +159,7 @@ pub(super) fn owned_slots(topology: &Topology) -> Vec<SlotRange> {
         .members
         .iter()
         .filter_map(|m| m.view.as_ref())
-        .flat_map(|v| v.slots.iter().chain(&v.cluster_owned).cloned())
+        .flat_map(|v| v.slots.iter().chain(v.owned_by.values().flatten()).cloned())
         .collect()
 }
 

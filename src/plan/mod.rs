@@ -16,7 +16,7 @@ pub mod rebalance;
 mod retirement;
 mod rollout;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::Lifecycle;
 use crate::topology::slots::SlotRange;
@@ -49,9 +49,10 @@ pub struct MemberView {
     pub primary_id: Option<NodeId>,
     /// Slots this member owns according to itself.
     pub slots: Vec<SlotRange>,
-    /// Slots owned by any node, this member's own included, as this member sees the cluster:
-    /// a failed primary that is not one of our members still owns its slots.
-    pub cluster_owned: Vec<SlotRange>,
+    /// Slots per owning node, this member's own included, as this member sees the cluster:
+    /// a failed primary that is not one of our members still owns its slots, and a member that
+    /// has not heard of a move yet still names the old owner.
+    pub owned_by: BTreeMap<NodeId, Vec<SlotRange>>,
     /// Node ids this member knows (CLUSTER NODES, handshakes excluded).
     pub known: BTreeSet<NodeId>,
     /// Slot owners as this member sees the whole cluster: slot range → owner id.
@@ -89,7 +90,7 @@ impl MemberView {
             is_primary: true,
             primary_id: None,
             slots: vec![],
-            cluster_owned: vec![],
+            owned_by: BTreeMap::new(),
             known: BTreeSet::new(),
             cluster_ok: true,
             replica_in_sync: false,

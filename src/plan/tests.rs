@@ -60,7 +60,12 @@ impl Sim {
                         is_primary: n.primary.is_none(),
                         primary_id: n.primary.clone(),
                         slots: n.slots.clone(),
-                        cluster_owned: self.nodes.values().flat_map(|o| o.slots.clone()).collect(),
+                        owned_by: self
+                            .nodes
+                            .values()
+                            .filter(|o| !o.slots.is_empty())
+                            .map(|o| (o.id.clone(), o.slots.clone()))
+                            .collect(),
                         known: n.known.clone(),
                         cluster_ok: owned == SLOT_COUNT as usize
                             && self.nodes.values().all(|o| n.known.contains(&o.id)),
@@ -422,6 +427,90 @@ fn three_to_five_to_three_shards() {
     );
 }
 
+/// The `MoveSlots` steps of `plan` from the member owning `source_id`, with their targets.
+fn moves_from<'p>(p: &'p Plan, source_id: &NodeId) -> Vec<&'p [MoveTarget]> {
+    p.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::MoveSlots {
+                source_id: from,
+                targets,
+                ..
+            } if from == source_id => Some(targets.as_slice()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_removed_shard_gives_its_last_slots_only_once_every_member_sees_its_earlier_moves() {
+    // 5 -> 3: shard 3 gives its slots to shards 0 and 1. Valkey turns it into a replica of
+    // whoever takes its last slot, and a member seeing that switch drops every slot it still
+    // believes shard 3 owns: a batch given to shard 0 earlier, if that member has not heard
+    // of it yet, would be ownerless in its view.
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    converge(&mut sim, 5, 1, |_| usize::MAX);
+    let source = sim.nodes["c-3-0"].clone();
+    let first = plan(&sim.topology(3, 1));
+    let batches = moves_from(&first, &source.id);
+    assert_eq!(batches.len(), 1, "{}", first.message);
+    assert_eq!(
+        batches[0].len(),
+        1,
+        "one target at a time: {:?}",
+        batches[0]
+    );
+    let step = first
+        .steps
+        .iter()
+        .find(|s| matches!(s, Step::MoveSlots { source_id, .. } if *source_id == source.id))
+        .unwrap()
+        .clone();
+    sim.apply(&step);
+    assert!(
+        !sim.nodes["c-3-0"].slots.is_empty(),
+        "the first batch does not empty the shard"
+    );
+    // One member (a replica of shard 2) has not heard of the first batch yet.
+    let mut t = sim.topology(3, 1);
+    let lagging = t.members.iter_mut().find(|m| m.name == "c-2-1").unwrap();
+    lagging
+        .view
+        .as_mut()
+        .unwrap()
+        .owned_by
+        .insert(source.id.clone(), source.slots.clone());
+    let held = plan(&t);
+    assert!(
+        moves_from(&held, &source.id).is_empty(),
+        "last batch planned while c-2-1 still sees the old owner: {:?}",
+        held.steps
+    );
+    assert!(
+        held.message
+            .contains("c-3-0 gives its last slots once c-2-1 see(s)"),
+        "{}",
+        held.message
+    );
+    // Once it has heard, the last batch goes.
+    let last = plan(&sim.topology(3, 1));
+    let batches = moves_from(&last, &source.id);
+    assert_eq!(batches.len(), 1, "{}", last.message);
+    let left: usize = batches[0]
+        .iter()
+        .flat_map(|t| t.ranges.iter().map(range_len))
+        .sum();
+    assert_eq!(
+        left,
+        sim.nodes["c-3-0"]
+            .slots
+            .iter()
+            .map(range_len)
+            .sum::<usize>()
+    );
+}
+
 #[test]
 fn formation_of_three_shards_with_one_replica() {
     let mut sim = Sim::default();
@@ -695,7 +784,7 @@ fn slots_of_a_failed_primary_are_never_given_to_its_empty_replacement() {
     let reborn = t.members[0].view.as_mut().unwrap();
     reborn.id = NodeId("reborn".into());
     reborn.slots.clear();
-    reborn.cluster_owned = slots.clone();
+    reborn.owned_by = BTreeMap::from([(old_primary.id.clone(), slots.clone())]);
     reborn.known.insert(NodeId("reborn".into()));
     reborn.cluster_ok = false;
     t.members[0].node_id = Some(NodeId("reborn".into()));

@@ -185,10 +185,11 @@ pub fn view(obs: &MemberObservation, now: i64) -> MemberView {
             .and_then(|m| m.primary_id.clone())
             .filter(|_| is_replica),
         slots: myself.map(|m| m.slots.clone()).unwrap_or_default(),
-        cluster_owned: obs
+        owned_by: obs
             .nodes
             .iter()
-            .flat_map(|n| n.slots.iter().cloned())
+            .filter(|n| !n.slots.is_empty())
+            .map(|n| (n.id.clone(), n.slots.clone()))
             .collect(),
         known: obs
             .nodes
