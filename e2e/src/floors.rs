@@ -5,8 +5,8 @@
 //!
 //! Member settings. The servers run with the settings that matter for these timings as the
 //! bench's clusters have them ([`member_conf`]):
-//! * `cluster-node-timeout 5000`: the operator's default ([`OPERATOR_DEFAULTS`]); the harness
-//!   sets the same.
+//! * `cluster-node-timeout 5000` (and `shutdown-on-sigterm failover`): the operator's
+//!   defaults ([`operator_defaults`]); the harness sets the same node timeout.
 //! * `repl-diskless-sync-delay 0`: the menu vk-bench publishes ([`MENU_SETTINGS`]). Neither
 //!   the operator nor the harness sets it, so without this the servers would wait Valkey's
 //!   default 5 s before each full sync (the `standard` sample config keeps that default).
@@ -31,7 +31,7 @@ use valkey_operator::driver::{
     SlotMigrationRequest, SlotRange, even_ranges,
 };
 use valkey_operator::plan::rebalance::{SlotMove, rebalance};
-use valkey_operator::resolve::conf::OPERATOR_DEFAULTS;
+use valkey_operator::resolve::conf::operator_defaults;
 use valkey_operator::topology::slots::{count_slots, normalize};
 
 use crate::workload::{MENU_SETTINGS, preload_keys, preloaded_key};
@@ -58,8 +58,8 @@ pub const FLOOR_SETTINGS: &[&str] = &[
 
 /// Lines appended to every floor server's valkey.conf: the operator's defaults, then the
 /// bench menu's settings (a later line wins, as a ValkeyConfig setting wins over a default).
-pub fn member_conf() -> String {
-    OPERATOR_DEFAULTS
+pub fn member_conf(build: ValkeyBuild) -> String {
+    operator_defaults(build.version())
         .iter()
         .chain(MENU_SETTINGS)
         .map(|(key, value)| format!("{key} {value}\n"))
@@ -131,8 +131,12 @@ pub struct RolloutFloor {
 /// coordinated failover; the two old members are forgotten by every remaining member and
 /// stopped. Forming the 9.0 cluster is not timed.
 pub async fn rollout_shard_floor() -> anyhow::Result<RolloutFloor> {
-    let mut old =
-        LocalServers::start_with_conf(ValkeyBuild::V9_0, SHARDS * 2, &member_conf()).await?;
+    let mut old = LocalServers::start_with_conf(
+        ValkeyBuild::V9_0,
+        SHARDS * 2,
+        &member_conf(ValkeyBuild::V9_0),
+    )
+    .await?;
     let driver = driver_for(&old);
     let formation = form_cluster(&driver, &old.addrs(), SHARDS, TIMEOUT).await?;
     let settings = read_settings(&driver, &old.servers[0].addr).await?;
@@ -421,9 +425,12 @@ struct ScaledOut {
 
 impl ScaledOut {
     async fn start(keys: usize) -> anyhow::Result<ScaledOut> {
-        let servers =
-            LocalServers::start_with_conf(ValkeyBuild::V9_1, SCALED_SHARDS * 2, &member_conf())
-                .await?;
+        let servers = LocalServers::start_with_conf(
+            ValkeyBuild::V9_1,
+            SCALED_SHARDS * 2,
+            &member_conf(ValkeyBuild::V9_1),
+        )
+        .await?;
         let driver = driver_for(&servers);
         let addrs = servers.addrs();
         let (formed, added) = addrs.split_at(SHARDS * 2);

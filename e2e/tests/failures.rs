@@ -2,7 +2,8 @@
 //! cluster whose config turns on `appendonly` (so a restarted process comes back with every
 //! write it acknowledged): SIGKILL of the primary's process, SIGSTOP for 30 s, and the loss
 //! of the primary's pod (a new pod is a new, empty Valkey node: the replica is promoted, the
-//! member is replaced by a new ValkeyNode, the old node id is forgotten everywhere).
+//! member is replaced by a new ValkeyNode, the old node id is forgotten everywhere), and a
+//! `kubectl delete pod` of the primary with its grace period (it hands over before it exits).
 //! Each reports the longest write pause (time until writes are accepted again) and the
 //! acknowledged writes lost.
 #![cfg(feature = "e2e")]
@@ -19,7 +20,7 @@ use serde_json::json;
 use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
 use valkey_e2e::valkey::{operator_driver, wait_state};
-use valkey_e2e::workload::{Writer, apply, cluster, image};
+use valkey_e2e::workload::{Writer, WriterReport, apply, cluster, image};
 use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster, ValkeyConfig, ValkeyImage};
 use valkey_operator::driver::{ClusterDriver, MemberAddr};
 
@@ -38,6 +39,20 @@ async fn shard0_primary(client: &Client, ns: &str) -> anyhow::Result<(String, St
         .find(|n| n.shard == 0 && n.role == Some(NodeRole::Primary))
         .context("shard 0 has a primary in status")?;
     Ok((node.name, node.pod.context("primary has a pod")?))
+}
+
+/// The pod of shard 0's replica, as the cluster status reports it.
+async fn shard0_replica_pod(client: &Client, ns: &str) -> anyhow::Result<String> {
+    let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+        .get(NAME)
+        .await?;
+    c.status
+        .context("status")?
+        .nodes
+        .into_iter()
+        .find(|n| n.shard == 0 && n.role == Some(NodeRole::Replica))
+        .and_then(|n| n.pod)
+        .context("shard 0 has a replica with a pod in status")
 }
 
 async fn active_with_full_count(
@@ -70,6 +85,24 @@ async fn active_with_full_count(
         since.elapsed()
     );
     Ok(c)
+}
+
+/// Stops the writer, counts its losses and prints what `what` cost it.
+async fn finish(
+    writer: Writer,
+    client: &Client,
+    ns: &str,
+    what: &str,
+) -> anyhow::Result<WriterReport> {
+    let r = writer.finish_counting_losses(client, ns, NAME).await?;
+    println!(
+        "{what}: longest write pause {:?}, {} failed attempts, {} of {} acknowledged writes lost",
+        r.longest_pause,
+        r.failed_attempts,
+        r.lost.len(),
+        r.acknowledged.len()
+    );
+    Ok(r)
 }
 
 async fn wait_not_active(client: &Client, ns: &str) -> anyhow::Result<()> {
@@ -130,16 +163,7 @@ async fn a_primary_killed_paused_or_lost_heals_back_to_active() -> anyhow::Resul
     println!("SIGKILL sent to {pod}'s valkey-server");
     tokio::time::sleep(Duration::from_secs(10)).await;
     active_with_full_count(&client, &ns.name, "SIGKILL", t).await?;
-    let r = writer
-        .finish_counting_losses(&client, &ns.name, NAME)
-        .await?;
-    println!(
-        "SIGKILL: longest write pause {:?}, {} failed attempts, {} of {} acknowledged writes lost",
-        r.longest_pause,
-        r.failed_attempts,
-        r.lost.len(),
-        r.acknowledged.len()
-    );
+    let r = finish(writer, &client, &ns.name, "SIGKILL").await?;
     assert!(
         r.lost.is_empty(),
         "append-only members lose nothing to a process kill"
@@ -158,16 +182,7 @@ async fn a_primary_killed_paused_or_lost_heals_back_to_active() -> anyhow::Resul
     tokio::time::sleep(Duration::from_secs(30).saturating_sub(t.elapsed())).await;
     paused.resume("valkey")?;
     active_with_full_count(&client, &ns.name, "SIGSTOP 30 s", t).await?;
-    let r = writer
-        .finish_counting_losses(&client, &ns.name, NAME)
-        .await?;
-    println!(
-        "SIGSTOP 30 s: longest write pause {:?}, {} failed attempts, {} of {} acknowledged writes lost",
-        r.longest_pause,
-        r.failed_attempts,
-        r.lost.len(),
-        r.acknowledged.len()
-    );
+    finish(writer, &client, &ns.name, "SIGSTOP 30 s").await?;
 
     // 3. Lose the primary's pod: the new pod is an empty node with a new id. Its replica is
     //    promoted, the member replaced by a new ValkeyNode, the old id forgotten.
@@ -183,16 +198,7 @@ async fn a_primary_killed_paused_or_lost_heals_back_to_active() -> anyhow::Resul
     println!("deleted pod {pod} (member {member})");
     wait_not_active(&client, &ns.name).await?;
     let c = active_with_full_count(&client, &ns.name, "pod loss", t).await?;
-    let r = writer
-        .finish_counting_losses(&client, &ns.name, NAME)
-        .await?;
-    println!(
-        "pod loss: longest write pause {:?}, {} failed attempts, {} of {} acknowledged writes lost",
-        r.longest_pause,
-        r.failed_attempts,
-        r.lost.len(),
-        r.acknowledged.len()
-    );
+    finish(writer, &client, &ns.name, "pod loss").await?;
     let names: Vec<String> = c
         .status
         .unwrap()
@@ -234,6 +240,45 @@ async fn a_primary_killed_paused_or_lost_heals_back_to_active() -> anyhow::Resul
         before_ids.intersection(&after_ids).count(),
         5,
         "one node id replaced"
+    );
+
+    // 4. `kubectl delete pod` of a primary with the default grace period: on SIGTERM the
+    //    primary lets its replica catch up, hands it the slots and exits (shutdown-on-sigterm
+    //    failover): no write waits for Valkey's failure detection, none is lost.
+    let writer = Writer::start(&client, &ns.name, NAME).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (member, pod) = shard0_primary(&client, &ns.name).await?;
+    let replica_pod = shard0_replica_pod(&client, &ns.name).await?;
+    let t = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), &ns.name)
+        .delete(&pod, &DeleteParams::default())
+        .await?;
+    println!("deleted pod {pod} (member {member}) with its default grace period");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let handed_over = wait_for(
+        "the replica to take over at the primary's request",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let pods = pods.clone();
+            let replica_pod = replica_pod.clone();
+            async move {
+                let log = pods.logs(&replica_pod, &Default::default()).await?;
+                Ok(log
+                    .lines()
+                    .find(|l| l.contains("Forced failover primary request accepted"))
+                    .map(str::to_string))
+            }
+        },
+    )
+    .await?;
+    println!("{replica_pod} after {:?}: {handed_over}", t.elapsed());
+    active_with_full_count(&client, &ns.name, "graceful pod deletion", t).await?;
+    let r = finish(writer, &client, &ns.name, "graceful pod deletion").await?;
+    assert!(
+        r.lost.is_empty(),
+        "a primary stopped gracefully hands over with every acknowledged write: {:?}",
+        r.lost
     );
 
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;

@@ -85,6 +85,14 @@ impl ValkeyBuild {
         }
     }
 
+    /// The Valkey version of this build.
+    pub fn version(self) -> &'static str {
+        match self {
+            ValkeyBuild::V9_0 => "9.0.0",
+            ValkeyBuild::V9_1 | ValkeyBuild::V9_1Tls => "9.1.2",
+        }
+    }
+
     fn cache_dir(self) -> &'static str {
         match self {
             ValkeyBuild::V9_0 => "valkey-9.0.0",

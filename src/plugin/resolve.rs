@@ -16,7 +16,7 @@ use crate::controller::names;
 use crate::controller::node::build::spec_valkey_conf;
 use crate::resolve::acl::{OperatorUserHashes, render_acl_file_hashed, render_user};
 use crate::resolve::chain::chain_as_far_as_it_resolves;
-use crate::resolve::conf::{MemberConf, OPERATOR_DEFAULTS, render_valkey_conf};
+use crate::resolve::conf::{MemberConf, operator_defaults, render_valkey_conf};
 use crate::resolve::{Menu, ResolveError, merge_bindings, resolve_config, resolve_roles};
 
 /// Shown instead of the hash of an operator password the reader cannot see.
@@ -197,7 +197,7 @@ fn layout(
             (k.clone(), f)
         })
         .collect();
-    for (key, value) in OPERATOR_DEFAULTS {
+    for (key, value) in operator_defaults(&resolved.image.version) {
         settings
             .entry(key.to_string())
             .or_insert_with(|| field(value.to_string(), vec![]));

@@ -87,7 +87,29 @@ pub struct MemberConf<'a> {
 /// server says a member is gone (process exited, pod lost); Valkey's own detection is for what
 /// the API server cannot see (a partitioned or frozen primary), where 15 s of refused writes is
 /// long. 5 s stays well above the gossip and scheduling hiccups of a busy node.
-pub const OPERATOR_DEFAULTS: &[(&str, &str)] = &[("cluster-node-timeout", "5000")];
+///
+/// `shutdown-on-sigterm failover` (Valkey 9.0+): a primary told to stop (`kubectl delete
+/// pod`, an eviction, a node drain) first lets its replicas catch up with writes paused, then
+/// hands its slots to one of them before it exits, so no write waits for a failure
+/// detection. The operator's own failover (rollouts) leaves the member a replica before its
+/// pod is deleted, so the two never race: a replica's SIGTERM hands nothing over.
+pub fn operator_defaults(version: &str) -> Vec<(&'static str, &'static str)> {
+    let mut defaults = vec![("cluster-node-timeout", "5000")];
+    if supports_shutdown_failover(version) {
+        defaults.push(("shutdown-on-sigterm", "failover"));
+    }
+    defaults
+}
+
+/// First Valkey version whose `shutdown-on-sigterm failover` we have run (9.0.0 and 9.1.2).
+pub const SHUTDOWN_FAILOVER_SINCE: (u32, u32) = (9, 0);
+
+/// Whether Valkey `version` takes `shutdown-on-sigterm failover`; an unreadable version does
+/// not get it (an unknown value would stop the server from starting).
+pub fn supports_shutdown_failover(version: &str) -> bool {
+    crate::driver::Version::parse(version)
+        .is_some_and(|v| (v.major, v.minor) >= SHUTDOWN_FAILOVER_SINCE)
+}
 
 pub fn render_valkey_conf(member: &MemberConf<'_>) -> String {
     let mut out = String::from(
@@ -108,8 +130,8 @@ pub fn render_valkey_conf(member: &MemberConf<'_>) -> String {
         let _ = writeln!(out, "{key} {value}");
     }
     out.push_str("# Operator defaults (a ValkeyConfig setting the key wins):\n");
-    for (key, value) in OPERATOR_DEFAULTS {
-        if !member.settings.contains_key(*key) {
+    for (key, value) in operator_defaults(member.version) {
+        if !member.settings.contains_key(key) {
             let _ = writeln!(out, "{key} {value}");
         }
     }
@@ -215,6 +237,26 @@ mod tests {
         assert_eq!(directive(&text, "cluster-node-timeout"), vec!["5000"]);
         let text = conf(&settings(&[("cluster-node-timeout", "15000")]), false);
         assert_eq!(directive(&text, "cluster-node-timeout"), vec!["15000"]);
+    }
+
+    #[test]
+    fn a_primary_stopped_by_sigterm_hands_over_on_valkey_9_unless_the_config_says_otherwise() {
+        let text = conf(&BTreeMap::new(), false);
+        assert_eq!(directive(&text, "shutdown-on-sigterm"), vec!["failover"]);
+        let text = conf(&settings(&[("shutdown-on-sigterm", "nosave")]), false);
+        assert_eq!(directive(&text, "shutdown-on-sigterm"), vec!["nosave"]);
+        for older in ["8.1.1", "8.0.2", "not-a-version"] {
+            let s = BTreeMap::new();
+            let text = render_valkey_conf(&MemberConf {
+                settings: &s,
+                tls: false,
+                version: older,
+            });
+            assert!(
+                directive(&text, "shutdown-on-sigterm").is_empty(),
+                "{older}"
+            );
+        }
     }
 
     #[test]
