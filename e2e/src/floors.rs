@@ -59,9 +59,13 @@ pub const FLOOR_SETTINGS: &[&str] = &[
 /// Lines appended to every floor server's valkey.conf: the operator's defaults, then the
 /// bench menu's settings (a later line wins, as a ValkeyConfig setting wins over a default).
 pub fn member_conf(build: ValkeyBuild) -> String {
-    operator_defaults(build.version())
+    // No memory limit here (local processes), so no derived maxmemory: it does not bear on
+    // the timings.
+    let defaults = operator_defaults(build.version(), None);
+    defaults
         .iter()
-        .chain(MENU_SETTINGS)
+        .map(|(key, value)| (*key, value.as_str()))
+        .chain(MENU_SETTINGS.iter().copied())
         .map(|(key, value)| format!("{key} {value}\n"))
         .collect()
 }

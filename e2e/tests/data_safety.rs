@@ -9,7 +9,9 @@
 //! SIGKILLed while it exports: the replica that replaces it finishes the move, no confirmed key
 //! is lost and no key is left in a slot its member does not own. And a primary that a client's
 //! oversized command drives past its container's memory limit, `OOMKilled` by the kernel (a
-//! real node's memory cgroup): the same rules hold and no confirmed key is lost.
+//! real node's memory cgroup): the same rules hold and no confirmed key is lost; then filled
+//! with ordinary writes, a primary refuses them at the `maxmemory` the operator derived from
+//! its memory limit, and keeps running.
 #![cfg(feature = "e2e")]
 
 use std::time::{Duration, Instant};
@@ -22,6 +24,7 @@ use valkey_e2e::harness::{TestNamespace, client};
 use valkey_e2e::safety::{self, Member, Shape};
 use valkey_e2e::workload::{Writer, active_cluster};
 use valkey_operator::api::{NodeRole, ValkeyCluster};
+use valkey_operator::driver::ClusterDriver;
 
 const NAME: &str = "safe";
 const KEYS: usize = 3_000;
@@ -180,6 +183,61 @@ async fn oversized_set(ip: &str, bulk: usize) -> anyhow::Result<usize> {
     Ok(sent)
 }
 
+/// The pod `name` and its IP.
+async fn pod_and_ip(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+) -> anyhow::Result<(k8s_openapi::api::core::v1::Pod, String)> {
+    let pod = pods.get(name).await?;
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .with_context(|| format!("{name}'s pod IP"))?;
+    Ok((pod, ip))
+}
+
+/// Writes `value_len`-byte values (`SET fill:<n>`) to the member at `ip` as the app user, up
+/// to `attempts` keys (keys of slots it does not own are answered `MOVED` and skipped), until
+/// one is refused. Returns how many were accepted and the refusal (or the last reply).
+async fn fill_until_refused(
+    ip: &str,
+    value_len: usize,
+    attempts: usize,
+) -> anyhow::Result<(usize, String)> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let conn = tokio::net::TcpStream::connect((ip, 6379)).await?;
+    let (read, mut write) = conn.into_split();
+    let mut replies = BufReader::new(read).lines();
+    let password = valkey_e2e::workload::PASSWORD;
+    write
+        .write_all(format!("AUTH app {password}\r\n").as_bytes())
+        .await?;
+    let auth = replies.next_line().await?.unwrap_or_default();
+    ensure!(auth == "+OK", "AUTH as app: {auth}");
+    let value = vec![b'x'; value_len];
+    let mut accepted = 0;
+    let mut last = String::new();
+    for n in 0..attempts {
+        let key = format!("fill:{n}");
+        let mut command = format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${value_len}\r\n",
+            key.len()
+        )
+        .into_bytes();
+        command.extend_from_slice(&value);
+        command.extend_from_slice(b"\r\n");
+        write.write_all(&command).await?;
+        last = replies.next_line().await?.unwrap_or_default();
+        match last.as_str() {
+            "+OK" => accepted += 1,
+            moved if moved.starts_with("-MOVED") => {}
+            _ => break,
+        }
+    }
+    Ok((accepted, last))
+}
+
 #[tokio::test]
 async fn oom_killed_primary_loses_no_confirmed_write() -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::Pod;
@@ -191,12 +249,7 @@ async fn oom_killed_primary_loses_no_confirmed_write() -> anyhow::Result<()> {
     valkey_e2e::workload::write_confirmed(&client, &ns.name, OOM, "oom", KEYS).await?;
     let primary = safety::members_with(&client, &ns.name, OOM, NodeRole::Primary).await?[0].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let pod = pods.get(&primary.pod).await?;
-    let ip = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .context("primary's pod IP")?;
+    let (_, ip) = pod_and_ip(&pods, &primary.pod).await?;
     let t = Instant::now();
     // 400 MB, well past the 256Mi limit and within Valkey's 512 MB proto-max-bulk-len.
     let sent = oversized_set(&ip, 400 << 20).await?;
@@ -226,6 +279,37 @@ async fn oom_killed_primary_loses_no_confirmed_write() -> anyhow::Result<()> {
     let missing =
         valkey_e2e::workload::missing_confirmed(&client, &ns.name, OOM, "oom", KEYS).await?;
     ensure!(missing == 0, "the OOM kill lost {missing} confirmed key(s)");
+
+    // The config sets no maxmemory: the operator derived 3/4 of the 256Mi limit, so a
+    // primary filled with ordinary writes refuses them and keeps running.
+    let primary = safety::members_with(&client, &ns.name, OOM, NodeRole::Primary).await?[0].clone();
+    let (pod, ip) = pod_and_ip(&pods, &primary.pod).await?;
+    let driver = valkey_e2e::valkey::operator_driver(&client, &ns.name, OOM).await?;
+    let addr = valkey_operator::driver::MemberAddr::new(ip.clone(), 6379);
+    let maxmemory = driver.config_get(&addr, "maxmemory").await?;
+    ensure!(
+        maxmemory == [("maxmemory".to_string(), (192u64 << 20).to_string())],
+        "derived maxmemory of a 256Mi member: {maxmemory:?}"
+    );
+    let restarts = |pod: &Pod| -> i32 {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map_or(0, |c| c.iter().map(|c| c.restart_count).sum())
+    };
+    let before = restarts(&pod);
+    let (accepted, refusal) = fill_until_refused(&ip, 1 << 20, 600).await?;
+    println!("{}: {accepted} MiB accepted, then {refusal:?}", primary.pod);
+    ensure!(
+        refusal.starts_with("-OOM"),
+        "a full member refuses writes: {refusal}"
+    );
+    let pod = pods.get(&primary.pod).await?;
+    ensure!(
+        restarts(&pod) == before && valkey_e2e::real_node::termination(&pod, "valkey").is_none(),
+        "the filled primary kept running: {:?}",
+        pod.status
+    );
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete(OOM, &Default::default())
         .await?;

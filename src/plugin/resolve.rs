@@ -107,6 +107,7 @@ pub fn config_report(menu: &impl Menu, name: &str) -> Result<Report, ResolveErro
         settings: &resolved.valkey,
         tls: false,
         version: &resolved.image.version,
+        memory_limit: resolved.resources.memory.as_deref(),
     });
     let mut report = layout(
         menu,
@@ -176,6 +177,37 @@ pub fn cluster_report(
     Ok(report)
 }
 
+/// Every setting with the config that set it, then the operator's defaults that no config
+/// overrides; with a note for a derived `maxmemory`.
+fn setting_fields(
+    chain: &[(String, Option<ValkeyConfigSpec>)],
+    resolved: &crate::resolve::ResolvedConfig,
+) -> (BTreeMap<String, Field>, Vec<String>) {
+    let mut settings: BTreeMap<String, Field> = resolved
+        .valkey
+        .iter()
+        .map(|(k, v)| {
+            let mut f = field(v.clone(), setters(chain, |s| s.valkey.contains_key(k)));
+            f.ignored = is_forced_setting(k);
+            (k.clone(), f)
+        })
+        .collect();
+    let memory_limit = resolved.resources.memory.as_deref();
+    let mut notes = Vec::new();
+    for (key, value) in operator_defaults(&resolved.image.version, memory_limit) {
+        if key == "maxmemory" && !settings.contains_key(key) {
+            notes.push(format!(
+                "maxmemory {value} is derived by the operator: no config sets it, and 3/4 of the memory limit ({}) leaves room for replication buffers and fork (set maxmemory in a config to choose)",
+                memory_limit.unwrap_or_default()
+            ));
+        }
+        settings
+            .entry(key.to_string())
+            .or_insert_with(|| field(value, vec![]));
+    }
+    (settings, notes)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn layout(
     menu: &impl Menu,
@@ -188,20 +220,7 @@ fn layout(
     valkey_conf: String,
 ) -> Report {
     let chain = chain_as_far_as_it_resolves(menu, config_ref);
-    let mut settings: BTreeMap<String, Field> = resolved
-        .valkey
-        .iter()
-        .map(|(k, v)| {
-            let mut f = field(v.clone(), setters(&chain, |s| s.valkey.contains_key(k)));
-            f.ignored = is_forced_setting(k);
-            (k.clone(), f)
-        })
-        .collect();
-    for (key, value) in operator_defaults(&resolved.image.version) {
-        settings
-            .entry(key.to_string())
-            .or_insert_with(|| field(value.to_string(), vec![]));
-    }
+    let (settings, notes) = setting_fields(&chain, resolved);
     let resource = |value: &Option<String>, get: fn(&crate::api::Resources) -> bool| {
         field(
             value.clone().unwrap_or_default(),
@@ -248,7 +267,7 @@ fn layout(
         valkey_conf,
         acl_file: None,
         spec_hash: None,
-        notes: Vec::new(),
+        notes,
     }
 }
 
@@ -368,6 +387,38 @@ mod tests {
         // The operator's default, set by no config.
         assert_eq!(r.settings["cluster-node-timeout"].set_by, None);
         assert_eq!(r.acl_users[0].bound_by, "ValkeyConfig standard");
+    }
+
+    #[test]
+    fn a_config_without_maxmemory_shows_the_derived_one_and_why() {
+        let mut menu = with_roles();
+        for config in menu.configs.values_mut() {
+            config.valkey.remove("maxmemory");
+        }
+        let r = config_report(&menu, "large").unwrap();
+        let maxmemory = &r.settings["maxmemory"];
+        assert_eq!(maxmemory.value, "12288mb", "3/4 of 16Gi");
+        assert_eq!(maxmemory.set_by, None);
+        assert!(
+            r.valkey_conf.contains("\nmaxmemory 12288mb\n"),
+            "{}",
+            r.valkey_conf
+        );
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("maxmemory 12288mb is derived")
+                    && n.contains("memory limit (16Gi)")),
+            "{:?}",
+            r.notes
+        );
+        // A config that sets it: no note.
+        let r = config_report(&with_roles(), "large").unwrap();
+        assert!(
+            !r.notes.iter().any(|n| n.contains("derived")),
+            "{:?}",
+            r.notes
+        );
     }
 
     #[test]

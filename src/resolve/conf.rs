@@ -76,6 +76,8 @@ pub struct MemberConf<'a> {
     pub tls: bool,
     /// Valkey version of the member's image (version-gated settings).
     pub version: &'a str,
+    /// The container's memory limit (a Kubernetes quantity), when it has one.
+    pub memory_limit: Option<&'a str>,
 }
 
 /// valkey.conf text. The member's IP is not known before its pod runs, so the pod passes
@@ -93,12 +95,35 @@ pub struct MemberConf<'a> {
 /// hands its slots to one of them before it exits, so no write waits for a failure
 /// detection. The operator's own failover (rollouts) leaves the member a replica before its
 /// pod is deleted, so the two never race: a replica's SIGTERM hands nothing over.
-pub fn operator_defaults(version: &str) -> Vec<(&'static str, &'static str)> {
-    let mut defaults = vec![("cluster-node-timeout", "5000")];
+///
+/// `maxmemory` ([`derived_maxmemory`]): without one Valkey grows until the kernel kills it at
+/// the container's memory limit, losing what the replica had not received yet; with one it
+/// refuses writes (or evicts, per `maxmemory-policy`) and keeps serving.
+pub fn operator_defaults(version: &str, memory_limit: Option<&str>) -> Vec<(&'static str, String)> {
+    let mut defaults = vec![("cluster-node-timeout", "5000".to_string())];
     if supports_shutdown_failover(version) {
-        defaults.push(("shutdown-on-sigterm", "failover"));
+        defaults.push(("shutdown-on-sigterm", "failover".to_string()));
+    }
+    if let Some(maxmemory) = memory_limit.and_then(derived_maxmemory) {
+        defaults.push(("maxmemory", maxmemory));
     }
     defaults
+}
+
+/// Share of the container's memory limit given to `maxmemory` when no config sets it, in
+/// quarters: the last quarter is for what `maxmemory` does not count (replication and client
+/// output buffers, the copy-on-write pages of a fork for a full sync or a save, allocator
+/// overhead).
+pub const DERIVED_MAXMEMORY_QUARTERS: u128 = 3;
+
+/// `maxmemory` for a container memory limit (a Kubernetes quantity): three quarters of it, in
+/// whole MiB (`256Mi` -> `192mb`); `None` when the quantity does not parse or leaves less
+/// than 1 MiB.
+pub fn derived_maxmemory(memory_limit: &str) -> Option<String> {
+    const MIB: u128 = 1024 * 1024;
+    let bytes = super::memory::parse_quantity_bytes(memory_limit).ok()?;
+    let mib = bytes * DERIVED_MAXMEMORY_QUARTERS / 4 / MIB;
+    (mib > 0).then(|| format!("{mib}mb"))
 }
 
 /// First Valkey version whose `shutdown-on-sigterm failover` we have run (9.0.0 and 9.1.2).
@@ -130,7 +155,7 @@ pub fn render_valkey_conf(member: &MemberConf<'_>) -> String {
         let _ = writeln!(out, "{key} {value}");
     }
     out.push_str("# Operator defaults (a ValkeyConfig setting the key wins):\n");
-    for (key, value) in operator_defaults(member.version) {
+    for (key, value) in operator_defaults(member.version, member.memory_limit) {
         if !member.settings.contains_key(key) {
             let _ = writeln!(out, "{key} {value}");
         }
@@ -212,6 +237,7 @@ mod tests {
             settings: s,
             tls,
             version: "9.0.0",
+            memory_limit: None,
         })
     }
 
@@ -251,11 +277,57 @@ mod tests {
                 settings: &s,
                 tls: false,
                 version: older,
+                memory_limit: None,
             });
             assert!(
                 directive(&text, "shutdown-on-sigterm").is_empty(),
                 "{older}"
             );
+        }
+    }
+
+    #[test]
+    fn maxmemory_is_three_quarters_of_the_memory_limit_unless_the_config_sets_it() {
+        let render = |settings: &BTreeMap<String, String>, limit: Option<&str>| {
+            render_valkey_conf(&MemberConf {
+                settings,
+                tls: false,
+                version: "9.0.0",
+                memory_limit: limit,
+            })
+        };
+        let none = BTreeMap::new();
+        assert_eq!(
+            directive(&render(&none, Some("256Mi")), "maxmemory"),
+            vec!["192mb"]
+        );
+        assert_eq!(
+            directive(&render(&none, Some("1Gi")), "maxmemory"),
+            vec!["768mb"]
+        );
+        assert_eq!(
+            directive(&render(&none, Some("2G")), "maxmemory"),
+            vec!["1430mb"]
+        );
+        let set = settings(&[("maxmemory", "100mb")]);
+        assert_eq!(
+            directive(&render(&set, Some("256Mi")), "maxmemory"),
+            vec!["100mb"]
+        );
+        assert!(directive(&render(&none, None), "maxmemory").is_empty());
+        assert!(directive(&render(&none, Some("1Mi")), "maxmemory").is_empty());
+        assert!(directive(&render(&none, Some("lots")), "maxmemory").is_empty());
+    }
+
+    proptest::proptest! {
+        /// The derived maxmemory never exceeds three quarters of the limit and is within 1 MiB
+        /// of it.
+        #[test]
+        fn derived_maxmemory_leaves_a_quarter(mib in 2u128..1_000_000) {
+            let value = derived_maxmemory(&format!("{mib}Mi")).unwrap();
+            let derived: u128 = value.strip_suffix("mb").unwrap().parse().unwrap();
+            proptest::prop_assert!(derived * 4 <= mib * 3);
+            proptest::prop_assert!((derived + 1) * 4 > mib * 3);
         }
     }
 
@@ -344,6 +416,7 @@ mod tests {
                 settings: &BTreeMap::new(),
                 tls: true,
                 version,
+                memory_limit: None,
             })
         };
         assert_eq!(
@@ -364,6 +437,7 @@ mod tests {
             settings: &BTreeMap::new(),
             tls: false,
             version: "9.1.2",
+            memory_limit: None,
         });
         assert!(directive(&plain, "tls-auto-reload-interval").is_empty());
     }

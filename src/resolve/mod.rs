@@ -3,6 +3,7 @@
 pub mod acl;
 pub mod chain;
 pub mod conf;
+pub mod memory;
 pub mod tls;
 
 pub use chain::{

@@ -14,7 +14,6 @@
 pub mod admission;
 pub mod conversion;
 pub mod limits;
-pub mod memory;
 pub mod tls;
 
 use std::net::SocketAddr;

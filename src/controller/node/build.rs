@@ -71,6 +71,7 @@ pub fn spec_valkey_conf(spec: &ValkeyNodeSpec) -> String {
         settings: &spec.valkey,
         tls: spec.tls_secret_ref.is_some(),
         version: &spec.version,
+        memory_limit: spec.resources.memory.as_deref(),
     })
 }
 

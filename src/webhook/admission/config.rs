@@ -22,8 +22,8 @@ use super::downgrade::{Verdict, downgrades, verdict};
 use super::{ClusterSummary, Clusters, MenuSnapshot, allow_with_warnings, deny, lookup_warning};
 use crate::api::ValkeyConfig;
 use crate::resolve::chain::{DEFAULT_MEMORY, chain_as_far_as_it_resolves, config_bindings};
+use crate::resolve::memory::{human_bytes, parse_quantity_bytes, parse_valkey_memory};
 use crate::resolve::{Menu, MenuMap, ResolveError, resolve_config};
-use crate::webhook::memory::{human_bytes, parse_quantity_bytes, parse_valkey_memory};
 
 /// `maxmemory` above this share of the container memory is warned about.
 pub const HEADROOM_WARN_PERCENT: u128 = 80;

@@ -1,6 +1,6 @@
 //! Memory sizes in the two notations a ValkeyConfig mixes: Valkey's (`maxmemory 1500mb`) and
-//! Kubernetes quantities (`resources.memory: 2Gi`). Pure; used by the ValkeyConfig webhook to
-//! compare `maxmemory` with the container memory.
+//! Kubernetes quantities (`resources.memory: 2Gi`). Pure; the ValkeyConfig webhook compares
+//! `maxmemory` with the container memory, and the renderer derives `maxmemory` from it.
 
 /// A memory size that does not parse; the message shows how to write one.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
