@@ -82,6 +82,12 @@ pub struct ValkeyConfigSpec {
         merge_strategy = ListMerge::Map(vec!["username".into()])
     )]
     pub acl: Option<Vec<AclBinding>>,
+
+    /// Scheduling of the members (tolerations, priority class): the platform team's choice,
+    /// which a ValkeyCluster cannot override. Set here, it replaces the base's as a whole;
+    /// unset: inherited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<super::placement::Scheduling>,
 }
 
 /// CPU and memory of a Valkey container, as Kubernetes quantities.

@@ -8,7 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::config::Resources;
-use super::placement::ZoneSpread;
+use super::placement::{Toleration, ZoneSpread};
 
 /// One member of a Valkey cluster with its fully resolved, immutable spec (image, resources,
 /// rendered settings, placement, shard). Created, updated (status) and deleted by the operator
@@ -156,6 +156,12 @@ pub struct NodePlacement {
     /// Zone spread mode (resolved: the cluster's, or the operator default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone_spread: Option<ZoneSpread>,
+    /// Tolerations of the config chain (`ValkeyConfig.spec.scheduling`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// PriorityClass of the config chain (`ValkeyConfig.spec.scheduling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
 }
 
 /// Role of a member in its shard.

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::validation::{ZONE_NAME, label_values_rule, qualified_keys_rule};
+use super::validation::{
+    DNS1123_SUBDOMAIN, LABEL_VALUE, QUALIFIED_NAME, ZONE_NAME, label_values_rule,
+    qualified_keys_rule,
+};
 
 /// Placement of a Valkey cluster's pods. Changing `zones` or `nodeSelector` replaces nodes one
 /// shard at a time; changing `zoneSpread` affects only pods created afterwards.
@@ -74,6 +77,86 @@ impl std::str::FromStr for ZoneSpread {
             "bestEffort" => Ok(ZoneSpread::BestEffort),
             "required" => Ok(ZoneSpread::Required),
             other => Err(UnknownZoneSpread(other.to_owned())),
+        }
+    }
+}
+
+/// Scheduling of a config's members (platform team, `ValkeyConfig.spec.scheduling`): what a
+/// product team's cluster cannot choose. Set on a config, it replaces the base's as a whole.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Scheduling {
+    /// Taints the members tolerate (copied to the pods), for example a node pool reserved
+    /// for Valkey with `dedicated=valkey:NoSchedule`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub tolerations: Vec<Toleration>,
+
+    /// PriorityClass of the members' pods (it must exist; pods are not created until it does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = DNS1123_SUBDOMAIN.rule("priorityClassName"))]
+    pub priority_class_name: Option<String>,
+}
+
+/// A toleration, as in a pod's `spec.tolerations`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''")
+    .message("a toleration with operator Exists matches any value: leave value empty"))]
+#[x_kube(validation = Rule::new("has(self.key) || (has(self.operator) && self.operator == 'Exists')")
+    .message("a toleration without a key must use operator Exists (it then tolerates every taint)"))]
+pub struct Toleration {
+    /// Taint key; empty with operator `Exists` tolerates every taint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 317))]
+    #[x_kube(validation = QUALIFIED_NAME.rule("key"))]
+    pub key: Option<String>,
+
+    /// `Equal` (default) or `Exists`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<TolerationOperator>,
+
+    /// Taint value to match with `Equal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    #[x_kube(validation = LABEL_VALUE.rule("value"))]
+    pub value: Option<String>,
+
+    /// Taint effect to match (empty: every effect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<TaintEffect>,
+
+    /// For `NoExecute`: how long a member stays on a node after the taint appears (unset:
+    /// for ever).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// How a toleration matches a taint's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum TolerationOperator {
+    Equal,
+    Exists,
+}
+
+/// A taint effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+impl Toleration {
+    /// The pod's toleration.
+    pub fn to_pod(&self) -> k8s_openapi::api::core::v1::Toleration {
+        k8s_openapi::api::core::v1::Toleration {
+            key: self.key.clone(),
+            operator: self.operator.map(|o| format!("{o:?}")),
+            value: self.value.clone(),
+            effect: self.effect.map(|e| format!("{e:?}")),
+            toleration_seconds: self.toleration_seconds,
         }
     }
 }

@@ -165,4 +165,8 @@ pub struct ValkeyConfigSpec {
         merge_strategy = ListMerge::Map(vec!["username".into()])
     )]
     pub acl: Option<Vec<AclBinding>>,
+
+    /// Scheduling of the members (tolerations, priority class); see the v1alpha1 version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<super::placement::Scheduling>,
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::constants::MAX_CONFIG_CHAIN_DEPTH;
+use crate::api::placement::Scheduling;
 use crate::api::{AclBinding, Resources, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec};
 
 /// Where resolution reads the platform team's menu from.
@@ -107,6 +108,8 @@ pub struct ResolvedConfig {
     pub valkey: BTreeMap<String, String>,
     /// Platform-level bindings: those of the nearest config that sets `acl`.
     pub acl: Vec<AclBinding>,
+    /// Scheduling of the nearest config that sets `scheduling` (empty otherwise).
+    pub scheduling: Scheduling,
 }
 
 /// Who holds a reference that could not be resolved; used in messages.
@@ -300,6 +303,7 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
     let mut cpu = None;
     let mut memory = None;
     let mut acl = None;
+    let mut scheduling = None;
     for spec in specs.iter().rev() {
         valkey.extend(spec.valkey.clone());
         if let Some(resources) = &spec.resources {
@@ -308,6 +312,9 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
         }
         if spec.acl.is_some() {
             acl = spec.acl.clone();
+        }
+        if spec.scheduling.is_some() {
+            scheduling = spec.scheduling.clone();
         }
     }
     Ok(ResolvedConfig {
@@ -320,6 +327,7 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
         },
         valkey,
         acl: acl.unwrap_or_default(),
+        scheduling: scheduling.unwrap_or_default(),
     })
 }
 
@@ -495,6 +503,7 @@ pub(crate) mod tests {
             resources: None,
             valkey: BTreeMap::new(),
             acl: None,
+            scheduling: None,
         }
     }
 
@@ -575,6 +584,33 @@ pub(crate) mod tests {
         assert_eq!(r.resources.memory.as_deref(), Some("16Gi"));
         let r = resolve_config(&seed_menu(), "standard").unwrap();
         assert_eq!(r.resources.memory.as_deref(), Some("2Gi"));
+    }
+
+    #[test]
+    fn scheduling_comes_whole_from_the_nearest_config_that_sets_it() {
+        use crate::api::placement::{Scheduling, Toleration, TolerationOperator};
+        let mut c = seed_menu();
+        assert_eq!(
+            resolve_config(&c, "large").unwrap().scheduling,
+            Scheduling::default()
+        );
+        let pool = Scheduling {
+            tolerations: vec![Toleration {
+                key: Some("dedicated".into()),
+                operator: Some(TolerationOperator::Exists),
+                ..Toleration::default()
+            }],
+            priority_class_name: Some("valkey".into()),
+        };
+        c.configs.get_mut("standard").unwrap().scheduling = Some(pool.clone());
+        assert_eq!(resolve_config(&c, "large").unwrap().scheduling, pool);
+        // Set on the child, it replaces the base's as a whole.
+        let own = Scheduling {
+            tolerations: vec![],
+            priority_class_name: Some("batch".into()),
+        };
+        c.configs.get_mut("large").unwrap().scheduling = Some(own.clone());
+        assert_eq!(resolve_config(&c, "large").unwrap().scheduling, own);
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub fn desired_node_spec(
             zones: placement.zones,
             node_selector: placement.node_selector,
             zone_spread: Some(placement.zone_spread.unwrap_or(default_zone_spread)),
+            tolerations: resolved.scheduling.tolerations.clone(),
+            priority_class_name: resolved.scheduling.priority_class_name.clone(),
         },
         // The operator's copy, whatever Secret the cluster names: changing `secretRef` is a
         // rotation of the copy's content, never a rolling replacement.
@@ -428,6 +430,7 @@ mod tests {
             },
             valkey: BTreeMap::from([("maxmemory".to_string(), "1500mb".to_string())]),
             acl: vec![],
+            scheduling: Default::default(),
         }
     }
 

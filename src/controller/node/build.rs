@@ -17,6 +17,7 @@ use kube::api::ObjectMeta;
 use serde_json::json;
 
 use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_SPEC_HASH};
+use crate::api::placement::Toleration;
 use crate::api::{ValkeyNode, ValkeyNodeSpec, ZoneSpread};
 use crate::controller::names;
 use crate::controller::owner::{BuildError, controller_owner};
@@ -184,6 +185,15 @@ pub fn pod(
             condition_type: crate::api::constants::CONDITION_HOLDS_DATA.into(),
         }]),
         node_selector: Some(node.spec.placement.node_selector.clone()),
+        tolerations: (!node.spec.placement.tolerations.is_empty()).then(|| {
+            node.spec
+                .placement
+                .tolerations
+                .iter()
+                .map(Toleration::to_pod)
+                .collect()
+        }),
+        priority_class_name: node.spec.placement.priority_class_name.clone(),
         affinity: zone_affinity(node),
         topology_spread_constraints: Some(spread_constraints(node, &cluster)),
         containers: vec![valkey_container(node, &namespace, mounts)],
@@ -450,6 +460,8 @@ mod tests {
                     zones: zones.iter().map(|z| z.to_string()).collect(),
                     node_selector: BTreeMap::from([("disk".to_string(), "ssd".to_string())]),
                     zone_spread: Some(zone_spread),
+                    tolerations: vec![],
+                    priority_class_name: None,
                 },
                 tls_secret_ref: None,
                 restart_in_place: Some(false),
@@ -458,6 +470,41 @@ mod tests {
         n.metadata.namespace = Some("my-app".into());
         n.metadata.uid = Some("uid-n".into());
         n
+    }
+
+    #[test]
+    fn the_configs_tolerations_and_priority_class_reach_the_pod() {
+        use crate::api::placement::{TaintEffect, TolerationOperator};
+        let bare = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new()).unwrap();
+        let spec = bare.spec.unwrap();
+        assert_eq!(spec.tolerations, None);
+        assert_eq!(spec.priority_class_name, None);
+        let mut n = node(ZoneSpread::BestEffort, &[]);
+        n.spec.placement.tolerations = vec![Toleration {
+            key: Some("dedicated".into()),
+            operator: Some(TolerationOperator::Equal),
+            value: Some("valkey".into()),
+            effect: Some(TaintEffect::NoSchedule),
+            toleration_seconds: None,
+        }];
+        n.spec.placement.priority_class_name = Some("valkey-high".into());
+        let spec = pod(&n, &BTreeMap::new()).unwrap().spec.unwrap();
+        let t = &spec.tolerations.unwrap()[0];
+        assert_eq!(
+            (
+                t.key.as_deref(),
+                t.operator.as_deref(),
+                t.value.as_deref(),
+                t.effect.as_deref()
+            ),
+            (
+                Some("dedicated"),
+                Some("Equal"),
+                Some("valkey"),
+                Some("NoSchedule")
+            )
+        );
+        assert_eq!(spec.priority_class_name.as_deref(), Some("valkey-high"));
     }
 
     #[test]

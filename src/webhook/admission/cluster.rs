@@ -179,6 +179,7 @@ mod tests {
                         channels: vec![],
                     }],
                 }]),
+                scheduling: None,
             },
         );
         m.roles.insert(

@@ -390,6 +390,7 @@ mod tests {
                 .map(|m| BTreeMap::from([("maxmemory".to_string(), m.to_string())]))
                 .unwrap_or_default(),
             acl: None,
+            scheduling: None,
         }
     }
 

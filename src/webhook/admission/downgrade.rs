@@ -137,6 +137,7 @@ mod tests {
             resources: None,
             valkey: Default::default(),
             acl: None,
+            scheduling: None,
         }
     }
 

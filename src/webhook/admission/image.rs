@@ -115,6 +115,7 @@ mod tests {
                 resources: None,
                 valkey: Default::default(),
                 acl: None,
+                scheduling: None,
             },
         );
         m
