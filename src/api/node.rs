@@ -156,11 +156,14 @@ pub struct NodePlacement {
     /// Zone spread mode (resolved: the cluster's, or the operator default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone_spread: Option<ZoneSpread>,
-    /// Tolerations of the config chain (`ValkeyConfig.spec.scheduling`).
+    /// Tolerations of the config chain (`ValkeyConfig.spec.scheduling`; bounded as there, so
+    /// the API server can cost the per-item rules).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub tolerations: Vec<Toleration>,
     /// PriorityClass of the config chain (`ValkeyConfig.spec.scheduling`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub priority_class_name: Option<String>,
 }
 
