@@ -188,13 +188,16 @@ async fn impact_image_names_exactly_the_clusters_that_then_roll() -> anyhow::Res
                     .get(name)
                     .await?;
                 let status = c.status.unwrap_or_default();
-                Ok((status.state == Some(ClusterState::Active)
-                    && status.nodes.len() == 2
-                    && status
-                        .nodes
-                        .iter()
-                        .all(|n| n.version.as_deref() == Some("9.1.2")))
-                .then_some(()))
+                let versions: Vec<_> = status.nodes.iter().map(|n| n.version.clone()).collect();
+                ensure!(
+                    status.state == Some(ClusterState::Active)
+                        && versions.len() == 2
+                        && versions.iter().all(|v| v.as_deref() == Some("9.1.2")),
+                    "state {:?}, member versions {versions:?}: {}",
+                    status.state,
+                    status.message.unwrap_or_default()
+                );
+                Ok(Some(()))
             },
         )
         .await?;
