@@ -88,6 +88,12 @@ pub struct ValkeyConfigSpec {
     /// unset: inherited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling: Option<super::placement::Scheduling>,
+
+    /// Volumes of the members: each member gets its own PersistentVolumeClaim at Valkey's
+    /// data directory. Set here, it replaces the base's as a whole; unset: inherited (no
+    /// config in the chain setting it: memory-only members).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<super::storage::Storage>,
 }
 
 /// CPU and memory of a Valkey container, as Kubernetes quantities.

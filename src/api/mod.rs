@@ -14,6 +14,7 @@ pub mod image;
 pub mod node;
 pub mod placement;
 pub mod role;
+pub mod storage;
 pub mod v1beta1;
 pub mod validation;
 
@@ -29,3 +30,4 @@ pub use placement::{Placement, ZoneSpread};
 pub use role::{
     CategoryRule, CommandRule, RuleAccess, ValkeyRole, ValkeyRoleSpec, ValkeyRoleStatus,
 };
+pub use storage::{Storage, VolumeRetention};

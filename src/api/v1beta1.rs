@@ -169,4 +169,8 @@ pub struct ValkeyConfigSpec {
     /// Scheduling of the members (tolerations, priority class); see the v1alpha1 version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling: Option<super::placement::Scheduling>,
+
+    /// Volumes of the members; see the v1alpha1 version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<super::storage::Storage>,
 }

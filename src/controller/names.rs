@@ -31,6 +31,14 @@ pub fn tls_secret(cluster: &str) -> String {
     format!("{cluster}-member-tls")
 }
 
+/// A member's PersistentVolumeClaim: `<member>-data-<first 8 of the ValkeyNode's uid>`. The
+/// uid part keeps a volume retained from a deleted cluster from ever being taken by a new
+/// cluster of the same name (its members have the same names, never the same uids).
+pub fn member_volume(member: &str, member_uid: &str) -> String {
+    let uid: String = member_uid.chars().filter(|c| *c != '-').take(8).collect();
+    format!("{member}-data-{uid}")
+}
+
 /// The DNS domain of the Kubernetes cluster, as in the certificate names TLS clusters need.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
 

@@ -69,6 +69,20 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
     },
     Permission {
         groups: &[""],
+        resources: &["persistentvolumeclaims"],
+        names: &[],
+        verbs: &["get", "list", "create", "patch", "delete"],
+        why: "one volume claim per member of a config with storage, created once (node/mod.rs); grown, its retention set, and deleted when a retained member is retired (cluster/volumes.rs)",
+    },
+    Permission {
+        groups: &["storage.k8s.io"],
+        resources: &["storageclasses"],
+        names: &[],
+        verbs: &["get"],
+        why: "whether the volumes' class allows expansion before a claim is grown (cluster/volumes.rs)",
+    },
+    Permission {
+        groups: &[""],
         resources: &["pods/status"],
         names: &[],
         verbs: &["patch"],

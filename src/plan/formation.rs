@@ -75,6 +75,9 @@ pub(super) fn introduce(a: &Answered) -> Option<Plan> {
     if let Some(plan) = distinct_config_epochs(a) {
         return Some(plan);
     }
+    if let Some(plan) = reintroduce_moved(a) {
+        return Some(plan);
+    }
     let changing = &a.observed.changing;
     let seed = a
         .members
@@ -178,6 +181,44 @@ fn strangers<'a>(a: &Answered<'a>) -> (Vec<AnsweredMember<'a>>, Vec<Step>) {
         );
     }
     (unaware, meets)
+}
+
+/// Members that came back under their node id at a new IP (their pods were recreated with
+/// their volumes) are introduced again to every member that still has the old IP: Valkey
+/// takes the handshake's answer from a node id it knows as that node's new address. Members
+/// learn a single moved peer from gossip, but after a full restart every member has every
+/// other at an address nobody answers at any more, and nobody would ever hear of the moves.
+fn reintroduce_moved(a: &Answered) -> Option<Plan> {
+    let mut moved = BTreeSet::new();
+    let mut meets = Vec::new();
+    for m in &a.members {
+        for t in &a.members {
+            let Some(seen) = m.view.addresses.get(&t.view.id) else {
+                continue;
+            };
+            if t.name == m.name || *seen == t.addr.host {
+                continue;
+            }
+            moved.insert(t.name.as_str());
+            if meets.len() < MEETS_PER_ROUND {
+                meets.push(Step::Meet {
+                    via: m.addr.clone(),
+                    target: t.addr.clone(),
+                });
+            }
+        }
+    }
+    (!meets.is_empty()).then(|| {
+        Plan::new(
+            a.observed.changing.clone(),
+            meets,
+            format!(
+                "introducing {} member(s) that came back at a new address with their data: {}",
+                moved.len(),
+                moved.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        )
+    })
 }
 
 /// Direct introductions per round once the seed knows everybody: enough for a large cluster's

@@ -55,6 +55,10 @@ pub struct MemberView {
     pub owned_by: BTreeMap<NodeId, Vec<SlotRange>>,
     /// Node ids this member knows (CLUSTER NODES, handshakes excluded).
     pub known: BTreeSet<NodeId>,
+    /// The IP this member has for each node it knows: a member whose pod came back with its
+    /// volume keeps its node id under a new IP, which its peers do not learn by themselves
+    /// when everybody moved at once (a full restart).
+    pub addresses: BTreeMap<NodeId, String>,
     /// Slot owners as this member sees the whole cluster: slot range → owner id.
     pub cluster_ok: bool,
     /// For a replica: the link to its primary is up and the initial sync is done.
@@ -92,6 +96,7 @@ impl MemberView {
             slots: vec![],
             owned_by: BTreeMap::new(),
             known: BTreeSet::new(),
+            addresses: BTreeMap::new(),
             cluster_ok: true,
             replica_in_sync: false,
             slot_owners: BTreeSet::new(),

@@ -30,6 +30,9 @@ struct SimNode {
     /// Ids this node refuses to re-learn (CLUSTER FORGET's ban list).
     banned: BTreeSet<NodeId>,
     config_epoch: u64,
+    /// IPs this node still has for peers that moved (a full restart): none until a test
+    /// moves nodes; a MEET between two nodes puts them right on both sides.
+    stale: BTreeMap<NodeId, String>,
 }
 
 impl Sim {
@@ -67,6 +70,15 @@ impl Sim {
                             .map(|o| (o.id.clone(), o.slots.clone()))
                             .collect(),
                         known: n.known.clone(),
+                        addresses: self
+                            .nodes
+                            .values()
+                            .filter(|o| o.id != n.id && n.known.contains(&o.id))
+                            .map(|o| {
+                                let ip = n.stale.get(&o.id).unwrap_or(&o.addr.host);
+                                (o.id.clone(), ip.clone())
+                            })
+                            .collect(),
                         cluster_ok: owned == SLOT_COUNT as usize
                             && self.nodes.values().all(|o| n.known.contains(&o.id)),
                         replica_in_sync: n.primary.is_some(),
@@ -114,14 +126,17 @@ impl Sim {
                         generation: self.generation,
                         banned: BTreeSet::new(),
                         config_epoch: 0,
+                        stale: BTreeMap::new(),
                     },
                 );
             }
             Step::Meet { via, target } => {
                 let target_id = self.by_addr(target).id.clone();
                 let via_id = self.by_addr(via).id.clone();
-                self.by_addr(via).known.insert(target_id);
-                self.by_addr(target).known.insert(via_id);
+                self.by_addr(via).known.insert(target_id.clone());
+                self.by_addr(via).stale.remove(&target_id);
+                self.by_addr(target).known.insert(via_id.clone());
+                self.by_addr(target).stale.remove(&via_id);
             }
             Step::AssignSlots { member, ranges } => {
                 let node = self.by_addr(member);
@@ -602,6 +617,48 @@ fn members_that_have_not_heard_of_each_other_are_introduced_directly_not_left_to
     assert!(
         after.steps.iter().all(|a| !matches!(a, Step::Meet { .. })),
         "nothing left to introduce: {after:?}"
+    );
+}
+
+#[test]
+fn members_back_at_new_addresses_with_their_ids_are_introduced_again_to_everyone() {
+    let mut sim = Sim::default();
+    form(&mut sim, 2, 1, |_| usize::MAX);
+    // A full restart with volumes: every pod comes back with its node id at a new IP, and
+    // every member still has every other at its old one.
+    let old: BTreeMap<NodeId, String> = sim
+        .nodes
+        .values()
+        .map(|n| (n.id.clone(), n.addr.host.clone()))
+        .collect();
+    for (i, n) in sim.nodes.values_mut().enumerate() {
+        n.addr = MemberAddr::new(format!("10.9.0.{}", i + 1), 6379);
+        n.stale = old
+            .iter()
+            .filter(|(id, _)| **id != n.id)
+            .map(|(id, ip)| (id.clone(), ip.clone()))
+            .collect();
+    }
+    let p = plan(&sim.topology(2, 1));
+    assert!(
+        p.message.contains("came back at a new address"),
+        "{}",
+        p.message
+    );
+    // Each of the four is introduced to the three others (through each of them).
+    assert_eq!(p.steps.len(), 12, "{:?}", p.steps);
+    assert!(p.steps.iter().all(|s| matches!(s, Step::Meet { .. })));
+    for step in &p.steps {
+        sim.apply(step);
+    }
+    let after = plan(&sim.topology(2, 1));
+    assert_eq!(after.phase, Phase::Ready, "{}", after.message);
+    assert!(after.steps.is_empty(), "{after:?}");
+    // Slots, roles and ids are what they were: nothing was re-formed.
+    sim.assert_all_slots_owned();
+    assert_eq!(
+        sim.nodes.values().filter(|n| n.primary.is_some()).count(),
+        2
     );
 }
 

@@ -12,6 +12,7 @@ use std::fmt;
 
 use crate::api::constants::MAX_CONFIG_CHAIN_DEPTH;
 use crate::api::placement::Scheduling;
+use crate::api::storage::Storage;
 use crate::api::{AclBinding, Resources, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec};
 
 /// Where resolution reads the platform team's menu from.
@@ -110,6 +111,8 @@ pub struct ResolvedConfig {
     pub acl: Vec<AclBinding>,
     /// Scheduling of the nearest config that sets `scheduling` (empty otherwise).
     pub scheduling: Scheduling,
+    /// Storage of the nearest config that sets `storage` (none: memory-only members).
+    pub storage: Option<Storage>,
 }
 
 /// Who holds a reference that could not be resolved; used in messages.
@@ -304,6 +307,7 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
     let mut memory = None;
     let mut acl = None;
     let mut scheduling = None;
+    let mut storage = None;
     for spec in specs.iter().rev() {
         valkey.extend(spec.valkey.clone());
         if let Some(resources) = &spec.resources {
@@ -315,6 +319,9 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
         }
         if spec.scheduling.is_some() {
             scheduling = spec.scheduling.clone();
+        }
+        if spec.storage.is_some() {
+            storage = spec.storage.clone();
         }
     }
     Ok(ResolvedConfig {
@@ -328,6 +335,7 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
         valkey,
         acl: acl.unwrap_or_default(),
         scheduling: scheduling.unwrap_or_default(),
+        storage,
     })
 }
 
@@ -504,6 +512,7 @@ pub(crate) mod tests {
             valkey: BTreeMap::new(),
             acl: None,
             scheduling: None,
+            storage: None,
         }
     }
 

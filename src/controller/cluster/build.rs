@@ -79,6 +79,7 @@ pub fn desired_node_spec(
             &resolved.valkey,
             cluster.spec.replicas_per_shard,
         )),
+        storage: resolved.storage.clone(),
     }
 }
 
@@ -95,13 +96,20 @@ pub fn restarts_in_place(settings: &BTreeMap<String, String>, replicas_per_shard
 }
 
 /// Hash of what makes two members interchangeable: everything in the spec except the shard
-/// and role hint, and except `zoneSpread`, which only affects pods created later (PRODUCT.md).
+/// and role hint, except `zoneSpread`, which only affects pods created later (PRODUCT.md), and
+/// except the storage size and retention.
 /// A member whose hash differs from the desired one is replaced, never mutated.
 pub fn spec_hash(spec: &ValkeyNodeSpec) -> String {
     let mut canonical = spec.clone();
     canonical.shard = 0;
     canonical.role_hint = None;
     canonical.placement.zone_spread = None;
+    // A volume grows in place and its retention is a property of the claim: neither
+    // replaces a member (the cluster controller applies both to the claims live).
+    if let Some(storage) = canonical.storage.as_mut() {
+        storage.size.clear();
+        storage.when_deleted = None;
+    }
     let json = serde_json::to_string(&canonical).expect("node specs serialize");
     sha256_hex(json)[..12].to_string()
 }
@@ -431,6 +439,7 @@ mod tests {
             valkey: BTreeMap::from([("maxmemory".to_string(), "1500mb".to_string())]),
             acl: vec![],
             scheduling: Default::default(),
+            storage: None,
         }
     }
 

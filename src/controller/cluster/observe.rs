@@ -197,6 +197,12 @@ pub fn view(obs: &MemberObservation, now: i64) -> MemberView {
             .filter(|n| !n.flags.handshake && !n.flags.noaddr)
             .map(|n| n.id.clone())
             .collect(),
+        addresses: obs
+            .nodes
+            .iter()
+            .filter(|n| !n.flags.handshake && !n.flags.noaddr && !n.flags.myself)
+            .map(|n| (n.id.clone(), n.ip.clone()))
+            .collect(),
         cluster_ok: obs.info.state_ok,
         replica_in_sync: obs
             .replication
@@ -459,6 +465,7 @@ mod tests {
                 placement: Default::default(),
                 tls_secret_ref: None,
                 restart_in_place,
+                storage: None,
             },
         );
         n.status = Some(crate::api::ValkeyNodeStatus {

@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort,
     EmptyDirVolumeSource, EnvVar, EnvVarSource, NodeAffinity, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodReadinessGate,
+    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodReadinessGate,
     PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
     SecurityContext, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -16,9 +18,11 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use serde_json::json;
 
-use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_SPEC_HASH};
+use crate::api::constants::{
+    CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_NODE, LABEL_SHARD, LABEL_SPEC_HASH,
+};
 use crate::api::placement::Toleration;
-use crate::api::{ValkeyNode, ValkeyNodeSpec, ZoneSpread};
+use crate::api::{ValkeyNode, ValkeyNodeSpec, VolumeRetention, ZoneSpread};
 use crate::controller::names;
 use crate::controller::owner::{BuildError, controller_owner};
 use crate::resolve::conf::{MemberConf, paths, render_valkey_conf, sha256_hex};
@@ -320,11 +324,7 @@ fn volumes(node: &ValkeyNode, node_name: &str, cluster: &str) -> (Vec<Volume>, V
             ..Default::default()
         },
         secret("acl", names::acl_secret(cluster)),
-        Volume {
-            name: "data".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        },
+        data_volume(node),
     ];
     let mut mounts = vec![
         mount("config", paths::CONFIG_DIR, true),
@@ -336,6 +336,73 @@ fn volumes(node: &ValkeyNode, node_name: &str, cluster: &str) -> (Vec<Volume>, V
         mounts.push(mount("tls", paths::TLS_DIR, true));
     }
     (volumes, mounts)
+}
+
+/// The data directory's volume: the member's claim when it has storage, else an `emptyDir`
+/// (memory-only: the directory lives as long as the pod).
+fn data_volume(node: &ValkeyNode) -> Volume {
+    let claim = node.spec.storage.as_ref().map(|_| {
+        let uid = node.metadata.uid.as_deref().unwrap_or_default();
+        PersistentVolumeClaimVolumeSource {
+            claim_name: names::member_volume(&identity(node).0, uid),
+            read_only: None,
+        }
+    });
+    Volume {
+        name: "data".into(),
+        empty_dir: claim.is_none().then(EmptyDirVolumeSource::default),
+        persistent_volume_claim: claim,
+        ..Default::default()
+    }
+}
+
+/// Label on a member's volume: the uid of the ValkeyNode it was made for.
+pub const VOLUME_MEMBER_UID_LABEL: &str = "valkey.gomomento.com/member-uid";
+
+/// The member's PersistentVolumeClaim, when its spec has storage: `ReadWriteOnce`, the size
+/// and class the spec names. With `whenDeleted: Delete` it is owned by the ValkeyNode (deleted
+/// with the member, and with the cluster); with `Retain` nobody owns it, and the cluster
+/// controller deletes it when the member is retired (see `controller::cluster::volumes`).
+pub fn claim(node: &ValkeyNode) -> Result<Option<PersistentVolumeClaim>, BuildError> {
+    let Some(storage) = &node.spec.storage else {
+        return Ok(None);
+    };
+    let (node_name, namespace, cluster) = identity(node);
+    let uid = node.metadata.uid.clone().ok_or_else(|| BuildError::NoUid {
+        kind: "ValkeyNode".into(),
+        namespace: namespace.clone(),
+        name: node_name.clone(),
+    })?;
+    let mut labels = names::cluster_labels(&cluster, "volume");
+    labels.insert(LABEL_SHARD.into(), node.spec.shard.to_string());
+    labels.insert(LABEL_NODE.into(), node_name.clone());
+    labels.insert(VOLUME_MEMBER_UID_LABEL.into(), uid.clone());
+    let owner = match storage.retention() {
+        VolumeRetention::Delete => Some(vec![controller_owner(node)?]),
+        VolumeRetention::Retain => None,
+    };
+    Ok(Some(PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(names::member_volume(&node_name, &uid)),
+            namespace: Some(namespace),
+            labels: Some(labels),
+            owner_references: owner,
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(storage.size.clone()),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }))
 }
 
 /// valkey-server's command line: the config file and what is only known per member: the pod
@@ -465,6 +532,7 @@ mod tests {
                 },
                 tls_secret_ref: None,
                 restart_in_place: Some(false),
+                storage: None,
             },
         );
         n.metadata.namespace = Some("my-app".into());

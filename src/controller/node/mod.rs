@@ -8,7 +8,7 @@ pub mod start;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
@@ -55,6 +55,9 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Actio
             info!(node = %object_key(node.as_ref()), "pod lost; not recreated, the member is replaced");
         }
         None => {
+            if let Some(wait) = ensure_claim(&ctx, &node, &cluster).await? {
+                return Ok(wait);
+            }
             if let Some(wait) = create_pod(&ctx, &node, &cluster, &pods, &annotations).await? {
                 return Ok(wait);
             }
@@ -146,6 +149,53 @@ async fn apply_config_map(
     taken.map(|()| None)
 }
 
+/// Creates the member's volume claim when its spec has storage and the claim does not exist
+/// yet (created once: the cluster controller grows it and sets its retention later, see
+/// `controller::cluster::volumes`). A claim still being deleted is waited for: the pod would
+/// otherwise mount a volume that is going away.
+async fn ensure_claim(
+    ctx: &Arc<Context>,
+    node: &ValkeyNode,
+    cluster: &ValkeyCluster,
+) -> Result<Option<Action>, Error> {
+    let Some(claim) = build::claim(node)? else {
+        return Ok(None);
+    };
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &node.namespace().unwrap_or_default());
+    let name = claim.name_any();
+    match claims.get_opt(&name).await? {
+        Some(existing) if existing.metadata.deletion_timestamp.is_some() => {
+            info!(node = %object_key(node), claim = %name, "volume claim still being deleted; waiting");
+            Ok(Some(Action::requeue(Duration::from_secs(5))))
+        }
+        Some(_) => Ok(None),
+        None => match claims.create(&PostParams::default(), &claim).await {
+            Ok(_) => {
+                info!(node = %object_key(node), claim = %name, "created volume claim");
+                Ok(None)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+            Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+                warn!(node = %object_key(node), error = %e.message, "the API server refused the volume claim");
+                let message = format!("{CLAIM_REFUSED}{}", e.message);
+                if set_refusal(ctx, node, Some(&message)).await? {
+                    let note = format!("member {}: {message}", node.name_any());
+                    crate::controller::cluster::status::warning(
+                        ctx,
+                        cluster,
+                        "VolumeRefused",
+                        &note,
+                    )
+                    .await;
+                }
+                Ok(Some(Action::requeue(Duration::from_secs(30))))
+            }
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
 /// Creates the member's pod. When the API server refuses it (Pod Security, a quota, a policy
 /// engine), says why where the cluster's status and the node's show it, and returns the
 /// calm retry.
@@ -184,9 +234,15 @@ pub const POD_REFUSED: &str = "the API server refused its pod: ";
 /// ConfigMap's name.
 pub const NO_POD: &str = "its pod cannot be created: ";
 
+/// Prefix of a ValkeyNode's `status.message` while the API server refuses its volume claim
+/// (a storage quota, a policy engine).
+pub const CLAIM_REFUSED: &str = "the API server refused its volume claim: ";
+
 /// Whether a ValkeyNode's `status.message` says why it has no pod.
 pub fn says_why_no_pod(message: &str) -> bool {
-    message.starts_with(POD_REFUSED) || message.starts_with(NO_POD)
+    [POD_REFUSED, NO_POD, CLAIM_REFUSED]
+        .iter()
+        .any(|prefix| message.starts_with(prefix))
 }
 
 /// Records (or clears) why the member has no pod (`message`, starting with [`POD_REFUSED`]

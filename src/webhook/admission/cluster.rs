@@ -180,6 +180,7 @@ mod tests {
                     }],
                 }]),
                 scheduling: None,
+                storage: None,
             },
         );
         m.roles.insert(

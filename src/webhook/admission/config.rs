@@ -391,6 +391,7 @@ mod tests {
                 .unwrap_or_default(),
             acl: None,
             scheduling: None,
+            storage: None,
         }
     }
 

@@ -138,6 +138,7 @@ mod tests {
             valkey: Default::default(),
             acl: None,
             scheduling: None,
+            storage: None,
         }
     }
 

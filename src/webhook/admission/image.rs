@@ -116,6 +116,7 @@ mod tests {
                 valkey: Default::default(),
                 acl: None,
                 scheduling: None,
+                storage: None,
             },
         );
         m
