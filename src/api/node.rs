@@ -137,8 +137,8 @@ pub struct ValkeyNodeSpec {
 
     /// The member's volume (`ValkeyConfig.spec.storage` when the member was created): its
     /// PersistentVolumeClaim is mounted at Valkey's data directory. Unset: memory-only
-    /// (`emptyDir`). The size and retention here are those at creation; the cluster's
-    /// current ones are applied to the claim live and do not replace the member.
+    /// (`emptyDir`). The size and retention here are those at creation; a later change
+    /// of either on the menu does not replace the member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<super::storage::Storage>,
 }

@@ -30,8 +30,9 @@ pub struct Storage {
     /// What happens to the volumes when the ValkeyCluster is deleted: `Delete` (the default)
     /// removes them with the cluster; `Retain` keeps them, labelled with the cluster's name,
     /// for the platform team to inspect or delete. A retained volume is never reused by a
-    /// new cluster, even one of the same name. Volumes of members retired by a rollout or a
-    /// scale-in are always deleted: their data moved to the other members first.
+    /// new cluster, even one of the same name. With `Delete`, volumes of members retired by a
+    /// rollout or a scale-in go with them (their data moved to the other members first);
+    /// with `Retain` they stay for now (docs/durability.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when_deleted: Option<VolumeRetention>,
 }

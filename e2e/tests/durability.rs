@@ -1,0 +1,204 @@
+//! Durable members (issue 28) on real volumes: a 2 x 1 cluster whose config has `storage`
+//! (one PersistentVolumeClaim per member on the local cluster's default class, local-path)
+//! and `appendonly yes`. Every member pod is force-deleted at once, under a writer whose
+//! writes count once a replica holds them (`WAIT 1`), after 100,000 keys were written and
+//! replicated. Every pod comes back on its volume with its node id at a new IP; the operator
+//! introduces them again (it does not form a new, empty cluster), and the cluster is Active
+//! with every key. Reports the time to Active and the writer's pause and losses.
+#![cfg(feature = "e2e")]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
+use valkey_e2e::valkey::{member_pods, wait_state};
+use valkey_e2e::workload::{
+    MENU_SETTINGS, Writer, apply, cluster, image, missing_confirmed, write_confirmed,
+};
+use valkey_operator::api::constants::LABEL_CLUSTER;
+use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
+
+const NAME: &str = "durable";
+const KEYS: usize = 100_000;
+
+/// A config on `image` whose members keep their data on a 256Mi volume each.
+fn durable_config(name: &str, image: &str) -> serde_json::Value {
+    let mut settings: serde_json::Map<String, serde_json::Value> = MENU_SETTINGS
+        .iter()
+        .map(|(key, value)| (key.to_string(), json!(value)))
+        .collect();
+    settings.insert("appendonly".into(), json!("yes"));
+    json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyConfig", "metadata": {"name": name},
+           "spec": {"imageRef": image, "resources": {"cpu": "100m", "memory": "256Mi"},
+                    "valkey": settings, "storage": {"size": "256Mi"}}})
+}
+
+/// Member name -> Valkey node id, as the members' ValkeyNodes record them.
+async fn node_ids(client: &Client, ns: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let nodes = Api::<ValkeyNode>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={NAME}")))
+        .await?;
+    Ok(nodes
+        .items
+        .into_iter()
+        .filter_map(|n| Some((n.metadata.name?, n.status?.node_id?)))
+        .collect())
+}
+
+/// Every member pod mounts its own claim at /data, and every claim is Bound.
+async fn every_member_on_its_own_bound_claim(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let pods = member_pods(client, ns, NAME).await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let mut seen = Vec::new();
+    for pod in &pods {
+        let claim = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .find(|v| v.name == "data")
+            .and_then(|v| v.persistent_volume_claim.as_ref())
+            .map(|c| c.claim_name.clone())
+            .with_context(|| {
+                format!(
+                    "pod {} has no claim at /data",
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                )
+            })?;
+        let phase = claims
+            .get(&claim)
+            .await?
+            .status
+            .and_then(|s| s.phase)
+            .unwrap_or_default();
+        ensure!(phase == "Bound", "claim {claim} is {phase}");
+        seen.push(claim);
+    }
+    seen.sort();
+    seen.dedup();
+    ensure!(
+        seen.len() == 4 && pods.len() == 4,
+        "4 members on 4 claims: {seen:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_key()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-durable").await?;
+    let s = random_suffix(4);
+    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-durable"));
+    apply(&client, "image", image(&img, "9.1.2")).await?;
+    apply(&client, "config", durable_config(&cfg, &img)).await?;
+    apply(&client, &ns.name, cluster(&ns.name, NAME, &cfg, 2, 1)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        NAME,
+        ClusterState::Active,
+        Duration::from_secs(300),
+    )
+    .await?;
+    every_member_on_its_own_bound_claim(&client, &ns.name).await?;
+    let before = node_ids(&client, &ns.name).await?;
+    ensure!(before.len() == 4, "4 members with node ids: {before:?}");
+
+    write_confirmed(&client, &ns.name, NAME, "k", KEYS).await?;
+    let writer = Writer::start_replicated(&client, &ns.name, NAME).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // Every member pod at once, without a grace period.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let old: Vec<(String, Option<String>)> = member_pods(&client, &ns.name, NAME)
+        .await?
+        .into_iter()
+        .map(|p| (p.metadata.name.unwrap_or_default(), p.metadata.uid))
+        .collect();
+    let restart = Instant::now();
+    for (name, _) in &old {
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    println!("full restart: {} member pods force-deleted", old.len());
+    wait_for(
+        "every member pod replaced by a new one",
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || async {
+            let now = pods
+                .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={NAME}")))
+                .await?
+                .items;
+            let replaced = old.iter().all(|(name, uid)| {
+                now.iter()
+                    .any(|p| p.metadata.name.as_ref() == Some(name) && p.metadata.uid != *uid)
+            });
+            ensure!(replaced, "old pods still there");
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    // Active again for the same members with the same node ids.
+    let active = wait_for(
+        "the cluster Active again with its members' node ids",
+        Duration::from_secs(300),
+        Duration::from_secs(1),
+        || async {
+            let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+                .get(NAME)
+                .await?;
+            let status = c.status.unwrap_or_default();
+            ensure!(
+                status.state == Some(ClusterState::Active) && status.nodes.len() == 4,
+                "{:?}: {}",
+                status.state,
+                status.message.unwrap_or_default()
+            );
+            Ok(Some(restart.elapsed()))
+        },
+    )
+    .await?;
+    println!("full restart: Active again {active:?} after the pods were deleted");
+    let after = node_ids(&client, &ns.name).await?;
+    ensure!(
+        after == before,
+        "members came back under new identities (re-formed?): before {before:?}, after {after:?}"
+    );
+    every_member_on_its_own_bound_claim(&client, &ns.name).await?;
+
+    let report = writer
+        .finish_counting_losses(&client, &ns.name, NAME)
+        .await?;
+    println!(
+        "full restart: writer paused {:?} at most, {} failed attempts, {} of {} acknowledged writes lost",
+        report.longest_pause,
+        report.failed_attempts,
+        report.lost.len(),
+        report.acknowledged.len()
+    );
+    let missing = missing_confirmed(&client, &ns.name, NAME, "k", KEYS).await?;
+    println!("full restart: {missing} of {KEYS} replicated keys missing");
+    ensure!(
+        missing == 0,
+        "{missing} of {KEYS} keys lost in the full restart"
+    );
+    ensure!(
+        report.lost.is_empty(),
+        "acknowledged writes lost: {:?}",
+        &report.lost[..report.lost.len().min(10)]
+    );
+
+    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .delete(NAME, &DeleteParams::default())
+        .await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
