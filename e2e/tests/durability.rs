@@ -51,6 +51,14 @@ async fn node_ids(client: &Client, ns: &str) -> anyhow::Result<BTreeMap<String, 
         .collect())
 }
 
+/// The pod's Ready condition is True.
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
 /// Every member pod mounts its own claim at /data, and every claim is Bound.
 async fn every_member_on_its_own_bound_claim(client: &Client, ns: &str) -> anyhow::Result<()> {
     let pods = member_pods(client, ns, NAME).await?;
@@ -161,6 +169,15 @@ async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_k
                 status.state,
                 status.message.unwrap_or_default()
             );
+            // Ready needs the holds-data gate, which the operator sets only once it has seen
+            // the new pod's Valkey hold its shard's data: a status still Active from before
+            // the restart does not pass.
+            let new_and_ready = member_pods(&client, &ns.name, NAME)
+                .await?
+                .iter()
+                .filter(|p| !old.iter().any(|(_, uid)| p.metadata.uid == *uid) && ready(p))
+                .count();
+            ensure!(new_and_ready == 4, "{new_and_ready} of 4 new member pods Ready");
             Ok(Some(restart.elapsed()))
         },
     )
