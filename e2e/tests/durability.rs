@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -19,7 +19,7 @@ use serde_json::json;
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
 use valkey_e2e::valkey::{member_pods, wait_state};
 use valkey_e2e::workload::{
-    MENU_SETTINGS, Writer, apply, cluster, image, missing_confirmed, write_confirmed,
+    MENU_SETTINGS, Writer, apply, cluster, config, image, missing_confirmed, write_confirmed,
 };
 use valkey_operator::api::constants::LABEL_CLUSTER;
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
@@ -96,6 +96,54 @@ async fn every_member_on_its_own_bound_claim(client: &Client, ns: &str) -> anyho
     Ok(())
 }
 
+/// Force-deletes every member pod of cluster `name` at once (no grace period), then waits until
+/// the cluster is Active again with 4 members, each on a new pod that is Ready; how long that
+/// took. Ready needs the holds-data gate, which the operator sets only once it has seen the
+/// new pod's Valkey hold its shard's data: a status still Active from before the restart does
+/// not pass.
+async fn restart_all(client: &Client, ns: &str, name: &str) -> anyhow::Result<Duration> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let old: Vec<(String, Option<String>)> = member_pods(client, ns, name)
+        .await?
+        .into_iter()
+        .map(|p| (p.metadata.name.unwrap_or_default(), p.metadata.uid))
+        .collect();
+    let restart = Instant::now();
+    for (pod, _) in &old {
+        pods.delete(pod, &DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    println!("{name}: {} member pods force-deleted", old.len());
+    wait_for(
+        "the cluster Active again on new, Ready member pods",
+        Duration::from_secs(300),
+        Duration::from_secs(1),
+        || async {
+            let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+                .get(name)
+                .await?;
+            let status = c.status.unwrap_or_default();
+            ensure!(
+                status.state == Some(ClusterState::Active) && status.nodes.len() == 4,
+                "{:?}: {}",
+                status.state,
+                status.message.unwrap_or_default()
+            );
+            let new_and_ready = member_pods(client, ns, name)
+                .await?
+                .iter()
+                .filter(|p| !old.iter().any(|(_, uid)| p.metadata.uid == *uid) && ready(p))
+                .count();
+            ensure!(
+                new_and_ready == 4,
+                "{new_and_ready} of 4 new member pods Ready"
+            );
+            Ok(Some(restart.elapsed()))
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_key()
 -> anyhow::Result<()> {
@@ -122,67 +170,8 @@ async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_k
     let writer = Writer::start_replicated(&client, &ns.name, NAME).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    // Every member pod at once, without a grace period.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let old: Vec<(String, Option<String>)> = member_pods(&client, &ns.name, NAME)
-        .await?
-        .into_iter()
-        .map(|p| (p.metadata.name.unwrap_or_default(), p.metadata.uid))
-        .collect();
-    let restart = Instant::now();
-    for (name, _) in &old {
-        pods.delete(name, &DeleteParams::default().grace_period(0))
-            .await?;
-    }
-    println!("full restart: {} member pods force-deleted", old.len());
-    wait_for(
-        "every member pod replaced by a new one",
-        Duration::from_secs(180),
-        Duration::from_millis(500),
-        || async {
-            let now = pods
-                .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={NAME}")))
-                .await?
-                .items;
-            let replaced = old.iter().all(|(name, uid)| {
-                now.iter()
-                    .any(|p| p.metadata.name.as_ref() == Some(name) && p.metadata.uid != *uid)
-            });
-            ensure!(replaced, "old pods still there");
-            Ok(Some(()))
-        },
-    )
-    .await?;
-    // Active again for the same members with the same node ids.
-    let active = wait_for(
-        "the cluster Active again with its members' node ids",
-        Duration::from_secs(300),
-        Duration::from_secs(1),
-        || async {
-            let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
-                .get(NAME)
-                .await?;
-            let status = c.status.unwrap_or_default();
-            ensure!(
-                status.state == Some(ClusterState::Active) && status.nodes.len() == 4,
-                "{:?}: {}",
-                status.state,
-                status.message.unwrap_or_default()
-            );
-            // Ready needs the holds-data gate, which the operator sets only once it has seen
-            // the new pod's Valkey hold its shard's data: a status still Active from before
-            // the restart does not pass.
-            let new_and_ready = member_pods(&client, &ns.name, NAME)
-                .await?
-                .iter()
-                .filter(|p| !old.iter().any(|(_, uid)| p.metadata.uid == *uid) && ready(p))
-                .count();
-            ensure!(new_and_ready == 4, "{new_and_ready} of 4 new member pods Ready");
-            Ok(Some(restart.elapsed()))
-        },
-    )
-    .await?;
-    println!("full restart: Active again {active:?} after the pods were deleted");
+    let active = restart_all(&client, &ns.name, NAME).await?;
+    println!("full restart with volumes: Active again {active:?} after the pods were deleted");
     let after = node_ids(&client, &ns.name).await?;
     ensure!(
         after == before,
@@ -214,6 +203,70 @@ async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_k
 
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete(NAME, &DeleteParams::default())
+        .await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_full_restart_without_volumes_says_loudly_which_shards_lost_their_data()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-memonly").await?;
+    let s = random_suffix(4);
+    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-memory"));
+    let name = "memonly";
+    apply(&client, "image", image(&img, "9.1.2")).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    apply(&client, &ns.name, cluster(&ns.name, name, &cfg, 2, 1)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        name,
+        ClusterState::Active,
+        Duration::from_secs(300),
+    )
+    .await?;
+    write_confirmed(&client, &ns.name, name, "k", 1000).await?;
+
+    let active = restart_all(&client, &ns.name, name).await?;
+    println!("full restart without volumes: Active again {active:?} after the pods were deleted");
+    let missing = missing_confirmed(&client, &ns.name, name, "k", 1000).await?;
+    println!("full restart without volumes: {missing} of 1000 keys gone (memory-only)");
+
+    // The condition names both shards, and a Warning Event said it.
+    let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .get(name)
+        .await?;
+    let lost = c
+        .status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "DataLost")
+        .context("a DataLost condition")?;
+    println!("DataLost condition: {}: {}", lost.reason, lost.message);
+    ensure!(
+        lost.status == "True" && lost.message.starts_with("shard(s) 0, 1 lost their data"),
+        "{lost:?}"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let warned = events
+        .list(&ListParams::default().fields("reason=DataLost"))
+        .await?
+        .items
+        .into_iter()
+        .any(|e| e.type_.as_deref() == Some("Warning"));
+    ensure!(warned, "a Warning Event with reason DataLost");
+    ensure!(
+        missing == 1000,
+        "memory-only members kept {} keys?",
+        1000 - missing
+    );
+
+    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .delete(name, &DeleteParams::default())
         .await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;

@@ -122,7 +122,47 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
     if !retire.is_empty() {
         steps.push(Step::MarkLeaving { names: retire });
     }
-    Some(Plan::new(Phase::Degraded, steps, notes.join("; ")))
+    let lost_shards = shards_without_their_data(o);
+    if !lost_shards.is_empty() {
+        notes.insert(
+            0,
+            format!(
+                "DATA LOST: every member holding the data of shard(s) {} is gone and kept no copy (memory-only members); the shard(s) are re-created empty",
+                lost_shards
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    let mut plan = Plan::new(Phase::Degraded, steps, notes.join("; "));
+    plan.lost_shards = lost_shards;
+    Some(plan)
+}
+
+/// Shards none of whose established members (Active, with a node id) is left but some of
+/// which are gone for good: nobody holds the shard's data any more. A member gone for good
+/// keeps no data (see [`Member::gone`]); once marked Leaving it is no longer established, so a
+/// shard whose members go one round apart is reported in the round its last one goes.
+fn shards_without_their_data(o: &Observed) -> Vec<usize> {
+    let established: Vec<&Member> = o
+        .members
+        .iter()
+        .copied()
+        .filter(|m| m.lifecycle == Lifecycle::Active && m.node_id.is_some())
+        .collect();
+    let held: BTreeSet<usize> = established
+        .iter()
+        .filter(|m| m.gone.is_none())
+        .map(|m| m.shard)
+        .collect();
+    let lost: BTreeSet<usize> = established
+        .iter()
+        .filter(|m| m.gone.is_some() && !held.contains(&m.shard))
+        .map(|m| m.shard)
+        .collect();
+    lost.into_iter().collect()
 }
 
 /// A takeover Valkey did not spread: the gone primary's shard-mate `promoted` owns the shard's

@@ -350,6 +350,11 @@ pub struct Plan {
     pub message: String,
     /// The kind of change this step is part of (set by [`plan`]).
     pub change: Change,
+    /// Shards whose data is gone this round: every member of the shard that held it is gone
+    /// for good (memory-only members whose pods were all lost, a full restart without
+    /// volumes). They are re-created empty; the controller says so loudly (a Warning Event
+    /// and the `DataLost` condition), never silently.
+    pub lost_shards: Vec<usize>,
 }
 
 impl Plan {
@@ -365,6 +370,7 @@ impl Plan {
             steps,
             message: message.into(),
             change,
+            lost_shards: vec![],
         }
     }
 }

@@ -1119,6 +1119,34 @@ fn primary_gone(shards: usize) -> Topology {
 }
 
 #[test]
+fn a_shard_whose_every_member_is_gone_is_reported_as_data_lost_and_no_other() {
+    // One primary gone, its replica alive: nothing lost.
+    assert_eq!(plan(&primary_gone(2)).lost_shards, Vec::<usize>::new());
+    // A full restart of memory-only members: every member gone, every shard's data with them.
+    let mut t = primary_gone(2);
+    for m in &mut t.members {
+        m.view = None;
+        m.addr = None;
+        m.gone = Some("its pod was lost (deleted, evicted or its node removed)".into());
+    }
+    let p = plan(&t);
+    assert_eq!(p.lost_shards, vec![0, 1], "{}", p.message);
+    assert!(p.message.starts_with("DATA LOST: "), "{}", p.message);
+    assert!(p.message.contains("shard(s) 0, 1"), "{}", p.message);
+    // The members go rounds apart: shard 0's first member was already marked Leaving and its
+    // replacement created (Joining, empty) when its second goes. The second's round reports
+    // the shard; shard 1 still has its data.
+    let mut t = primary_gone(2);
+    t.members[0].lifecycle = Lifecycle::Leaving;
+    t.members.push(Member::new("c-0-2", 0));
+    t.members[1].view = None;
+    t.members[1].addr = None;
+    t.members[1].gone = Some("its pod was lost (deleted, evicted or its node removed)".into());
+    let p = plan(&t);
+    assert_eq!(p.lost_shards, vec![0], "{}", p.message);
+}
+
+#[test]
 fn a_primary_gone_for_good_is_not_waited_for_its_replica_is_promoted_at_once() {
     let t = primary_gone(3);
     let replica = t.members[1].addr.clone().unwrap();

@@ -224,6 +224,7 @@ mod tests {
                 .collect(),
             message: "introducing members".into(),
             change: Change::Forming,
+            lost_shards: vec![],
         }
     }
 

@@ -266,6 +266,7 @@ pub fn from_plan(
                 steps_condition(streak, generation, &previous),
             ])
             .chain(tls_conditions.into_iter().flatten())
+            .chain(data_lost_condition(plan, generation, &previous))
             .collect(),
         endpoint: Some(endpoint(cluster)),
         tls: Some(cluster.spec.tls.is_some()),
@@ -438,6 +439,53 @@ fn steps_condition(
 
 /// The condition `type_` of `now` when it is False there and was not False `before` (True,
 /// or absent): what deserves one Warning Event.
+/// Condition type saying shards lost their data (see [`Plan::lost_shards`]).
+pub const DATA_LOST: &str = "DataLost";
+
+/// `DataLost`: set (True) in the round the planner finds shards whose every data-holding
+/// member is gone, naming them; kept until the cluster's spec next changes (its generation),
+/// so whoever looks later still sees it. None when no data was ever lost.
+fn data_lost_condition(
+    plan: &Plan,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Option<Condition> {
+    let shards: Vec<String> = plan.lost_shards.iter().map(|s| s.to_string()).collect();
+    let kept = previous
+        .iter()
+        .find(|c| c.type_ == DATA_LOST && c.observed_generation == generation);
+    let same_loss = |c: &&Condition| {
+        c.message
+            .starts_with(&format!("shard(s) {} lost", shards.join(", ")))
+    };
+    if plan.lost_shards.is_empty() || kept.filter(same_loss).is_some() {
+        return kept.cloned();
+    }
+    let message = format!(
+        "shard(s) {} lost their data at {}: every member holding it was gone and its members keep no data across a restart (no storage on the config); they were re-created empty. Give the config `storage` and `appendonly: \"yes\"` to survive this (docs/durability.md). Cleared by the next change to the cluster's spec",
+        shards.join(", "),
+        k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    );
+    Some(Condition {
+        type_: DATA_LOST.into(),
+        status: "True".into(),
+        reason: "MembersLostTheirData".into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+    })
+}
+
+/// The `DataLost` condition of `now` when it is new or names other shards than `before`'s:
+/// each loss is told once as a Warning Event.
+fn newly_lost<'a>(before: &[Condition], now: &'a [Condition]) -> Option<&'a Condition> {
+    let lost = now.iter().find(|c| c.type_ == DATA_LOST)?;
+    let told = before
+        .iter()
+        .any(|c| c.type_ == DATA_LOST && c.message == lost.message);
+    (!told).then_some(lost)
+}
+
 fn turned_false<'a>(
     before: &[Condition],
     now: &'a [Condition],
@@ -598,6 +646,9 @@ pub async fn publish(
     );
     if let Some(c) = stuck {
         publish_event(ctx, cluster, EventType::Warning, &c.reason, &c.message).await;
+    }
+    if let Some(c) = newly_lost(&previous.conditions, &status.conditions) {
+        publish_event(ctx, cluster, EventType::Warning, DATA_LOST, &c.message).await;
     }
     Ok(())
 }
@@ -834,6 +885,7 @@ mod steps_tests {
             }],
             message: "retiring shop-0-2".into(),
             change: Change::Scaling,
+            lost_shards: vec![],
         };
         let repeats = Repeats::default();
         let now = std::time::Instant::now();
