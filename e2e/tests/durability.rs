@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, ListParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
@@ -40,9 +41,13 @@ fn durable_config(name: &str, image: &str) -> serde_json::Value {
 }
 
 /// Member name -> Valkey node id, as the members' ValkeyNodes record them.
-async fn node_ids(client: &Client, ns: &str) -> anyhow::Result<BTreeMap<String, String>> {
+async fn node_ids_of(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
     let nodes = Api::<ValkeyNode>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={NAME}")))
+        .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={name}")))
         .await?;
     Ok(nodes
         .items
@@ -57,6 +62,35 @@ fn ready(pod: &Pod) -> bool {
         .iter()
         .flat_map(|s| s.conditions.iter().flatten())
         .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The volume claims labelled with cluster `name`.
+async fn claims_of(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<Vec<PersistentVolumeClaim>> {
+    Ok(Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={name}")))
+        .await?
+        .items)
+}
+
+/// The cluster's condition `type_`, once it has one.
+async fn condition(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+) -> anyhow::Result<Option<Condition>> {
+    let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?;
+    Ok(c.status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_))
 }
 
 /// Every member pod mounts its own claim at /data, and every claim is Bound.
@@ -163,7 +197,7 @@ async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_k
     )
     .await?;
     every_member_on_its_own_bound_claim(&client, &ns.name).await?;
-    let before = node_ids(&client, &ns.name).await?;
+    let before = node_ids_of(&client, &ns.name, NAME).await?;
     ensure!(before.len() == 4, "4 members with node ids: {before:?}");
 
     write_confirmed(&client, &ns.name, NAME, "k", KEYS).await?;
@@ -172,7 +206,7 @@ async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_k
 
     let active = restart_all(&client, &ns.name, NAME).await?;
     println!("full restart with volumes: Active again {active:?} after the pods were deleted");
-    let after = node_ids(&client, &ns.name).await?;
+    let after = node_ids_of(&client, &ns.name, NAME).await?;
     ensure!(
         after == before,
         "members came back under new identities (re-formed?): before {before:?}, after {after:?}"
@@ -201,9 +235,21 @@ async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_k
         &report.lost[..report.lost.len().min(10)]
     );
 
+    // whenDeleted defaults to Delete: the volumes go with the cluster.
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete(NAME, &DeleteParams::default())
         .await?;
+    wait_for(
+        "the volumes deleted with the cluster",
+        Duration::from_secs(180),
+        Duration::from_secs(1),
+        || async {
+            let left = claims_of(&client, &ns.name, NAME).await?;
+            ensure!(left.is_empty(), "{} claim(s) left", left.len());
+            Ok(Some(()))
+        },
+    )
+    .await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())
@@ -268,6 +314,234 @@ async fn a_full_restart_without_volumes_says_loudly_which_shards_lost_their_data
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete(name, &DeleteParams::default())
         .await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// The durable config again with `storage` set to `storage`.
+fn durable_config_with(name: &str, image: &str, storage: serde_json::Value) -> serde_json::Value {
+    let mut config = durable_config(name, image);
+    config["spec"]["storage"] = storage;
+    config
+}
+
+/// Pod uids of cluster `name`'s members, by pod name.
+async fn pod_uids(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    Ok(member_pods(client, ns, name)
+        .await?
+        .into_iter()
+        .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
+        .collect())
+}
+
+#[tokio::test]
+async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-volumes").await?;
+    let s = random_suffix(4);
+    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-vols"));
+    let name = "vols";
+    apply(&client, "image", image(&img, "9.1.2")).await?;
+    apply(&client, "config", durable_config(&cfg, &img)).await?;
+    apply(&client, &ns.name, cluster(&ns.name, name, &cfg, 1, 1)).await?;
+    let active = wait_state(
+        &client,
+        &ns.name,
+        name,
+        ClusterState::Active,
+        Duration::from_secs(300),
+    )
+    .await?;
+    let primary_before = active
+        .status
+        .unwrap_or_default()
+        .nodes
+        .into_iter()
+        .find(|n| n.role == Some(valkey_operator::api::NodeRole::Primary))
+        .context("a primary")?;
+    let ids_before = node_ids_of(&client, &ns.name, name).await?;
+
+    // The primary's pod alone, force-deleted under a writer: it comes back on its volume as
+    // the same member with the same node id (it is not replaced).
+    let writer = Writer::start_replicated(&client, &ns.name, name).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let old_uid = pods
+        .get(primary_before.pod.as_deref().context("primary pod")?)
+        .await?
+        .metadata
+        .uid;
+    pods.delete(
+        primary_before.pod.as_deref().unwrap_or_default(),
+        &DeleteParams::default().grace_period(0),
+    )
+    .await?;
+    let restarted = Instant::now();
+    let back = wait_for(
+        "the primary's member back on a new pod, Ready, cluster Active",
+        Duration::from_secs(300),
+        Duration::from_secs(1),
+        || async {
+            let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+                .get(name)
+                .await?;
+            let status = c.status.unwrap_or_default();
+            ensure!(
+                status.state == Some(ClusterState::Active),
+                "{:?}: {}",
+                status.state,
+                status.message.unwrap_or_default()
+            );
+            let pod = pods
+                .get(primary_before.pod.as_deref().unwrap_or_default())
+                .await?;
+            ensure!(
+                pod.metadata.uid != old_uid && ready(&pod),
+                "the member's new pod is not Ready yet"
+            );
+            Ok(Some(status))
+        },
+    )
+    .await?;
+    let primary_after = back
+        .nodes
+        .iter()
+        .find(|n| n.role == Some(valkey_operator::api::NodeRole::Primary))
+        .map(|n| n.name.clone());
+    let report = writer
+        .finish_counting_losses(&client, &ns.name, name)
+        .await?;
+    println!(
+        "primary pod force-deleted: back Active {:?} later as the same member; primary before {}, after {primary_after:?} ({}); writer paused {:?}, {} of {} acknowledged writes lost",
+        restarted.elapsed(),
+        primary_before.name,
+        if primary_after.as_deref() == Some(primary_before.name.as_str()) {
+            "no failover"
+        } else {
+            "its replica took over"
+        },
+        report.longest_pause,
+        report.lost.len(),
+        report.acknowledged.len()
+    );
+    ensure!(
+        report.lost.is_empty(),
+        "acknowledged writes lost: {:?}",
+        &report.lost[..report.lost.len().min(10)]
+    );
+    let ids_after = node_ids_of(&client, &ns.name, name).await?;
+    ensure!(
+        ids_after == ids_before,
+        "same members, same node ids: before {ids_before:?}, after {ids_after:?}"
+    );
+
+    // Growing the volumes on a class that cannot expand (local-path): said in status, nothing
+    // rolls.
+    let uids = pod_uids(&client, &ns.name, name).await?;
+    apply(
+        &client,
+        "config",
+        durable_config_with(&cfg, &img, json!({"size": "512Mi"})),
+    )
+    .await?;
+    let sized = wait_for(
+        "VolumesSized to say the class cannot expand",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || async {
+            let c = condition(&client, &ns.name, name, "VolumesSized").await?;
+            match c {
+                Some(c) if c.reason == "ExpansionUnsupported" => Ok(Some(c)),
+                other => anyhow::bail!("{other:?}"),
+            }
+        },
+    )
+    .await?;
+    println!(
+        "grow 256Mi -> 512Mi on local-path: {}: {}",
+        sized.reason, sized.message
+    );
+    ensure!(
+        sized.status == "False" && sized.message.contains("\"local-path\""),
+        "{sized:?}"
+    );
+    ensure!(
+        pod_uids(&client, &ns.name, name).await? == uids,
+        "a storage size change replaced pods"
+    );
+    ensure!(
+        node_ids_of(&client, &ns.name, name).await? == ids_before,
+        "a storage size change replaced members"
+    );
+
+    // Shrinking is refused at admission, with the reason.
+    let refused = apply(
+        &client,
+        "config",
+        durable_config_with(&cfg, &img, json!({"size": "128Mi"})),
+    )
+    .await;
+    let why = format!("{:#}", refused.err().context("a shrink was accepted")?);
+    println!("shrink 512Mi -> 128Mi: {why}");
+    ensure!(why.contains("storage.size cannot shrink"), "{why}");
+
+    // Retain: the claims lose their owner, and outlive the cluster.
+    apply(
+        &client,
+        "config",
+        durable_config_with(
+            &cfg,
+            &img,
+            json!({"size": "512Mi", "whenDeleted": "Retain"}),
+        ),
+    )
+    .await?;
+    wait_for(
+        "the claims unowned (Retain)",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || async {
+            let claims = claims_of(&client, &ns.name, name).await?;
+            let owned = claims
+                .iter()
+                .filter(|c| !c.owner_references().is_empty())
+                .count();
+            ensure!(
+                claims.len() == 2 && owned == 0,
+                "{owned} of {} claims still owned",
+                claims.len()
+            );
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .delete(name, &DeleteParams::default())
+        .await?;
+    wait_for(
+        "the cluster's members gone",
+        Duration::from_secs(180),
+        Duration::from_secs(1),
+        || async {
+            let left = node_ids_of(&client, &ns.name, name).await?.len()
+                + member_pods(&client, &ns.name, name).await?.len();
+            ensure!(left == 0, "{left} members or pods left");
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let kept = claims_of(&client, &ns.name, name).await?;
+    println!(
+        "Retain: {} claim(s) kept after the cluster was deleted",
+        kept.len()
+    );
+    ensure!(kept.len() == 2, "Retain kept {} claims", kept.len());
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())

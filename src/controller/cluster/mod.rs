@@ -29,6 +29,7 @@ mod resolve;
 mod rollout;
 pub mod status;
 pub mod tls;
+mod volumes;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -135,9 +136,18 @@ pub async fn reconcile(
         None => None,
     };
 
+    // Volumes (configs with storage): retention and size of every member's claim.
+    let volumes = match &resolved.config.storage {
+        Some(storage) => Some((
+            volumes::sync(ctx, &cluster, storage, &members).await,
+            storage.size.as_str(),
+        )),
+        None => None,
+    };
+
     // Status: each member's, then the cluster's.
     status::update_node_statuses(ctx, &node_api, &observed).await?;
-    let new_status = status::from_plan(
+    let mut new_status = status::from_plan(
         &cluster,
         &plan,
         &observed,
@@ -146,6 +156,17 @@ pub async fn reconcile(
         tls_progress.as_ref(),
         streak.as_ref(),
     );
+    if let Some((progress, size)) = &volumes {
+        let (ok, reason, message) = progress.condition(size);
+        status::add_condition(
+            &cluster,
+            &mut new_status,
+            VOLUMES_SIZED,
+            ok,
+            reason,
+            &message,
+        );
+    }
     status::publish(ctx, &cluster, new_status).await?;
 
     let tls_wait = tls_progress
@@ -157,6 +178,9 @@ pub async fn reconcile(
         tls_wait.map_or(after, |tls| after.min(Duration::from_secs(tls))),
     ))
 }
+
+/// Condition type of a cluster with storage: every member's volume has the config's size.
+pub const VOLUMES_SIZED: &str = "VolumesSized";
 
 /// Clusters with at least this many members are planned on a blocking thread. Planning is
 /// pure CPU work that grows with the members times the members each one knows (a formed

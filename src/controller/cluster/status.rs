@@ -439,6 +439,23 @@ fn steps_condition(
 
 /// The condition `type_` of `now` when it is False there and was not False `before` (True,
 /// or absent): what deserves one Warning Event.
+/// Adds condition `type_` to a status built this round, keeping its transition time from the
+/// cluster's previous status while its truth stays the same.
+pub fn add_condition(
+    cluster: &ValkeyCluster,
+    status: &mut ValkeyClusterStatus,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+) {
+    let previous = previous_conditions(cluster);
+    let generation = cluster.metadata.generation;
+    status
+        .conditions
+        .push(condition(type_, ok, reason, message, generation, &previous));
+}
+
 /// Condition type saying shards lost their data (see [`Plan::lost_shards`]).
 pub const DATA_LOST: &str = "DataLost";
 

@@ -358,6 +358,8 @@ fn data_volume(node: &ValkeyNode) -> Volume {
 
 /// Label on a member's volume: the uid of the ValkeyNode it was made for.
 pub const VOLUME_MEMBER_UID_LABEL: &str = "valkey.gomomento.com/member-uid";
+/// Label on a member's volume: the uid of the ValkeyCluster the member belongs to.
+pub const VOLUME_CLUSTER_UID_LABEL: &str = "valkey.gomomento.com/cluster-uid";
 
 /// The member's PersistentVolumeClaim, when its spec has storage: `ReadWriteOnce`, the size
 /// and class the spec names. With `whenDeleted: Delete` it is owned by the ValkeyNode (deleted
@@ -377,6 +379,11 @@ pub fn claim(node: &ValkeyNode) -> Result<Option<PersistentVolumeClaim>, BuildEr
     labels.insert(LABEL_SHARD.into(), node.spec.shard.to_string());
     labels.insert(LABEL_NODE.into(), node_name.clone());
     labels.insert(VOLUME_MEMBER_UID_LABEL.into(), uid.clone());
+    // The cluster's uid (the node's owner): a volume retained from a deleted cluster is never
+    // taken for one of a new cluster of the same name.
+    if let Some(cluster_uid) = crate::controller::cluster::controller_uid(&node.metadata) {
+        labels.insert(VOLUME_CLUSTER_UID_LABEL.into(), cluster_uid.into());
+    }
     let owner = match storage.retention() {
         VolumeRetention::Delete => Some(vec![controller_owner(node)?]),
         VolumeRetention::Retain => None,

@@ -20,7 +20,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::downgrade::{Verdict, downgrades, verdict};
 use super::{ClusterSummary, Clusters, MenuSnapshot, allow_with_warnings, deny, lookup_warning};
-use crate::api::ValkeyConfig;
+use crate::api::{Storage, ValkeyConfig};
 use crate::resolve::chain::{DEFAULT_MEMORY, chain_as_far_as_it_resolves, config_bindings};
 use crate::resolve::memory::{human_bytes, parse_quantity_bytes, parse_valkey_memory};
 use crate::resolve::{Menu, MenuMap, ResolveError, resolve_config};
@@ -188,6 +188,7 @@ pub fn validate(
     let after = menu_after_write(menu, &name, config, &mut warnings);
     let denial = check_chain(menu, &after, &name, config, &mut warnings)
         .or_else(|| check_memory_rules(&after, &name, &mut warnings))
+        .or_else(|| check_storage(menu, &after, &name, &mut warnings))
         .or_else(|| check_clusters(menu, clusters, &after, &name, &mut warnings));
     match denial {
         Some(message) => deny(req, message, warnings),
@@ -285,6 +286,70 @@ fn check_memory_rules(after: &MenuMap, name: &str, warnings: &mut Vec<String>) -
         }
     }
     None
+}
+
+/// The storage a config resolves to (the nearest config in its chain that sets it), walking
+/// as far as the chain resolves.
+fn storage_of(menu: &impl Menu, name: &str) -> Option<Storage> {
+    chain_as_far_as_it_resolves(menu, name)
+        .into_iter()
+        .map_while(|(_, spec)| spec)
+        .find_map(|spec| spec.storage.clone())
+}
+
+/// Member volumes. A smaller `storage.size` for this config or any inheriting from it is
+/// denied (Kubernetes cannot shrink a claim); volumes without a persistence setting are
+/// warned about (they keep only nodes.conf, so a restarted member still comes back empty).
+fn check_storage(
+    menu: &MenuSnapshot,
+    after: &MenuMap,
+    name: &str,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    let now = storage_of(after, name);
+    if now.is_some() {
+        let settings = resolve_config(after, name)
+            .map(|r| r.valkey)
+            .unwrap_or_default();
+        let persists = |key: &str, off: &str| {
+            settings
+                .get(key)
+                .is_some_and(|v| !v.trim().eq_ignore_ascii_case(off))
+        };
+        if !persists("appendonly", "no") && !persists("save", "") {
+            warnings.push(format!(
+                "ValkeyConfig {name:?} gives members volumes (storage) but no persistence setting: the volume keeps only nodes.conf, so a member whose pod is deleted comes back without its data; set valkey.appendonly: \"yes\" (docs/durability.md)"
+            ));
+        }
+    }
+    let Ok(before) = menu else {
+        return None;
+    };
+    let shrunk: Vec<String> = after
+        .configs
+        .keys()
+        .filter(|child| {
+            *child == name
+                || crate::resolve::menu_refs(after, child, &[])
+                    .contains(&crate::resolve::MenuRef::Config(name.to_owned()))
+        })
+        .filter_map(|child| {
+            let (old, new) = (storage_of(before, child)?, storage_of(after, child)?);
+            let bytes = |s: &Storage| parse_quantity_bytes(&s.size).ok();
+            (bytes(&new)? < bytes(&old)?).then(|| {
+                format!(
+                    "ValkeyConfig {child:?} would shrink its members' volumes from {} to {}",
+                    old.size, new.size
+                )
+            })
+        })
+        .collect();
+    (!shrunk.is_empty()).then(|| {
+        format!(
+            "storage.size cannot shrink: {} (Kubernetes cannot shrink a PersistentVolumeClaim); keep the size or grow it",
+            shrunk.join("; ")
+        )
+    })
 }
 
 /// The ValkeyClusters using this config, compared before and after the write: usernames
@@ -423,6 +488,60 @@ mod tests {
         request::<ValkeyConfig>("valkeyconfig-create.json", |v| {
             edit(&mut v["request"]["object"]["spec"])
         })
+    }
+
+    #[test]
+    fn storage_cannot_shrink_here_or_through_a_base_and_needs_a_persistence_setting() {
+        use crate::api::Storage;
+        let storage = |size: &str| Storage {
+            size: size.into(),
+            ..Storage::default()
+        };
+        let mut before = menu();
+        before.configs.get_mut("standard").unwrap().storage = Some(storage("2Gi"));
+        // "large" (inheriting 2Gi from standard) asks for 1Gi: denied, with the reason.
+        let resp = validate(
+            &with_spec(|s| s["storage"] = serde_json::json!({"size": "1Gi"})),
+            &Ok(before.clone()),
+            &Ok(vec![]),
+        );
+        assert!(!resp.allowed);
+        assert!(
+            resp.result.message.contains("storage.size cannot shrink")
+                && resp.result.message.contains("from 2Gi to 1Gi"),
+            "{}",
+            resp.result.message
+        );
+        // Growing is accepted; without appendonly or save it is warned about.
+        let resp = validate(
+            &with_spec(|s| s["storage"] = serde_json::json!({"size": "4Gi"})),
+            &Ok(before.clone()),
+            &Ok(vec![]),
+        );
+        assert!(resp.allowed, "{}", resp.result.message);
+        let w = resp.warnings.unwrap_or_default().join("\n");
+        assert!(w.contains("no persistence setting"), "{w}");
+        let resp = validate(
+            &with_spec(|s| {
+                s["storage"] = serde_json::json!({"size": "4Gi"});
+                s["valkey"]["appendonly"] = "yes".into();
+            }),
+            &Ok(before.clone()),
+            &Ok(vec![]),
+        );
+        assert!(
+            resp.allowed && resp.warnings.is_none(),
+            "{:?}",
+            resp.warnings
+        );
+        // Shrinking the base shrinks what "large" inherits: denied, naming large.
+        let mut after = before.clone();
+        after.configs.get_mut("standard").unwrap().storage = Some(storage("1Gi"));
+        assert_eq!(
+            check_storage(&Ok(before), &after, "standard", &mut vec![])
+                .map(|m| m.contains("\"large\" would shrink")),
+            Some(true)
+        );
     }
 
     #[test]
