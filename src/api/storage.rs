@@ -15,7 +15,8 @@ use super::validation::{DNS1123_SUBDOMAIN, positive_quantity_rule};
 #[serde(rename_all = "camelCase")]
 pub struct Storage {
     /// Size of each member's volume, for example `10Gi`. Growing it expands the existing
-    /// volumes where their StorageClass allows expansion; shrinking is refused.
+    /// volumes online where their StorageClass allows expansion (else the cluster's
+    /// `VolumesSized` condition says so; nothing is replaced); shrinking is refused.
     #[schemars(length(max = 32))]
     #[x_kube(validation = positive_quantity_rule("storage.size", "10Gi"))]
     pub size: String,
@@ -28,11 +29,11 @@ pub struct Storage {
     pub storage_class_name: Option<String>,
 
     /// What happens to the volumes when the ValkeyCluster is deleted: `Delete` (the default)
-    /// removes them with the cluster; `Retain` keeps them, labelled with the cluster's name,
-    /// for the platform team to inspect or delete. A retained volume is never reused by a
-    /// new cluster, even one of the same name. With `Delete`, volumes of members retired by a
-    /// rollout or a scale-in go with them (their data moved to the other members first);
-    /// with `Retain` they stay for now (docs/durability.md).
+    /// removes them with the cluster; `Retain` keeps them, labelled with the cluster's name and
+    /// uid, for the platform team to inspect or delete. A retained volume is never reused by a
+    /// new cluster, even one of the same name. Volumes of members retired by a rollout or a
+    /// scale-in are deleted with them either way (their data moved to the other members
+    /// first). Changing it applies to the existing volumes; no member is replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when_deleted: Option<VolumeRetention>,
 }

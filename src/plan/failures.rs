@@ -123,22 +123,21 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
         steps.push(Step::MarkLeaving { names: retire });
     }
     let lost_shards = shards_without_their_data(o);
-    if !lost_shards.is_empty() {
-        notes.insert(
-            0,
-            format!(
-                "DATA LOST: every member holding the data of shard(s) {} is gone and kept no copy (memory-only members); the shard(s) are re-created empty",
-                lost_shards
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        );
-    }
+    notes.splice(0..0, lost_data_note(&lost_shards));
     let mut plan = Plan::new(Phase::Degraded, steps, notes.join("; "));
     plan.lost_shards = lost_shards;
     Some(plan)
+}
+
+/// The status note for shards whose data is gone (see [`shards_without_their_data`]).
+fn lost_data_note(lost_shards: &[usize]) -> Option<String> {
+    let shards: Vec<String> = lost_shards.iter().map(|s| s.to_string()).collect();
+    (!shards.is_empty()).then(|| {
+        format!(
+            "DATA LOST: every member holding the data of shard(s) {} is gone and kept no copy (memory-only members); the shard(s) are re-created empty",
+            shards.join(", ")
+        )
+    })
 }
 
 /// Shards none of whose established members (Active, with a node id) is left but some of

@@ -131,19 +131,9 @@ pub async fn reconcile(
     let streak = act_on(&cctx, &actor, &plan).await?;
     let acl_progress = acl::load(ctx, &cluster, driver.as_ref(), &observed, &acl_file).await;
     // TLS: every running member serves the certificate just copied (reloaded without restart).
-    let tls_progress = match &tls {
-        Some(tls) => Some(tls::reload(ctx, &cluster, driver.as_ref(), &observed, tls).await),
-        None => None,
-    };
-
+    let tls_progress = tls::reload_if_tls(ctx, &cluster, driver.as_ref(), &observed, &tls).await;
     // Volumes (configs with storage): retention and size of every member's claim.
-    let volumes = match &resolved.config.storage {
-        Some(storage) => Some((
-            volumes::sync(ctx, &cluster, storage, &members).await,
-            storage.size.as_str(),
-        )),
-        None => None,
-    };
+    let volumes = volumes::sync(ctx, &cluster, resolved.config.storage.as_ref(), &members).await;
 
     // Status: each member's, then the cluster's.
     status::update_node_statuses(ctx, &node_api, &observed).await?;
@@ -156,17 +146,7 @@ pub async fn reconcile(
         tls_progress.as_ref(),
         streak.as_ref(),
     );
-    if let Some((progress, size)) = &volumes {
-        let (ok, reason, message) = progress.condition(size);
-        status::add_condition(
-            &cluster,
-            &mut new_status,
-            VOLUMES_SIZED,
-            ok,
-            reason,
-            &message,
-        );
-    }
+    new_status.conditions.extend(volumes);
     status::publish(ctx, &cluster, new_status).await?;
 
     let tls_wait = tls_progress
@@ -178,9 +158,6 @@ pub async fn reconcile(
         tls_wait.map_or(after, |tls| after.min(Duration::from_secs(tls))),
     ))
 }
-
-/// Condition type of a cluster with storage: every member's volume has the config's size.
-pub const VOLUMES_SIZED: &str = "VolumesSized";
 
 /// Clusters with at least this many members are planned on a blocking thread. Planning is
 /// pure CPU work that grows with the members times the members each one knows (a formed

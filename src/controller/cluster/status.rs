@@ -439,21 +439,24 @@ fn steps_condition(
 
 /// The condition `type_` of `now` when it is False there and was not False `before` (True,
 /// or absent): what deserves one Warning Event.
-/// Adds condition `type_` to a status built this round, keeping its transition time from the
-/// cluster's previous status while its truth stays the same.
-pub fn add_condition(
+/// Condition `type_` for this round's status, keeping its transition time from the cluster's
+/// previous status while its truth stays the same.
+pub fn cluster_condition(
     cluster: &ValkeyCluster,
-    status: &mut ValkeyClusterStatus,
     type_: &str,
     ok: bool,
     reason: &str,
     message: &str,
-) {
+) -> Condition {
     let previous = previous_conditions(cluster);
-    let generation = cluster.metadata.generation;
-    status
-        .conditions
-        .push(condition(type_, ok, reason, message, generation, &previous));
+    condition(
+        type_,
+        ok,
+        reason,
+        message,
+        cluster.metadata.generation,
+        &previous,
+    )
 }
 
 /// Condition type saying shards lost their data (see [`Plan::lost_shards`]).

@@ -286,6 +286,20 @@ impl TlsProgress {
 
 /// The reload step: every running member ends up serving `certificate` (see the module docs).
 #[tracing::instrument(name = "cluster.reload", skip_all)]
+/// [`reload`] for a TLS cluster (`tls` is its certificate); nothing for a plaintext one.
+pub async fn reload_if_tls(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    driver: &dyn ClusterDriver,
+    observed: &[Observed],
+    tls: &Option<ClusterTls>,
+) -> Option<TlsProgress> {
+    match tls {
+        Some(tls) => Some(reload(ctx, cluster, driver, observed, tls).await),
+        None => None,
+    }
+}
+
 pub async fn reload(
     ctx: &Context,
     cluster: &ValkeyCluster,

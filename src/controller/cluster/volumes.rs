@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -61,21 +62,34 @@ impl VolumeProgress {
     }
 }
 
-/// The volumes step (see the module). Errors are logged and leave the claims for the next
-/// round: volumes never hold up the rest of the reconcile.
+/// Condition type of a cluster with storage: every member's volume has the config's size.
+pub const VOLUMES_SIZED: &str = "VolumesSized";
+
+/// The volumes step (see the module) and its `VolumesSized` condition; nothing for a cluster
+/// without storage. Errors are logged and leave the claims for the next round: volumes never
+/// hold up the rest of the reconcile.
 pub async fn sync(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    storage: &Storage,
+    storage: Option<&Storage>,
     members: &[std::sync::Arc<ValkeyNode>],
-) -> VolumeProgress {
-    match try_sync(ctx, cluster, storage, members).await {
+) -> Option<Condition> {
+    let storage = storage?;
+    let progress = match try_sync(ctx, cluster, storage, members).await {
         Ok(progress) => progress,
         Err(e) => {
             warn!(error = %e, "member volumes not synced this round");
             VolumeProgress::default()
         }
-    }
+    };
+    let (ok, reason, message) = progress.condition(&storage.size);
+    Some(super::status::cluster_condition(
+        cluster,
+        VOLUMES_SIZED,
+        ok,
+        reason,
+        &message,
+    ))
 }
 
 async fn try_sync(
