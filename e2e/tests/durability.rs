@@ -261,61 +261,78 @@ async fn a_full_restart_without_volumes_says_loudly_which_shards_lost_their_data
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-memonly").await?;
     let s = random_suffix(4);
-    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-memory"));
-    let name = "memonly";
+    let (img, plain, aof) = (
+        format!("e2e-{s}-img"),
+        format!("e2e-{s}-memory"),
+        format!("e2e-{s}-aof"),
+    );
     apply(&client, "image", image(&img, "9.1.2")).await?;
-    apply(&client, "config", config(&cfg, &img)).await?;
-    apply(&client, &ns.name, cluster(&ns.name, name, &cfg, 2, 1)).await?;
+    apply(&client, "config", config(&plain, &img)).await?;
+    // `appendonly yes` on emptyDir: the members restart in place, but a new pod has an empty
+    // data directory, so they come back empty under new node ids.
+    let mut with_aof = config(&aof, &img);
+    with_aof["spec"]["valkey"]["appendonly"] = json!("yes");
+    apply(&client, "config", with_aof).await?;
+    restart_without_volumes(&client, &ns.name, "memonly", &plain).await?;
+    restart_without_volumes(&client, &ns.name, "aofonly", &aof).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &plain).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &aof).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// A 2 x 1 cluster `name` on config `cfg` (no storage) with 1,000 keys, every member pod
+/// force-deleted at once: Active again, every key gone, the `DataLost` condition naming both
+/// shards and a Warning Event saying it. The cluster is deleted after.
+async fn restart_without_volumes(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    cfg: &str,
+) -> anyhow::Result<()> {
+    apply(client, ns, cluster(ns, name, cfg, 2, 1)).await?;
     wait_state(
-        &client,
-        &ns.name,
+        client,
+        ns,
         name,
         ClusterState::Active,
         Duration::from_secs(300),
     )
     .await?;
-    write_confirmed(&client, &ns.name, name, "k", 1000).await?;
+    write_confirmed(client, ns, name, "k", 1000).await?;
 
-    let active = restart_all(&client, &ns.name, name).await?;
-    println!("full restart without volumes: Active again {active:?} after the pods were deleted");
-    let missing = missing_confirmed(&client, &ns.name, name, "k", 1000).await?;
-    println!("full restart without volumes: {missing} of 1000 keys gone (memory-only)");
-
-    // The condition names both shards, and a Warning Event said it.
-    let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
-        .get(name)
-        .await?;
-    let lost = c
-        .status
-        .unwrap_or_default()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "DataLost")
+    let active = restart_all(client, ns, name).await?;
+    let missing = missing_confirmed(client, ns, name, "k", 1000).await?;
+    println!(
+        "{name}: full restart without volumes: Active again {active:?} after the pods were deleted, {missing} of 1000 keys gone"
+    );
+    let lost = condition(client, ns, name, "DataLost")
+        .await?
         .context("a DataLost condition")?;
-    println!("DataLost condition: {}: {}", lost.reason, lost.message);
+    println!(
+        "{name}: DataLost condition: {}: {}",
+        lost.reason, lost.message
+    );
     ensure!(
         lost.status == "True" && lost.message.starts_with("shard(s) 0, 1 lost their data"),
         "{lost:?}"
     );
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
     let warned = events
-        .list(&ListParams::default().fields("reason=DataLost"))
+        .list(&ListParams::default().fields(&format!("reason=DataLost,involvedObject.name={name}")))
         .await?
         .items
         .into_iter()
         .any(|e| e.type_.as_deref() == Some("Warning"));
-    ensure!(warned, "a Warning Event with reason DataLost");
+    ensure!(warned, "a Warning Event with reason DataLost for {name}");
     ensure!(
         missing == 1000,
-        "memory-only members kept {} keys?",
+        "{name}: members without volumes kept {} keys?",
         1000 - missing
     );
-
-    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+    Api::<ValkeyCluster>::namespaced(client.clone(), ns)
         .delete(name, &DeleteParams::default())
         .await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())
 }
 

@@ -122,7 +122,7 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
     if !retire.is_empty() {
         steps.push(Step::MarkLeaving { names: retire });
     }
-    let lost_shards = shards_without_their_data(o);
+    let lost_shards = shards_without_their_data(o, |m| m.gone.is_some());
     notes.splice(0..0, lost_data_note(&lost_shards));
     let mut plan = Plan::new(Phase::Degraded, steps, notes.join("; "));
     plan.lost_shards = lost_shards;
@@ -134,17 +134,17 @@ fn lost_data_note(lost_shards: &[usize]) -> Option<String> {
     let shards: Vec<String> = lost_shards.iter().map(|s| s.to_string()).collect();
     (!shards.is_empty()).then(|| {
         format!(
-            "DATA LOST: every member holding the data of shard(s) {} is gone and kept no copy (memory-only members); the shard(s) are re-created empty",
+            "DATA LOST: every member holding the data of shard(s) {} is gone or came back empty (its data was not on a volume); the shard(s) are re-created empty",
             shards.join(", ")
         )
     })
 }
 
-/// Shards none of whose established members (Active, with a node id) is left but some of
-/// which are gone for good: nobody holds the shard's data any more. A member gone for good
-/// keeps no data (see [`Member::gone`]); once marked Leaving it is no longer established, so a
-/// shard whose members go one round apart is reported in the round its last one goes.
-fn shards_without_their_data(o: &Observed) -> Vec<usize> {
+/// Shards none of whose established members (Active, with a node id) still holds data but some
+/// of which lost it (`lost_data`: gone for good, or back empty under a new node id): nobody
+/// holds the shard's data any more. Once marked Leaving a member is no longer established, so
+/// a shard whose members go one round apart is reported in the round its last one goes.
+fn shards_without_their_data(o: &Observed, lost_data: impl Fn(&Member) -> bool) -> Vec<usize> {
     let established: Vec<&Member> = o
         .members
         .iter()
@@ -153,12 +153,12 @@ fn shards_without_their_data(o: &Observed) -> Vec<usize> {
         .collect();
     let held: BTreeSet<usize> = established
         .iter()
-        .filter(|m| m.gone.is_none())
+        .filter(|m| !lost_data(m))
         .map(|m| m.shard)
         .collect();
     let lost: BTreeSet<usize> = established
         .iter()
-        .filter(|m| m.gone.is_some() && !held.contains(&m.shard))
+        .filter(|m| lost_data(m) && !held.contains(&m.shard))
         .map(|m| m.shard)
         .collect();
     lost.into_iter().collect()
@@ -280,6 +280,9 @@ pub(super) fn replace_failed(a: &Answered) -> Option<Plan> {
         })
         .collect();
     let (mut steps, mut notes) = promote_orphaned_replicas(a, &live);
+    let lost_shards =
+        shards_without_their_data(&a.observed, |m| lost.iter().any(|l| l.name == m.name));
+    notes.splice(0..0, lost_data_note(&lost_shards));
     if !lost.is_empty() {
         notes.push(format!(
             "retiring {} (lost its data and node id; a new member replaces it)",
@@ -289,7 +292,10 @@ pub(super) fn replace_failed(a: &Answered) -> Option<Plan> {
             names: lost.iter().map(|m| m.name.clone()).collect(),
         });
     }
-    (!steps.is_empty()).then(|| Plan::new(Phase::Degraded, steps, notes.join("; ")))
+    (!steps.is_empty()).then(|| Plan {
+        lost_shards,
+        ..Plan::new(Phase::Degraded, steps, notes.join("; "))
+    })
 }
 
 /// 2c. Silent primaries Valkey cannot replace by itself. Valkey promotes a replica only with

@@ -1144,6 +1144,18 @@ fn a_shard_whose_every_member_is_gone_is_reported_as_data_lost_and_no_other() {
     t.members[1].gone = Some("its pod was lost (deleted, evicted or its node removed)".into());
     let p = plan(&t);
     assert_eq!(p.lost_shards, vec![0], "{}", p.message);
+    // Memory + AOF members (no volume) restarted all at once: each answers again, empty, under
+    // a new node id. Their shards' data is gone just the same.
+    let mut sim = Sim::default();
+    form(&mut sim, 2, 1, |_| usize::MAX);
+    let mut t = sim.topology(2, 1);
+    for m in &mut t.members {
+        let view = m.view.as_mut().unwrap();
+        *view = MemberView::bare(&format!("{}-new", view.id.0));
+    }
+    let p = plan(&t);
+    assert_eq!(p.lost_shards, vec![0, 1], "{}", p.message);
+    assert!(p.message.starts_with("DATA LOST: "), "{}", p.message);
 }
 
 #[test]
