@@ -482,7 +482,7 @@ fn data_lost_condition(
         return kept.cloned();
     }
     let message = format!(
-        "shard(s) {} lost their data at {}: every member holding it was gone and its members keep no data across a restart (no storage on the config); they were re-created empty. Give the config `storage` and `appendonly: \"yes\"` to survive this (docs/durability.md). Cleared by the next change to the cluster's spec",
+        "shard(s) {} lost their data at {}: every member holding it was gone or came back empty, and its members keep no data across a pod's loss (no storage on the config); they were re-created empty. Give the config `storage` and `appendonly: \"yes\"` to survive this (docs/durability.md). Cleared by the next change to the cluster's spec",
         shards.join(", "),
         k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ")
     );
