@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::api::{ValkeyCluster, ValkeyNode, ZoneSpread};
+use crate::api::{Storage, ValkeyCluster, ValkeyNode, VolumeRetention, ZoneSpread};
 use crate::controller::cluster::build::{desired_node_spec, spec_hash};
 use crate::controller::cluster::observe::is_current;
 use crate::resolve::{Menu, MenuRef, menu_refs};
@@ -28,7 +28,13 @@ pub enum Outcome {
         members: usize,
         of: usize,
         shards: Vec<i32>,
+        /// What the change does to the members' volumes, when it touches `storage`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        storage: Option<String>,
     },
+    /// Only the volumes change (size, retention): applied to the claims live, no member
+    /// replaced.
+    Volumes { storage: String },
     /// The cluster would stop at Blocked (nothing that runs is touched).
     Blocks { message: String },
     /// It would unblock (it is Blocked now).
@@ -113,17 +119,52 @@ pub fn rollout_order(rolling: Vec<String>, limit: Option<usize>) -> Vec<Vec<Stri
     }
 }
 
+/// The desired members' spec hash, and the storage they get.
 fn desired_hash(
     state: &ClusterState<'_>,
     menu: &impl Menu,
-) -> Result<String, crate::resolve::ResolveError> {
+) -> Result<(String, Option<Storage>), crate::resolve::ResolveError> {
     let running = state.members.iter().map(|n| n.spec.version.as_str());
     let resolved = crate::controller::cluster::resolve(state.cluster, menu, running)?;
-    Ok(spec_hash(&desired_node_spec(
-        state.cluster,
-        &resolved.config,
-        ZoneSpread::BestEffort,
-    )))
+    let spec = desired_node_spec(state.cluster, &resolved.config, ZoneSpread::BestEffort);
+    Ok((spec_hash(&spec), spec.storage))
+}
+
+/// What going from `before` to `after` does to a cluster's volumes, in words; None when the
+/// storage is the same.
+pub fn storage_change(before: Option<&Storage>, after: Option<&Storage>) -> Option<String> {
+    let class = |s: &Storage| {
+        s.storage_class_name
+            .clone()
+            .unwrap_or_else(|| "the default class".into())
+    };
+    let mut what = Vec::new();
+    match (before, after) {
+        (None, None) => return None,
+        (None, Some(a)) => what.push(format!("members get volumes of {} ({})", a.size, class(a))),
+        (Some(_), None) => what.push("members lose their volumes (memory-only)".to_string()),
+        (Some(b), Some(a)) => {
+            if b.storage_class_name != a.storage_class_name {
+                what.push(format!("volumes move to {}", class(a)));
+            }
+            if b.size != a.size {
+                what.push(format!(
+                    "volumes {} -> {} (grown online where the class allows expansion; no member replaced)",
+                    b.size, a.size
+                ));
+            }
+            if b.retention() != a.retention() {
+                what.push(format!(
+                    "when the cluster is deleted its volumes are {} (set on the claims live)",
+                    match a.retention() {
+                        VolumeRetention::Delete => "deleted",
+                        VolumeRetention::Retain => "kept",
+                    }
+                ));
+            }
+        }
+    }
+    (!what.is_empty()).then(|| what.join("; "))
 }
 
 fn cluster_impact(
@@ -150,15 +191,36 @@ fn cluster_impact(
             members: stale.len(),
             of: state.members.len(),
             shards,
+            storage: None,
         })
     };
     let outcome = match (before_hash, after_hash) {
-        (Ok(b), Ok(a)) if a == b => return None,
-        (Ok(_), Ok(a)) => rolls(&a)?,
+        (Ok((b, before)), Ok((a, after))) => {
+            let storage = storage_change(before.as_ref(), after.as_ref());
+            match (a == b, rolls(&a), storage) {
+                (
+                    false,
+                    Some(Outcome::Rolls {
+                        members,
+                        of,
+                        shards,
+                        ..
+                    }),
+                    storage,
+                ) => Outcome::Rolls {
+                    members,
+                    of,
+                    shards,
+                    storage,
+                },
+                (_, _, Some(storage)) => Outcome::Volumes { storage },
+                _ => return None,
+            }
+        }
         (Ok(_), Err(e)) => Outcome::Blocks {
             message: e.to_string(),
         },
-        (Err(_), Ok(a)) => rolls(&a).unwrap_or(Outcome::Unblocks { members: 0 }),
+        (Err(_), Ok((a, _))) => rolls(&a).unwrap_or(Outcome::Unblocks { members: 0 }),
         (Err(b), Err(a)) if a == b => return None,
         (Err(_), Err(a)) => Outcome::Blocks {
             message: a.to_string(),
@@ -206,17 +268,22 @@ pub fn text(impact: &Impact) -> String {
                 members,
                 of,
                 shards,
+                storage,
             } = &c.outcome
             {
                 let _ = writeln!(
                     out,
-                    "  {:<40} {members} of {of} members replaced, shards {} one at a time",
+                    "  {:<40} {members} of {of} members replaced, shards {} one at a time{}",
                     c.key(),
                     shards
                         .iter()
                         .map(i32::to_string)
                         .collect::<Vec<_>>()
-                        .join(", ")
+                        .join(", "),
+                    storage
+                        .as_ref()
+                        .map(|s| format!("; {s}"))
+                        .unwrap_or_default()
                 );
             }
         }
@@ -228,6 +295,9 @@ pub fn text(impact: &Impact) -> String {
             }
             Outcome::Unblocks { .. } => {
                 let _ = writeln!(out, "  {:<40} would unblock (no member replaced)", c.key());
+            }
+            Outcome::Volumes { storage } => {
+                let _ = writeln!(out, "  {:<40} {storage}", c.key());
             }
             Outcome::Rolls { .. } => {}
         }
@@ -325,7 +395,8 @@ mod tests {
                     outcome: Outcome::Rolls {
                         members: 4,
                         of: 4,
-                        shards: vec![0, 1]
+                        shards: vec![0, 1],
+                        storage: None,
                     },
                 },
                 ClusterImpact {
@@ -334,7 +405,8 @@ mod tests {
                     outcome: Outcome::Rolls {
                         members: 4,
                         of: 4,
-                        shards: vec![0, 1]
+                        shards: vec![0, 1],
+                        storage: None,
                     },
                 },
             ]
@@ -376,6 +448,54 @@ mod tests {
             .valkey
             .insert("maxmemory".into(), "1gb".into());
         assert_eq!(rolled(&before, &after), ["team-b/standard-1"]);
+    }
+
+    #[test]
+    fn a_storage_change_says_what_it_does_to_the_volumes_and_rolls_only_for_a_new_class() {
+        use crate::api::Storage;
+        let before = menu();
+        let storage = |size: &str, class: Option<&str>| Storage {
+            size: size.into(),
+            storage_class_name: class.map(Into::into),
+            when_deleted: None,
+        };
+        let with = |s: Storage| {
+            let mut m = before.clone();
+            m.configs.get_mut("standard").unwrap().storage = Some(s);
+            m
+        };
+        // Volumes added: the members are replaced, and the text says why.
+        let added = run(&before, &with(storage("1Gi", None)), None);
+        assert!(added.rolls());
+        assert!(
+            text(&added).contains("members get volumes of 1Gi (the default class)"),
+            "{}",
+            text(&added)
+        );
+        // Growing them rolls nothing and says so.
+        let grown = run(
+            &with(storage("1Gi", None)),
+            &with(storage("2Gi", None)),
+            None,
+        );
+        assert!(!grown.rolls(), "{grown:?}");
+        assert!(
+            text(&grown).contains("volumes 1Gi -> 2Gi (grown online"),
+            "{}",
+            text(&grown)
+        );
+        // Another class cannot be had in place: members are replaced.
+        let moved = run(
+            &with(storage("1Gi", None)),
+            &with(storage("1Gi", Some("fast"))),
+            None,
+        );
+        assert!(moved.rolls());
+        assert!(
+            text(&moved).contains("volumes move to fast"),
+            "{}",
+            text(&moved)
+        );
     }
 
     #[test]
