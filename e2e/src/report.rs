@@ -107,16 +107,18 @@ pub enum Section {
     Fleet,
     Webhook,
     Failover,
+    Durability,
 }
 
 impl Section {
-    pub const ALL: [Section; 6] = [
+    pub const ALL: [Section; 7] = [
         Section::Formation,
         Section::Rollout,
         Section::SlotMove,
         Section::Fleet,
         Section::Webhook,
         Section::Failover,
+        Section::Durability,
     ];
 
     pub fn title(self) -> &'static str {
@@ -127,6 +129,7 @@ impl Section {
             Section::Fleet => "Fleet",
             Section::Webhook => "Webhook",
             Section::Failover => "Failover",
+            Section::Durability => "Durability (full restart, write throughput with AOF)",
         }
     }
 
@@ -139,6 +142,7 @@ impl Section {
             Section::Fleet => "fleet",
             Section::Webhook => "webhook",
             Section::Failover => "failover",
+            Section::Durability => "durability",
         }
     }
 
@@ -198,6 +202,15 @@ impl Section {
                  same run: a bare 3 × 1 cluster of the same build and `cluster-node-timeout` \
                  (5000) failing over by itself. Also the write-back after `kubectl delete pod` of \
                  a primary (the API says the pod is gone: no node timeout to wait for)."
+            }
+            Section::Durability => {
+                "A 2 × 1 cluster with member volumes (`storage`, `appendonly yes`, \
+                 `appendfsync everysec`) and a memory-only 2 × 1 cluster, measured in the same \
+                 run. Full restart: 100,000 keys written and replicated, then every member pod \
+                 force-deleted at once; seconds until the cluster is Active again with every new \
+                 pod Ready (the operator's holds-data gate), and the keys that did not read back. \
+                 Write throughput: SETs per second of one client sending one SET at a time for \
+                 the same duration on each, and their ratio (volumes over memory-only)."
             }
         }
     }
@@ -495,6 +508,38 @@ impl Failover {
     }
 }
 
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Durability {
+    /// Keys written and replicated before each full restart.
+    pub keys: usize,
+    pub restart_with_volumes_seconds: f64,
+    pub keys_lost_with_volumes: usize,
+    pub restart_memory_only_seconds: f64,
+    pub keys_lost_memory_only: usize,
+    /// How long the one client wrote on each cluster.
+    pub write_seconds: f64,
+    pub sets_per_second_with_volumes: f64,
+    pub sets_per_second_memory_only: f64,
+}
+
+impl Durability {
+    /// Write throughput with volumes and AOF over memory-only.
+    pub fn write_ratio(&self) -> Option<f64> {
+        ratio_of(
+            Some(self.sets_per_second_with_volumes),
+            Some(self.sets_per_second_memory_only),
+        )
+    }
+
+    /// Full-restart time with volumes over memory-only.
+    pub fn restart_ratio(&self) -> Option<f64> {
+        ratio_of(
+            Some(self.restart_with_volumes_seconds),
+            Some(self.restart_memory_only_seconds),
+        )
+    }
+}
+
 /// Every benchmark's figures; a section is `None` when no run measured it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -510,6 +555,8 @@ pub struct Report {
     pub webhook: Option<Webhook>,
     #[serde(default)]
     pub failover: Option<Failover>,
+    #[serde(default)]
+    pub durability: Option<Durability>,
     /// The run that measured each present section ([`Report::stamp`] fills it).
     #[serde(default)]
     pub measured_in: BTreeMap<Section, Metadata>,
@@ -532,6 +579,7 @@ impl Report {
             Section::Fleet => dynamic(&self.fleet),
             Section::Webhook => dynamic(&self.webhook),
             Section::Failover => dynamic(&self.failover),
+            Section::Durability => dynamic(&self.durability),
         }
     }
 
@@ -562,6 +610,7 @@ impl Report {
         take(&mut self.fleet, newer.fleet);
         take(&mut self.webhook, newer.webhook);
         take(&mut self.failover, newer.failover);
+        take(&mut self.durability, newer.durability);
     }
 
     /// The figures saved under `repo_root`, or an empty report when there are none yet. A

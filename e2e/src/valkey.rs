@@ -1,12 +1,12 @@
 //! Helpers the operator suites share: waiting for a ValkeyCluster state, listing its member
 //! pods, and a driver authenticated as the operator.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
-use kube::api::ListParams;
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use valkey_operator::api::constants::{LABEL_CLUSTER, OPERATOR_ACL_USERNAME};
 use valkey_operator::api::{ClusterState, ValkeyCluster};
@@ -280,4 +280,66 @@ pub fn operator_rss_kib(pods: &[Pod]) -> anyhow::Result<u64> {
         largest = largest.max(kib);
     }
     Ok(largest)
+}
+
+/// The pod's Ready condition is True (for a member: its container answers and the operator
+/// has seen it hold its shard's data, the holds-data gate).
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// A full restart: force-deletes every member pod of cluster `name` at once (no grace
+/// period), then waits until the cluster is Active again with `members` members, each on a
+/// new pod that is Ready; how long that took. Ready needs the holds-data gate, which the
+/// operator sets only once it has seen the new pod's Valkey hold its shard's data: a status
+/// still Active from before the restart does not pass.
+pub async fn restart_all_members(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    members: usize,
+) -> anyhow::Result<Duration> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let old: Vec<(String, Option<String>)> = member_pods(client, ns, name)
+        .await?
+        .into_iter()
+        .map(|p| (p.metadata.name.unwrap_or_default(), p.metadata.uid))
+        .collect();
+    let restart = Instant::now();
+    for (pod, _) in &old {
+        pods.delete(pod, &DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    println!("{name}: {} member pods force-deleted", old.len());
+    wait_for(
+        "the cluster Active again on new, Ready member pods",
+        Duration::from_secs(300),
+        Duration::from_secs(1),
+        || async {
+            let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+                .get(name)
+                .await?;
+            let status = c.status.unwrap_or_default();
+            anyhow::ensure!(
+                status.state == Some(ClusterState::Active) && status.nodes.len() == members,
+                "{:?}: {}",
+                status.state,
+                status.message.unwrap_or_default()
+            );
+            let new_and_ready = member_pods(client, ns, name)
+                .await?
+                .iter()
+                .filter(|p| !old.iter().any(|(_, uid)| p.metadata.uid == *uid) && pod_ready(p))
+                .count();
+            anyhow::ensure!(
+                new_and_ready == members,
+                "{new_and_ready} of {members} new member pods Ready"
+            );
+            Ok(Some(restart.elapsed()))
+        },
+    )
+    .await
 }

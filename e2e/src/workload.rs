@@ -85,6 +85,16 @@ pub fn config(name: &str, image: &str) -> serde_json::Value {
                     "valkey": settings}})
 }
 
+/// A config on `image` whose members keep their data: a 256Mi volume each (`storage`) and
+/// the append-only file fsynced every second (`appendonly yes`, `appendfsync everysec`).
+pub fn durable_config(name: &str, image: &str) -> serde_json::Value {
+    let mut config = config(name, image);
+    config["spec"]["valkey"]["appendonly"] = json!("yes");
+    config["spec"]["valkey"]["appendfsync"] = json!("everysec");
+    config["spec"]["storage"] = json!({"size": "256Mi"});
+    config
+}
+
 pub fn cluster(
     ns: &str,
     name: &str,
@@ -564,4 +574,26 @@ pub async fn missing_confirmed(
     }
     let _ = valkey.quit().await;
     Ok(missing)
+}
+
+/// SETs per second of one client of cluster `name` sending one SET at a time (each waits for
+/// its reply) for `duration`: what an application writing in a loop gets.
+pub async fn sets_per_second(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    duration: Duration,
+) -> anyhow::Result<f64> {
+    let valkey = cluster_client(client, ns, name).await?;
+    let started = Instant::now();
+    let mut sets = 0u64;
+    while started.elapsed() < duration {
+        valkey
+            .set::<(), _, _>(format!("tput:{sets}"), sets.to_string(), None, None, false)
+            .await?;
+        sets += 1;
+    }
+    let rate = sets as f64 / started.elapsed().as_secs_f64();
+    let _ = valkey.quit().await;
+    Ok(rate)
 }

@@ -18,27 +18,15 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
-use valkey_e2e::valkey::{member_pods, wait_state};
+use valkey_e2e::valkey::{member_pods, pod_ready as ready, restart_all_members, wait_state};
 use valkey_e2e::workload::{
-    MENU_SETTINGS, Writer, apply, cluster, config, image, missing_confirmed, write_confirmed,
+    Writer, apply, cluster, config, durable_config, image, missing_confirmed, write_confirmed,
 };
 use valkey_operator::api::constants::LABEL_CLUSTER;
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
 
 const NAME: &str = "durable";
 const KEYS: usize = 100_000;
-
-/// A config on `image` whose members keep their data on a 256Mi volume each.
-fn durable_config(name: &str, image: &str) -> serde_json::Value {
-    let mut settings: serde_json::Map<String, serde_json::Value> = MENU_SETTINGS
-        .iter()
-        .map(|(key, value)| (key.to_string(), json!(value)))
-        .collect();
-    settings.insert("appendonly".into(), json!("yes"));
-    json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyConfig", "metadata": {"name": name},
-           "spec": {"imageRef": image, "resources": {"cpu": "100m", "memory": "256Mi"},
-                    "valkey": settings, "storage": {"size": "256Mi"}}})
-}
 
 /// Member name -> Valkey node id, as the members' ValkeyNodes record them.
 async fn node_ids_of(
@@ -54,14 +42,6 @@ async fn node_ids_of(
         .into_iter()
         .filter_map(|n| Some((n.metadata.name?, n.status?.node_id?)))
         .collect())
-}
-
-/// The pod's Ready condition is True.
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// The volume claims labelled with cluster `name`.
@@ -130,54 +110,6 @@ async fn every_member_on_its_own_bound_claim(client: &Client, ns: &str) -> anyho
     Ok(())
 }
 
-/// Force-deletes every member pod of cluster `name` at once (no grace period), then waits until
-/// the cluster is Active again with 4 members, each on a new pod that is Ready; how long that
-/// took. Ready needs the holds-data gate, which the operator sets only once it has seen the
-/// new pod's Valkey hold its shard's data: a status still Active from before the restart does
-/// not pass.
-async fn restart_all(client: &Client, ns: &str, name: &str) -> anyhow::Result<Duration> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let old: Vec<(String, Option<String>)> = member_pods(client, ns, name)
-        .await?
-        .into_iter()
-        .map(|p| (p.metadata.name.unwrap_or_default(), p.metadata.uid))
-        .collect();
-    let restart = Instant::now();
-    for (pod, _) in &old {
-        pods.delete(pod, &DeleteParams::default().grace_period(0))
-            .await?;
-    }
-    println!("{name}: {} member pods force-deleted", old.len());
-    wait_for(
-        "the cluster Active again on new, Ready member pods",
-        Duration::from_secs(300),
-        Duration::from_secs(1),
-        || async {
-            let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
-                .get(name)
-                .await?;
-            let status = c.status.unwrap_or_default();
-            ensure!(
-                status.state == Some(ClusterState::Active) && status.nodes.len() == 4,
-                "{:?}: {}",
-                status.state,
-                status.message.unwrap_or_default()
-            );
-            let new_and_ready = member_pods(client, ns, name)
-                .await?
-                .iter()
-                .filter(|p| !old.iter().any(|(_, uid)| p.metadata.uid == *uid) && ready(p))
-                .count();
-            ensure!(
-                new_and_ready == 4,
-                "{new_and_ready} of 4 new member pods Ready"
-            );
-            Ok(Some(restart.elapsed()))
-        },
-    )
-    .await
-}
-
 #[tokio::test]
 async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_key()
 -> anyhow::Result<()> {
@@ -204,7 +136,7 @@ async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_k
     let writer = Writer::start_replicated(&client, &ns.name, NAME).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let active = restart_all(&client, &ns.name, NAME).await?;
+    let active = restart_all_members(&client, &ns.name, NAME, 4).await?;
     println!("full restart with volumes: Active again {active:?} after the pods were deleted");
     let after = node_ids_of(&client, &ns.name, NAME).await?;
     ensure!(
@@ -304,7 +236,7 @@ async fn restart_without_volumes(
     .await?;
     write_confirmed(client, ns, name, "k", keys).await?;
 
-    let active = restart_all(client, ns, name).await?;
+    let active = restart_all_members(client, ns, name, 4).await?;
     let missing = missing_confirmed(client, ns, name, "k", keys).await?;
     println!(
         "{name}: full restart without volumes: Active again {active:?} after the pods were deleted, {missing} of {keys} keys gone"

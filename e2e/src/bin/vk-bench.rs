@@ -32,7 +32,11 @@
 //!   up to 10, 50, 100, then 200: seconds until each step settles, the operator's RSS at
 //!   each, reconciles per minute at rest.
 //!
-//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet]
+//! * Durability: a 2 × 1 cluster with volumes and `appendfsync everysec` next to a memory-only
+//!   one: SETs per second of one client (and their ratio), then a full restart of each after
+//!   100,000 replicated keys (every member pod force-deleted): seconds to Active, keys lost.
+//!
+//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet|durability]
 //! [--render] (`--render` measures nothing and writes the report again from figures.json,
 //! after a change to its text).
 
@@ -46,9 +50,10 @@ use serde_json::json;
 use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, wait_for};
 use valkey_e2e::safety::{Shape, healed, members_with};
-use valkey_e2e::valkey::{OPERATOR_NAMESPACE, operator_driver, wait_state};
+use valkey_e2e::valkey::{OPERATOR_NAMESPACE, operator_driver, restart_all_members, wait_state};
 use valkey_e2e::workload::{
-    Menu, PRELOADED, active_cluster, apply, cluster, cluster_client, preload,
+    Menu, PRELOADED, active_cluster, apply, cluster, cluster_client, durable_config,
+    missing_confirmed, preload, sets_per_second, write_confirmed,
 };
 use valkey_e2e::{floors, report};
 use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
@@ -786,8 +791,65 @@ async fn measure_rollout(client: &Client) -> anyhow::Result<report::Rollout> {
     })
 }
 
-const USAGE: &str = "usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet] \
+const USAGE: &str = "usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet|durability] \
      [--render: measure nothing, write docs/benchmarks.md again from figures.json]";
+
+/// Keys written before each full restart of the durability section.
+const DURABILITY_KEYS: usize = 100_000;
+/// How long one client writes on each cluster of the durability section.
+const DURABILITY_WRITE: Duration = Duration::from_secs(20);
+
+/// A 2 x 1 cluster on `config` (Active), with its write throughput, then its full restart
+/// after [`DURABILITY_KEYS`] replicated keys: (SETs/s, seconds to Active, keys lost).
+async fn durability_run(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    config: &str,
+) -> anyhow::Result<(f64, f64, usize)> {
+    apply(client, ns, cluster(ns, name, config, 2, 1)).await?;
+    wait_state(
+        client,
+        ns,
+        name,
+        ClusterState::Active,
+        Duration::from_secs(300),
+    )
+    .await?;
+    let rate = sets_per_second(client, ns, name, DURABILITY_WRITE).await?;
+    write_confirmed(client, ns, name, "k", DURABILITY_KEYS).await?;
+    let took = restart_all_members(client, ns, name, 4).await?;
+    let lost = missing_confirmed(client, ns, name, "k", DURABILITY_KEYS).await?;
+    println!(
+        "durability {name}: {rate:.0} SETs/s; full restart: Active again in {took:?}, {lost} of {DURABILITY_KEYS} keys lost"
+    );
+    Ok((rate, took.as_secs_f64(), lost))
+}
+
+async fn measure_durability(client: &Client) -> anyhow::Result<report::Durability> {
+    let ns = TestNamespace::create(client, "bench-durable").await?;
+    let menu = Menu::publish(client, "bench-durable", "9.1.2").await?;
+    let durable = format!("{}-volumes", menu.config);
+    apply(client, "config", durable_config(&durable, &menu.image)).await?;
+    let memory = durability_run(client, &ns.name, "memory", &menu.config).await?;
+    let volumes = durability_run(client, &ns.name, "volumes", &durable).await?;
+    drop(ns);
+    valkey_e2e::harness::delete_cluster_scoped::<valkey_operator::api::ValkeyConfig>(
+        client, &durable,
+    )
+    .await?;
+    menu.remove(client).await?;
+    Ok(report::Durability {
+        keys: DURABILITY_KEYS,
+        restart_with_volumes_seconds: volumes.1,
+        keys_lost_with_volumes: volumes.2,
+        restart_memory_only_seconds: memory.1,
+        keys_lost_memory_only: memory.2,
+        write_seconds: DURABILITY_WRITE.as_secs_f64(),
+        sets_per_second_with_volumes: volumes.0,
+        sets_per_second_memory_only: memory.0,
+    })
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -843,6 +905,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wanted("rollout") {
         measured.rollout = Some(measure_rollout(&client).await?);
+    }
+    if wanted("durability") {
+        measured.durability = Some(measure_durability(&client).await?);
     }
     measured.publish(&root, &run)?;
     println!("wrote docs/benchmarks.md and docs/benchmarks/ (figures.json, SVG plots)");

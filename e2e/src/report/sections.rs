@@ -4,8 +4,8 @@
 use super::markdown::{NOT_MEASURED, optional_seconds, ratio, seconds, table};
 use super::plot::{self, Bars, Panel, Series};
 use super::{
-    AgainstFloor, Failover, Fleet, FleetStep, Formation, Medians, Rollout, SLOTS, SlotMove,
-    Webhook, WebhookKind, median,
+    AgainstFloor, Durability, Failover, Fleet, FleetStep, Formation, Medians, Rollout, SLOTS,
+    SlotMove, Webhook, WebhookKind, median,
 };
 
 /// What the page shows of a measured section.
@@ -334,5 +334,52 @@ impl Benchmark for Failover {
             "{}\nWrite-back after `kubectl delete pod` of a primary: {deleted_shown}.\n",
             floor_table(headers, &self.runs, true)
         )
+    }
+}
+
+impl Benchmark for Durability {
+    fn plot(&self) -> anyhow::Result<String> {
+        plot::grouped_bars(&Bars {
+            title: format!("Full restart of 2 × 1 with {} keys", self.keys),
+            y_label: "seconds to Active".to_string(),
+            categories: vec!["full restart".to_string()],
+            series: vec![
+                series("memory-only", [Some(self.restart_memory_only_seconds)]),
+                series("volumes + AOF", [Some(self.restart_with_volumes_seconds)]),
+            ],
+        })
+    }
+
+    fn figures(&self) -> String {
+        let headers = [
+            "Measure",
+            "Memory-only",
+            "Volumes + AOF (everysec)",
+            "Ratio",
+        ];
+        let rows = vec![
+            [
+                format!("Full restart, seconds to Active ({} keys)", self.keys),
+                seconds(self.restart_memory_only_seconds),
+                seconds(self.restart_with_volumes_seconds),
+                ratio(self.restart_ratio()),
+            ],
+            [
+                "Keys lost in the full restart".to_string(),
+                self.keys_lost_memory_only.to_string(),
+                self.keys_lost_with_volumes.to_string(),
+                String::new(),
+            ],
+            [
+                format!(
+                    "SETs per second, one client, {} s each",
+                    seconds(self.write_seconds)
+                ),
+                format!("{:.0}", self.sets_per_second_memory_only),
+                format!("{:.0}", self.sets_per_second_with_volumes),
+                ratio(self.write_ratio()),
+            ],
+        ];
+        table(headers, rows)
     }
 }

@@ -110,6 +110,16 @@ fn full_report() -> Report {
                 .collect(),
             pod_deleted_write_back_seconds: vec![1.1, 1.3, 1.2],
         }),
+        durability: Some(Durability {
+            keys: 100_000,
+            restart_with_volumes_seconds: 6.3,
+            keys_lost_with_volumes: 0,
+            restart_memory_only_seconds: 10.5,
+            keys_lost_memory_only: 100_000,
+            write_seconds: 10.0,
+            sets_per_second_with_volumes: 900.0,
+            sets_per_second_memory_only: 1000.0,
+        }),
         measured_in: BTreeMap::new(),
     };
     report.stamp(&run("abc1234"));
@@ -130,6 +140,7 @@ fn a_full_report_writes_every_table_and_plot() {
         "| Clusters | Added | Settled (s) |",
         "| Review | Rate (req/s) |",
         "| Run | Native floor (s) | Operator, SIGKILL (s) | Ratio |",
+        "| Measure | Memory-only | Volumes + AOF (everysec) | Ratio |",
     ] {
         assert!(page.contains(header), "no {header:?} in:\n{page}");
     }
