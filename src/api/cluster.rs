@@ -162,6 +162,12 @@ pub struct ValkeyClusterStatus {
     /// Where the cluster stands, in numbers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ClusterProgress>,
+
+    /// What the members keep across the loss of a pod, from the config: `memory-only`,
+    /// `append-only file on emptyDir (lost with the pod)`, or `volumes of <size> + append-only
+    /// file` (docs/durability.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<String>,
 }
 
 /// A cluster's figures: members asked for and ready, members still on an outdated spec (a
@@ -225,4 +231,8 @@ pub struct ClusterNodeStatus {
     /// For a replica: bytes of replication stream it is behind its primary (0 = in sync).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_bytes: Option<i64>,
+    /// The member's PersistentVolumeClaim and the size it was created with (members of a
+    /// config with `storage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
 }

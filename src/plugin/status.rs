@@ -32,6 +32,9 @@ pub struct MemberRow {
     /// Slots a primary serves, as Valkey reports them (from the cluster's status).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slots: Option<String>,
+    /// Its volume claim and the size it was created with (members of a config with storage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -64,6 +67,9 @@ pub struct StatusReport {
     pub message: String,
     pub shards_wanted: i32,
     pub replicas_per_shard: i32,
+    /// What members keep across the loss of a pod (the cluster's `status.persistence`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<String>,
     /// `type=status (reason): message` of each condition.
     pub conditions: Vec<String>,
     /// Members on the desired spec, of all members (a rollout in progress when lower).
@@ -132,6 +138,7 @@ pub fn report(inputs: &Inputs<'_>) -> StatusReport {
         message: status.message.clone().unwrap_or_default(),
         shards_wanted: cluster.spec.shards,
         replicas_per_shard: cluster.spec.replicas_per_shard,
+        persistence: status.persistence.clone(),
         conditions: status
             .conditions
             .iter()
@@ -203,6 +210,7 @@ fn member_row(
         current: inputs.desired_hash.map(|h| is_current(n, h)),
         lag: seen.and_then(|s| s.lag_bytes),
         slots: seen.and_then(|s| s.slots.clone()),
+        volume: crate::controller::node::build::volume_of(n),
         name,
     }
 }
@@ -278,6 +286,9 @@ pub fn text(r: &StatusReport) -> String {
     if let Some(rollout) = &r.rollout {
         let _ = writeln!(out, "rollout: {rollout}");
     }
+    if let Some(persistence) = &r.persistence {
+        let _ = writeln!(out, "persistence: {persistence}");
+    }
     for c in &r.conditions {
         let _ = writeln!(out, "  {c}");
     }
@@ -289,13 +300,13 @@ pub fn text(r: &StatusReport) -> String {
         );
         let _ = writeln!(
             out,
-            "  {:<28} {:<8} {:<9} {:<8} {:<6} {:<20} {:<12} {:<8} LAG",
-            "MEMBER", "ROLE", "LIFECYCLE", "VERSION", "READY", "NODE", "ZONE", "CURRENT"
+            "  {:<28} {:<8} {:<9} {:<8} {:<6} {:<20} {:<12} {:<8} {:<8} VOLUME",
+            "MEMBER", "ROLE", "LIFECYCLE", "VERSION", "READY", "NODE", "ZONE", "CURRENT", "LAG"
         );
         for m in &s.members {
             let _ = writeln!(
                 out,
-                "  {:<28} {:<8} {:<9} {:<8} {:<6} {:<20} {:<12} {:<8} {}",
+                "  {:<28} {:<8} {:<9} {:<8} {:<6} {:<20} {:<12} {:<8} {:<8} {}",
                 m.name,
                 m.role,
                 m.lifecycle,
@@ -305,6 +316,7 @@ pub fn text(r: &StatusReport) -> String {
                 m.zone,
                 m.current.map_or("?".into(), |c| c.to_string()),
                 m.lag.map_or("-".into(), |l| l.to_string()),
+                m.volume.as_deref().unwrap_or("-"),
             );
         }
     }

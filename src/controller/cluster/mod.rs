@@ -146,7 +146,7 @@ pub async fn reconcile(
         tls_progress.as_ref(),
         streak.as_ref(),
     );
-    new_status.conditions.extend(volumes);
+    volumes::into_status(&mut new_status, volumes, &desired_spec);
     status::publish(ctx, &cluster, new_status).await?;
 
     let tls_wait = tls_progress

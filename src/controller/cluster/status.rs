@@ -69,6 +69,7 @@ pub fn blocked(
     let message = cause.message.to_string();
     let last = cluster.status.clone().unwrap_or_default();
     ValkeyClusterStatus {
+        persistence: last.persistence.clone(),
         endpoint: last.endpoint,
         tls: Some(cluster.spec.tls.is_some()),
         ready: last.ready,
@@ -110,6 +111,7 @@ pub fn blocked(
                         lifecycle: n.status.as_ref().and_then(|s| s.lifecycle),
                         slots: None,
                         lag_bytes: None,
+                        volume: crate::controller::node::build::volume_of(n),
                     })
                     .collect()
             }),
@@ -256,6 +258,8 @@ pub fn from_plan(
     let state = cluster_state(&plan.phase);
     let figures = crate::plan::figures(topology);
     ValkeyClusterStatus {
+        // Set by the volumes step (`volumes::into_status`), which knows the desired spec.
+        persistence: None,
         state: Some(state),
         message: Some(plan.message.clone()),
         observed_generation: generation,
@@ -570,6 +574,7 @@ fn node_status(o: &Observed, plan: &Plan, observed: &[Observed]) -> ClusterNodeS
         }),
         slots: slot_ranges(o),
         lag_bytes: replication_lag(o, observed),
+        volume: crate::controller::node::build::volume_of(&o.node),
     }
 }
 
@@ -621,6 +626,7 @@ pub async fn publish(
         && previous.message == status.message
         && previous.observed_generation == status.observed_generation
         && previous.nodes == status.nodes
+        && previous.persistence == status.persistence
         && previous
             .conditions
             .iter()

@@ -92,6 +92,17 @@ pub async fn sync(
     ))
 }
 
+/// Puts the volumes step's condition and the members' persistence mode (from the desired
+/// member spec) into this round's status.
+pub fn into_status(
+    status: &mut crate::api::ValkeyClusterStatus,
+    volumes: Option<Condition>,
+    desired: &crate::api::ValkeyNodeSpec,
+) {
+    status.conditions.extend(volumes);
+    status.persistence = Some(crate::controller::node::build::persistence_mode(desired));
+}
+
 async fn try_sync(
     ctx: &Context,
     cluster: &ValkeyCluster,

@@ -356,6 +356,35 @@ fn data_volume(node: &ValkeyNode) -> Volume {
     }
 }
 
+/// The member's claim and the size it was created with (`<claim> (256Mi)`), when it has
+/// storage: what the cluster's status and `kubectl valkey status` show.
+pub fn volume_of(node: &ValkeyNode) -> Option<String> {
+    let storage = node.spec.storage.as_ref()?;
+    let uid = node.metadata.uid.as_deref()?;
+    Some(format!(
+        "{} ({})",
+        names::member_volume(&identity(node).0, uid),
+        storage.size
+    ))
+}
+
+/// What members with this spec keep across the loss of their pod, in words.
+pub fn persistence_mode(spec: &ValkeyNodeSpec) -> String {
+    let aof = spec
+        .valkey
+        .get("appendonly")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("yes"));
+    match (&spec.storage, aof) {
+        (None, false) => "memory-only".into(),
+        (None, true) => "append-only file on emptyDir (lost with the pod)".into(),
+        (Some(s), true) => format!("volumes of {} + append-only file", s.size),
+        (Some(s), false) => format!(
+            "volumes of {} without appendonly (only nodes.conf survives the pod)",
+            s.size
+        ),
+    }
+}
+
 /// Label on a member's volume: the uid of the ValkeyNode it was made for.
 pub const VOLUME_MEMBER_UID_LABEL: &str = "valkey.gomomento.com/member-uid";
 /// Label on a member's volume: the uid of the ValkeyCluster the member belongs to.
