@@ -112,7 +112,12 @@ pub const STUCK_TERMINATING_MARGIN_SECS: i64 = 15;
 /// or its pod is stuck terminating on a node that does not answer.
 pub fn gone(node: &ValkeyNode, pod: Option<&Pod>) -> Option<String> {
     if node.spec.restarts_in_place() {
-        return None;
+        return node
+            .spec
+            .storage
+            .as_ref()
+            .and(pod)
+            .and_then(volume_node_gone);
     }
     let had_identity = node
         .status
@@ -257,6 +262,28 @@ fn last_failed_migration(obs: &MemberObservation) -> Option<String> {
                 },
                 j.message
             )
+        })
+}
+
+/// A member with a volume whose pod cannot be scheduled because no node can mount its volume
+/// (the scheduler reports a volume node affinity conflict on every node, and none merely
+/// cordoned): the node-bound volume's node is gone, and so is the member's data. Its shard's
+/// replica takes over and a new member (with a new volume) replaces it. A volume whose node is
+/// only cordoned (a drain) is waited for: the node may come back.
+fn volume_node_gone(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() != Some("Pending") {
+        return None;
+    }
+    let scheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    let message = scheduled.message.as_deref().unwrap_or_default();
+    (message.contains("volume node affinity conflict") && !message.contains("were unschedulable"))
+        .then(|| {
+            format!("no node can mount its volume any more (the volume's node is gone): {message}")
         })
 }
 
@@ -558,6 +585,49 @@ mod tests {
         // Exited before it ever joined: started again by the node controller, never
         // replaced (replacing it made hundreds of pods in minutes).
         assert_eq!(gone(&node(Some(false), None), Some(&failed_pod())), None);
+    }
+
+    #[test]
+    fn a_durable_member_is_gone_only_when_no_node_can_mount_its_volume() {
+        use k8s_openapi::api::core::v1::PodCondition;
+        let pending = |message: &str| Pod {
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "PodScheduled".into(),
+                    status: "False".into(),
+                    reason: Some("Unschedulable".into()),
+                    message: Some(message.into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut durable = node(Some(true), Some("abc"));
+        durable.spec.storage = Some(crate::api::Storage {
+            size: "1Gi".into(),
+            ..Default::default()
+        });
+        let node_gone = pending(
+            "0/3 nodes are available: 3 node(s) had volume node affinity conflict. preemption: 0/3 nodes are available",
+        );
+        let why = gone(&durable, Some(&node_gone)).expect("gone");
+        assert!(why.contains("the volume's node is gone"), "{why}");
+        // Its node cordoned (a drain): waited for.
+        let cordoned = pending(
+            "0/4 nodes are available: 1 node(s) were unschedulable, 3 node(s) had volume node affinity conflict.",
+        );
+        assert_eq!(gone(&durable, Some(&cordoned)), None);
+        // Pending for another reason, or a member without a volume: not gone.
+        assert_eq!(
+            gone(
+                &durable,
+                Some(&pending("0/3 nodes are available: 3 Insufficient cpu."))
+            ),
+            None
+        );
+        assert_eq!(gone(&node(Some(true), Some("abc")), Some(&node_gone)), None);
     }
 
     #[test]
