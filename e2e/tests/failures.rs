@@ -26,8 +26,12 @@ use valkey_operator::driver::{ClusterDriver, MemberAddr};
 
 const NAME: &str = "fail";
 
-/// The pod of shard 0's primary, as the cluster status reports it.
-async fn shard0_primary(client: &Client, ns: &str) -> anyhow::Result<(String, String)> {
+/// Shard 0's member in `role` and its pod, as the cluster status reports them.
+async fn shard0_member(
+    client: &Client,
+    ns: &str,
+    role: NodeRole,
+) -> anyhow::Result<(String, String)> {
     let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
         .get(NAME)
         .await?;
@@ -36,23 +40,14 @@ async fn shard0_primary(client: &Client, ns: &str) -> anyhow::Result<(String, St
         .context("status")?
         .nodes
         .into_iter()
-        .find(|n| n.shard == 0 && n.role == Some(NodeRole::Primary))
-        .context("shard 0 has a primary in status")?;
-    Ok((node.name, node.pod.context("primary has a pod")?))
+        .find(|n| n.shard == 0 && n.role == Some(role))
+        .with_context(|| format!("shard 0 has a {role:?} in status"))?;
+    Ok((node.name, node.pod.context("the member has a pod")?))
 }
 
-/// The pod of shard 0's replica, as the cluster status reports it.
-async fn shard0_replica_pod(client: &Client, ns: &str) -> anyhow::Result<String> {
-    let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
-        .get(NAME)
-        .await?;
-    c.status
-        .context("status")?
-        .nodes
-        .into_iter()
-        .find(|n| n.shard == 0 && n.role == Some(NodeRole::Replica))
-        .and_then(|n| n.pod)
-        .context("shard 0 has a replica with a pod in status")
+/// Shard 0's primary and its pod.
+async fn shard0_primary(client: &Client, ns: &str) -> anyhow::Result<(String, String)> {
+    shard0_member(client, ns, NodeRole::Primary).await
 }
 
 async fn active_with_full_count(
@@ -248,7 +243,7 @@ async fn a_primary_killed_paused_or_lost_heals_back_to_active() -> anyhow::Resul
     let writer = Writer::start(&client, &ns.name, NAME).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (member, pod) = shard0_primary(&client, &ns.name).await?;
-    let replica_pod = shard0_replica_pod(&client, &ns.name).await?;
+    let (_, replica_pod) = shard0_member(&client, &ns.name, NodeRole::Replica).await?;
     let t = Instant::now();
     Api::<Pod>::namespaced(client.clone(), &ns.name)
         .delete(&pod, &DeleteParams::default())

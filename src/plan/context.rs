@@ -146,7 +146,7 @@ pub(super) fn slot_owners(members: &[AnsweredMember]) -> BTreeSet<NodeId> {
         .iter()
         .flat_map(|m| {
             let own = (!m.view.slots.is_empty()).then(|| m.view.id.clone());
-            m.view.slot_owners.iter().cloned().chain(own)
+            m.view.owned_by.keys().cloned().chain(own)
         })
         .collect()
 }

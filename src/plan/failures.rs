@@ -183,7 +183,7 @@ fn unaccepted_takeover<'a>(
     let forget: Vec<AnsweredMember<'a>> = answering
         .iter()
         .copied()
-        .filter(|m| m.view.slot_owners.contains(id) && m.view.primary_id.as_ref() != Some(id))
+        .filter(|m| m.view.sees_owning(id) && m.view.primary_id.as_ref() != Some(id))
         .collect();
     (!forget.is_empty()).then_some((promoted, forget))
 }

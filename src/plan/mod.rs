@@ -59,12 +59,10 @@ pub struct MemberView {
     /// volume keeps its node id under a new IP, which its peers do not learn by themselves
     /// when everybody moved at once (a full restart).
     pub addresses: BTreeMap<NodeId, String>,
-    /// Slot owners as this member sees the whole cluster: slot range → owner id.
+    /// Its Valkey reports `cluster_state:ok`.
     pub cluster_ok: bool,
     /// For a replica: the link to its primary is up and the initial sync is done.
     pub replica_in_sync: bool,
-    /// Ids of every node owning at least one slot, as this member sees the cluster.
-    pub slot_owners: BTreeSet<NodeId>,
     /// This member's config epoch (`CLUSTER NODES`, its `myself` line; a replica reports its
     /// primary's there, not the one it would take over with).
     pub config_epoch: u64,
@@ -99,7 +97,6 @@ impl MemberView {
             addresses: BTreeMap::new(),
             cluster_ok: true,
             replica_in_sync: false,
-            slot_owners: BTreeSet::new(),
             config_epoch: 0,
             migrating: vec![],
             importing: vec![],
@@ -109,6 +106,13 @@ impl MemberView {
             repl_offset: 0,
             failing: BTreeSet::new(),
         }
+    }
+}
+
+impl MemberView {
+    /// Whether this member sees node `id` owning at least one slot.
+    pub fn sees_owning(&self, id: &NodeId) -> bool {
+        self.owned_by.contains_key(id)
     }
 }
 

@@ -82,12 +82,6 @@ impl Sim {
                         cluster_ok: owned == SLOT_COUNT as usize
                             && self.nodes.values().all(|o| n.known.contains(&o.id)),
                         replica_in_sync: n.primary.is_some(),
-                        slot_owners: self
-                            .nodes
-                            .values()
-                            .filter(|o| !o.slots.is_empty())
-                            .map(|o| o.id.clone())
-                            .collect(),
                         config_epoch: n.config_epoch,
                         ..MemberView::bare(&n.id.0)
                     }),
@@ -1267,8 +1261,9 @@ fn a_takeover_the_rest_of_the_cluster_did_not_accept_is_healed_by_forgetting_the
     let promoted = t.members[1].view.as_mut().unwrap();
     promoted.is_primary = true;
     promoted.primary_id = None;
-    promoted.slots = vec![shard0];
-    promoted.slot_owners.remove(&gone_id);
+    promoted.slots = vec![shard0.clone()];
+    promoted.owned_by.remove(&gone_id);
+    promoted.owned_by.insert(promoted.id.clone(), vec![shard0]);
     let p = plan(&t);
     let expected: Vec<Step> = t.members[2..]
         .iter()
@@ -1287,7 +1282,7 @@ fn a_takeover_the_rest_of_the_cluster_did_not_accept_is_healed_by_forgetting_the
     );
     // Once they forgot it and took the promoted member's claim, the gone member is retired.
     for m in &mut t.members[2..] {
-        m.view.as_mut().unwrap().slot_owners.remove(&gone_id);
+        m.view.as_mut().unwrap().owned_by.remove(&gone_id);
     }
     assert_retires_only(&t, "c-0-0");
 }

@@ -214,12 +214,6 @@ pub fn view(obs: &MemberObservation, now: i64) -> MemberView {
             .primary_link
             .as_ref()
             .is_some_and(|l| l.link_up && !l.sync_in_progress),
-        slot_owners: obs
-            .nodes
-            .iter()
-            .filter(|n| !n.slots.is_empty())
-            .map(|n| n.id.clone())
-            .collect(),
         config_epoch: myself.map_or(0, |m| m.config_epoch),
         migrating: myself.map(|m| m.migrating.clone()).unwrap_or_default(),
         importing: myself.map(|m| m.importing.clone()).unwrap_or_default(),
