@@ -130,7 +130,7 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
 }
 
 /// The status note for shards whose data is gone (see [`shards_without_their_data`]).
-fn lost_data_note(lost_shards: &[usize]) -> Option<String> {
+pub(super) fn lost_data_note(lost_shards: &[usize]) -> Option<String> {
     let shards: Vec<String> = lost_shards.iter().map(|s| s.to_string()).collect();
     (!shards.is_empty()).then(|| {
         format!(

@@ -235,12 +235,23 @@ pub(super) fn assign_slots(a: &Answered) -> Option<Plan> {
     let topology = a.observed.topology;
     let owned = owned_slots(topology);
     let mut assigns = Vec::new();
+    let mut lost_shards = Vec::new();
     for (shard, range) in even_ranges(topology.shards).iter().enumerate() {
         let unowned = subtract(range, &owned);
         if unowned.is_empty() {
             continue;
         }
         let list = a.shard_members(shard);
+        // A formed cluster's shard with members that served it but slots nobody owns: those
+        // members came back empty under new node ids (restarted in place without a volume),
+        // and the shard's data is gone. Said loudly, in the round that gives the slots out.
+        if a.observed.ever_formed
+            && list
+                .iter()
+                .any(|m| m.member.lifecycle == Lifecycle::Active && m.member.node_id.is_some())
+        {
+            lost_shards.push(shard);
+        }
         let owner = shard_primary(list).or_else(|| {
             list.iter()
                 .copied()
@@ -254,8 +265,16 @@ pub(super) fn assign_slots(a: &Answered) -> Option<Plan> {
             });
         }
     }
-    (!assigns.is_empty())
-        .then(|| Plan::new(a.observed.changing.clone(), assigns, "assigning hash slots"))
+    (!assigns.is_empty()).then(|| {
+        let message = super::failures::lost_data_note(&lost_shards)
+            .map_or("assigning hash slots".to_string(), |lost| {
+                format!("{lost}; assigning hash slots")
+            });
+        Plan {
+            lost_shards,
+            ..Plan::new(a.observed.changing.clone(), assigns, message)
+        }
+    })
 }
 
 /// Node ids of the silent members (see [`super::failures::silent_members`]): a replica that

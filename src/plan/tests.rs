@@ -1150,6 +1150,49 @@ fn a_shard_whose_every_member_is_gone_is_reported_as_data_lost_and_no_other() {
     let p = plan(&t);
     assert_eq!(p.lost_shards, vec![0, 1], "{}", p.message);
     assert!(p.message.starts_with("DATA LOST: "), "{}", p.message);
+    // The same, but they come back one by one: the first empty ones are introduced and given
+    // the slots before the last answers. The round that gives a shard's slots out says so.
+    let mut t = sim.topology(2, 1);
+    for m in &mut t.members {
+        let view = m.view.as_mut().unwrap();
+        *view = MemberView::bare(&format!("{}-new", view.id.0));
+    }
+    t.members[3].view = None;
+    t.members[3].addr = None;
+    let assigning = (0..10)
+        .map(|_| {
+            let p = plan(&t);
+            for step in &p.steps {
+                if let Step::Meet { via, target } = step {
+                    let id = |a: &MemberAddr, t: &Topology| {
+                        t.members
+                            .iter()
+                            .find(|m| m.addr.as_ref() == Some(a))
+                            .and_then(|m| m.view.as_ref())
+                            .map(|v| v.id.clone())
+                    };
+                    let (v, g) = (id(via, &t).unwrap(), id(target, &t).unwrap());
+                    for m in &mut t.members {
+                        if let Some(view) = m.view.as_mut() {
+                            view.known.extend([v.clone(), g.clone()]);
+                        }
+                    }
+                }
+            }
+            p
+        })
+        .find(|p| {
+            p.steps
+                .iter()
+                .any(|s| matches!(s, Step::AssignSlots { .. }))
+        })
+        .expect("slots are given out");
+    assert!(!assigning.lost_shards.is_empty(), "{}", assigning.message);
+    assert!(
+        assigning.message.starts_with("DATA LOST: "),
+        "{}",
+        assigning.message
+    );
 }
 
 #[test]
