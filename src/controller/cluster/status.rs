@@ -1,6 +1,8 @@
 //! Status step: compute the ValkeyCluster status (pure) and publish it with an Event on every
 //! state transition; ValkeyNode lifecycle and observed role.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
@@ -474,17 +476,18 @@ fn data_lost_condition(
     generation: Option<i64>,
     previous: &[Condition],
 ) -> Option<Condition> {
-    let shards: Vec<String> = plan.lost_shards.iter().map(|s| s.to_string()).collect();
     let kept = previous
         .iter()
         .find(|c| c.type_ == DATA_LOST && c.observed_generation == generation);
-    let same_loss = |c: &&Condition| {
-        c.message
-            .starts_with(&format!("shard(s) {} lost", shards.join(", ")))
-    };
-    if plan.lost_shards.is_empty() || kept.filter(same_loss).is_some() {
+    // Shards lost in earlier rounds of this generation stay named: members that come back one
+    // by one have their shards' slots given out in different rounds.
+    let mut lost: BTreeSet<usize> = kept.map(shards_named).unwrap_or_default();
+    let before = lost.len();
+    lost.extend(plan.lost_shards.iter().copied());
+    if lost.len() == before {
         return kept.cloned();
     }
+    let shards: Vec<String> = lost.iter().map(|s| s.to_string()).collect();
     let message = format!(
         "shard(s) {} lost their data at {}: every member holding it was gone or came back empty, and its members keep no data across a pod's loss (no storage on the config); they were re-created empty. Give the config `storage` and `appendonly: \"yes\"` to survive this (docs/durability.md). Cleared by the next change to the cluster's spec",
         shards.join(", "),
@@ -498,6 +501,15 @@ fn data_lost_condition(
         observed_generation: generation,
         last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
     })
+}
+
+/// The shards a `DataLost` condition's message names (`shard(s) 0, 2 lost ...`).
+fn shards_named(c: &Condition) -> BTreeSet<usize> {
+    c.message
+        .strip_prefix("shard(s) ")
+        .and_then(|rest| rest.split(" lost").next())
+        .map(|list| list.split(", ").filter_map(|s| s.parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// The `DataLost` condition of `now` when it is new or names other shards than `before`'s:
@@ -803,6 +815,40 @@ mod answering_tests {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn data_lost_names_every_shard_lost_this_generation_and_keeps_them() {
+        let plan = |lost: Vec<usize>| Plan {
+            phase: Phase::Degraded,
+            steps: vec![],
+            message: String::new(),
+            change: crate::plan::Change::Degraded,
+            lost_shards: lost,
+        };
+        let first = data_lost_condition(&plan(vec![1]), Some(3), &[]).unwrap();
+        assert!(
+            first.message.starts_with("shard(s) 1 lost"),
+            "{}",
+            first.message
+        );
+        // Another shard in a later round: both named.
+        let both = data_lost_condition(&plan(vec![0]), Some(3), &[first.clone()]).unwrap();
+        assert!(
+            both.message.starts_with("shard(s) 0, 1 lost"),
+            "{}",
+            both.message
+        );
+        // Nothing new: the condition stays as it was; after a spec change it is gone.
+        assert_eq!(
+            data_lost_condition(&plan(vec![]), Some(3), &[both.clone()]),
+            Some(both.clone())
+        );
+        assert_eq!(
+            data_lost_condition(&plan(vec![1]), Some(3), &[both.clone()]),
+            Some(both.clone())
+        );
+        assert_eq!(data_lost_condition(&plan(vec![]), Some(4), &[both]), None);
+    }
 
     /// The JSON each status write sends, as it was written before the patches were typed.
     #[test]
