@@ -832,7 +832,8 @@ mod tests {
             first.message
         );
         // Another shard in a later round: both named.
-        let both = data_lost_condition(&plan(vec![0]), Some(3), &[first.clone()]).unwrap();
+        let both =
+            data_lost_condition(&plan(vec![0]), Some(3), std::slice::from_ref(&first)).unwrap();
         assert!(
             both.message.starts_with("shard(s) 0, 1 lost"),
             "{}",
