@@ -841,11 +841,11 @@ mod tests {
         );
         // Nothing new: the condition stays as it was; after a spec change it is gone.
         assert_eq!(
-            data_lost_condition(&plan(vec![]), Some(3), &[both.clone()]),
+            data_lost_condition(&plan(vec![]), Some(3), std::slice::from_ref(&both)),
             Some(both.clone())
         );
         assert_eq!(
-            data_lost_condition(&plan(vec![1]), Some(3), &[both.clone()]),
+            data_lost_condition(&plan(vec![1]), Some(3), std::slice::from_ref(&both)),
             Some(both.clone())
         );
         assert_eq!(data_lost_condition(&plan(vec![]), Some(4), &[both]), None);
