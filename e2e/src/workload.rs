@@ -458,24 +458,31 @@ pub async fn active_cluster(
     ns: &str,
     name: &str,
     tag: &str,
-    (shards, replicas): (i32, i32),
+    shape: (i32, i32),
 ) -> anyhow::Result<Menu> {
     let menu = Menu::publish(client, &format!("e2e-{name}"), tag).await?;
-    apply(
-        client,
-        ns,
-        cluster(ns, name, &menu.config, shards, replicas),
-    )
-    .await?;
+    active_cluster_on(client, ns, name, &menu.config, shape).await?;
+    Ok(menu)
+}
+
+/// A `shards` x `replicas` ValkeyCluster `name` in `ns` on ValkeyConfig `config`, once it is
+/// Active (within 300 s).
+pub async fn active_cluster_on(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    config: &str,
+    (shards, replicas): (i32, i32),
+) -> anyhow::Result<valkey_operator::api::ValkeyCluster> {
+    apply(client, ns, cluster(ns, name, config, shards, replicas)).await?;
     crate::valkey::wait_state(
         client,
         ns,
         name,
         valkey_operator::api::ClusterState::Active,
-        Duration::from_secs(180),
+        Duration::from_secs(300),
     )
-    .await?;
-    Ok(menu)
+    .await
 }
 
 /// Writes `<prefix>:<i>` = `<i>` for i < `count` through a cluster client, then waits until

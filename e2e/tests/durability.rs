@@ -18,9 +18,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
-use valkey_e2e::valkey::{member_pods, pod_ready as ready, restart_all_members, wait_state};
+use valkey_e2e::valkey::{member_pods, pod_ready as ready, restart_all_members};
 use valkey_e2e::workload::{
-    Writer, apply, cluster, config, durable_config, image, missing_confirmed, write_confirmed,
+    Writer, active_cluster_on, apply, config, durable_config, image, missing_confirmed,
+    write_confirmed,
 };
 use valkey_operator::api::constants::LABEL_CLUSTER;
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
@@ -119,15 +120,7 @@ async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_k
     let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-durable"));
     apply(&client, "image", image(&img, "9.1.2")).await?;
     apply(&client, "config", durable_config(&cfg, &img)).await?;
-    apply(&client, &ns.name, cluster(&ns.name, NAME, &cfg, 2, 1)).await?;
-    wait_state(
-        &client,
-        &ns.name,
-        NAME,
-        ClusterState::Active,
-        Duration::from_secs(300),
-    )
-    .await?;
+    active_cluster_on(&client, &ns.name, NAME, &cfg, (2, 1)).await?;
     every_member_on_its_own_bound_claim(&client, &ns.name).await?;
     let before = node_ids_of(&client, &ns.name, NAME).await?;
     ensure!(before.len() == 4, "4 members with node ids: {before:?}");
@@ -225,15 +218,7 @@ async fn restart_without_volumes(
     cfg: &str,
     keys: usize,
 ) -> anyhow::Result<()> {
-    apply(client, ns, cluster(ns, name, cfg, 2, 1)).await?;
-    wait_state(
-        client,
-        ns,
-        name,
-        ClusterState::Active,
-        Duration::from_secs(300),
-    )
-    .await?;
+    active_cluster_on(client, ns, name, cfg, (2, 1)).await?;
     write_confirmed(client, ns, name, "k", keys).await?;
 
     let active = restart_all_members(client, ns, name, 4).await?;
@@ -300,15 +285,7 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
     let name = "vols";
     apply(&client, "image", image(&img, "9.1.2")).await?;
     apply(&client, "config", durable_config(&cfg, &img)).await?;
-    apply(&client, &ns.name, cluster(&ns.name, name, &cfg, 1, 1)).await?;
-    let active = wait_state(
-        &client,
-        &ns.name,
-        name,
-        ClusterState::Active,
-        Duration::from_secs(300),
-    )
-    .await?;
+    let active = active_cluster_on(&client, &ns.name, name, &cfg, (1, 1)).await?;
     let primary_before = active
         .status
         .unwrap_or_default()

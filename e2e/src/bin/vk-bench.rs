@@ -52,8 +52,8 @@ use valkey_e2e::harness::{TestNamespace, client, wait_for};
 use valkey_e2e::safety::{Shape, healed, members_with};
 use valkey_e2e::valkey::{OPERATOR_NAMESPACE, operator_driver, restart_all_members, wait_state};
 use valkey_e2e::workload::{
-    Menu, PRELOADED, active_cluster, apply, cluster, cluster_client, durable_config,
-    missing_confirmed, preload, sets_per_second, write_confirmed,
+    Menu, PRELOADED, active_cluster, active_cluster_on, apply, cluster, cluster_client,
+    durable_config, missing_confirmed, preload, sets_per_second, write_confirmed,
 };
 use valkey_e2e::{floors, report};
 use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
@@ -807,15 +807,7 @@ async fn durability_run(
     name: &str,
     config: &str,
 ) -> anyhow::Result<(f64, f64, usize)> {
-    apply(client, ns, cluster(ns, name, config, 2, 1)).await?;
-    wait_state(
-        client,
-        ns,
-        name,
-        ClusterState::Active,
-        Duration::from_secs(300),
-    )
-    .await?;
+    active_cluster_on(client, ns, name, config, (2, 1)).await?;
     let rate = sets_per_second(client, ns, name, DURABILITY_WRITE).await?;
     write_confirmed(client, ns, name, "k", DURABILITY_KEYS).await?;
     let took = restart_all_members(client, ns, name, 4).await?;
