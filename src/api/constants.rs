@@ -21,6 +21,11 @@ pub const ANNOTATION_SLOT_MIGRATION: &str = "valkey.gomomento.com/slot-migration
 /// `"true"` on a ValkeyCluster pauses its reconciliation (an incident, a maintenance window):
 /// members keep running and serving, the operator changes nothing until it is removed.
 pub const ANNOTATION_PAUSED: &str = "valkey.gomomento.com/paused";
+/// Stamped by the operator on a member pod whose Secret volume still holds an older ACL file
+/// or certificate (value: when, in Unix seconds). Updating the pod makes the kubelet sync it
+/// at once, and a sync refreshes its Secret volumes, instead of waiting for the kubelet's
+/// periodic sync (a minute or more).
+pub const ANNOTATION_SECRETS_REFRESH: &str = "valkey.gomomento.com/secrets-refresh-requested";
 
 /// Label on every object the operator creates for a ValkeyCluster: the cluster's name.
 pub const LABEL_CLUSTER: &str = "valkey.gomomento.com/cluster";

@@ -81,6 +81,8 @@ pub struct Context {
     failures: std::sync::Mutex<HashMap<String, u32>>,
     /// Clusters admitted to run a rolling replacement (see `admit_rollout`).
     rollouts: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// When each pod (`namespace/name`) was last asked to refresh its Secret volumes.
+    secret_refreshes: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     /// Until when this replica surely holds the leader lease (see [`Context::confirm_leading`]).
     lease_fence: std::sync::Mutex<Option<std::time::Instant>>,
 }
@@ -113,6 +115,7 @@ impl Context {
             drivers: Mutex::new(HashMap::new()),
             failures: std::sync::Mutex::new(HashMap::new()),
             rollouts: Default::default(),
+            secret_refreshes: Default::default(),
             lease_fence: std::sync::Mutex::new(None),
         }
     }
@@ -231,6 +234,27 @@ impl Context {
         admitted.remove(key);
     }
 
+    /// Whether member pod `key` (`namespace/name`), whose Secret volume is still stale, should
+    /// be nudged again (see [`ANNOTATION_SECRETS_REFRESH`]); records the nudge when it is.
+    /// At most one nudge per [`SECRET_REFRESH_EVERY`]: the kubelet may sync just before its
+    /// Secret cache sees the new revision, so one nudge is not always enough.
+    ///
+    /// [`ANNOTATION_SECRETS_REFRESH`]: crate::api::constants::ANNOTATION_SECRETS_REFRESH
+    pub fn secret_refresh_due(&self, key: &str) -> bool {
+        let mut last = self
+            .secret_refreshes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        let due = last
+            .get(key)
+            .is_none_or(|at| now.duration_since(*at) >= SECRET_REFRESH_EVERY);
+        if due {
+            last.insert(key.to_string(), now);
+        }
+        due
+    }
+
     /// Drops what memory holds for objects that no longer exist (a deleted cluster is not
     /// reconciled once it is gone from the cache): driver connections of clusters not in
     /// `clusters` and failure counts of clusters and members not in `clusters`/`nodes`
@@ -253,12 +277,24 @@ impl Context {
             admitted.retain(|key| clusters.contains(key));
             dropped += before - admitted.len();
         }
+        {
+            let mut nudged = self
+                .secret_refreshes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let before = nudged.len();
+            nudged.retain(|key, _| nodes.contains(key));
+            dropped += before - nudged.len();
+        }
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let before = failures.len();
         failures.retain(|key, _| failure_key_is_live(key, clusters, nodes));
         dropped + before - failures.len()
     }
 }
+
+/// How often a member pod whose Secret volume stays stale is nudged again.
+pub const SECRET_REFRESH_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a cached driver was built from.
 #[derive(PartialEq, Eq)]

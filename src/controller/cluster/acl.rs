@@ -10,8 +10,8 @@
 
 use futures::future::join_all;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::Resource;
 use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::observe::Observed;
@@ -60,6 +60,15 @@ impl AclProgress {
     /// Every member (at least one) runs the wanted revision.
     pub fn applied(&self) -> bool {
         !self.members.is_empty() && self.loaded() == self.members.len()
+    }
+
+    /// Members still reading an older ACL file from their Secret volume.
+    pub fn stale(&self) -> Vec<&str> {
+        self.members
+            .iter()
+            .filter(|(_, m)| matches!(m, MemberAcl::Stale { .. }))
+            .map(|(n, _)| n.as_str())
+            .collect()
     }
 
     pub fn failed(&self) -> bool {
@@ -129,7 +138,7 @@ impl AclProgress {
                 .join(", ")
         };
         let mut waiting = Vec::new();
-        let stale = names(|m| matches!(m, MemberAcl::Stale { .. }));
+        let stale = self.stale().join(", ");
         if !stale.is_empty() {
             waiting.push(format!(
                 "waiting for the Secret volume to refresh on {stale}"
@@ -159,6 +168,11 @@ pub async fn load(
 ) -> AclProgress {
     let revision = file_revision(acl_file).unwrap_or_default();
     let progress = apply(driver, &object_key(cluster), observed, revision).await;
+    let stale = progress.stale();
+    if !stale.is_empty() {
+        let namespace = cluster.namespace().unwrap_or_default();
+        super::pods::refresh_secret_volumes(ctx, &namespace, &stale).await;
+    }
     events(ctx, cluster, &progress).await;
     progress
 }

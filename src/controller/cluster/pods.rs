@@ -11,7 +11,7 @@ use tracing::warn;
 
 use super::observe;
 use crate::api::ValkeyCluster;
-use crate::api::constants::CONDITION_HOLDS_DATA;
+use crate::api::constants::{ANNOTATION_SECRETS_REFRESH, CONDITION_HOLDS_DATA};
 use crate::controller::Context;
 use crate::controller::patch::StatusPatch;
 
@@ -123,10 +123,51 @@ async fn sync_pod_annotations(
     }
 }
 
+/// Asks the kubelet to refresh the Secret volumes of `members` (pods that still read an older
+/// ACL file or certificate): an update to the pod makes the kubelet sync it at once, and a
+/// sync re-reads its Secret volumes. Without it a rotation waits for the kubelet's periodic
+/// sync, a minute or more. Each pod at most once per [`SECRET_REFRESH_EVERY`].
+///
+/// [`SECRET_REFRESH_EVERY`]: crate::controller::SECRET_REFRESH_EVERY
+pub async fn refresh_secret_volumes(ctx: &Context, namespace: &str, members: &[&str]) {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for name in members {
+        if !ctx.secret_refresh_due(&format!("{namespace}/{name}")) {
+            continue;
+        }
+        let patch = secrets_refresh_patch(now);
+        if let Err(e) = api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            warn!(pod = %name, error = %e, "could not ask for the pod's Secret volumes to refresh");
+        }
+    }
+}
+
+fn secrets_refresh_patch(unix_seconds: u64) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {
+        ANNOTATION_SECRETS_REFRESH: unix_seconds.to_string()
+    }}})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_refresh_request_touches_one_annotation_only() {
+        assert_eq!(
+            secrets_refresh_patch(1_800_000_000),
+            json!({"metadata": {"annotations": {
+                "valkey.gomomento.com/secrets-refresh-requested": "1800000000"
+            }}})
+        );
+    }
 
     /// The JSON the holds-data write sends, as it was written before the patch was typed.
     #[test]

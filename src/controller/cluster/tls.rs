@@ -320,6 +320,11 @@ pub async fn reload(
         &files,
     )
     .await;
+    let stale = progress.names(|m| matches!(m, MemberTls::Stale));
+    if !stale.is_empty() {
+        let namespace = cluster.namespace().unwrap_or_default();
+        super::pods::refresh_secret_volumes(ctx, &namespace, &stale).await;
+    }
     let reloaded = progress.reloaded();
     if reloaded > 0 {
         info!(cluster = %object_key(cluster), reloaded, "members reloaded their TLS certificate");
