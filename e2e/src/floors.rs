@@ -48,6 +48,55 @@ const TIMED_POLL: Duration = Duration::from_millis(20);
 /// Pause between polls of an untimed wait (setting up), easier on 2 shared cores.
 const SETUP_POLL: Duration = Duration::from_millis(250);
 
+/// One floor at a time: each runs 10 valkey-servers, and two at once on 2 cores starve
+/// their cluster buses into false failure reports (`cargo test` runs a binary's tests in
+/// parallel).
+static ONE_FLOOR_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits until the cluster of `members` has settled: every member reports `cluster_state:ok`,
+/// knows all of them, flags none as failing or in handshake, and sees the same owner for
+/// every slot. A move started before then races gossip: a target that still counts the
+/// cluster down answers `CLUSTERDOWN` to `MIGRATE`, and a member that has not heard of the
+/// target yet may never take its ownership.
+async fn wait_settled(driver: &dyn ClusterDriver, members: &[MemberAddr]) -> anyhow::Result<()> {
+    wait_for_polling("the cluster to settle", TIMEOUT, SETUP_POLL, || async {
+        let mut first_view: Option<(MemberAddr, BTreeMap<NodeId, Vec<SlotRange>>)> = None;
+        for m in members {
+            let info = driver.cluster_info(m).await.map_err(|e| e.to_string())?;
+            if !info.state_ok || info.known_nodes as usize != members.len() {
+                return Err(format!(
+                    "{m}: cluster_state ok={}, knows {} of {}",
+                    info.state_ok,
+                    info.known_nodes,
+                    members.len()
+                ));
+            }
+            let nodes = driver.cluster_nodes(m).await.map_err(|e| e.to_string())?;
+            if let Some(n) = nodes
+                .iter()
+                .find(|n| n.flags.pfail || n.flags.fail || n.flags.handshake)
+            {
+                return Err(format!("{m} flags {} as {:?}", n.id, n.flags));
+            }
+            let view: BTreeMap<NodeId, Vec<SlotRange>> = nodes
+                .into_iter()
+                .filter(|n| !n.slots.is_empty())
+                .map(|n| (n.id, normalize(n.slots)))
+                .collect();
+            match &first_view {
+                None => first_view = Some((m.clone(), view)),
+                Some((first, seen)) if *seen != view => {
+                    return Err(format!("{m} and {first} disagree on slot owners"));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
 /// The settings that decide these timings, read back from a member for the report.
 pub const FLOOR_SETTINGS: &[&str] = &[
     "cluster-node-timeout",
@@ -135,6 +184,7 @@ pub struct RolloutFloor {
 /// coordinated failover; the two old members are forgotten by every remaining member and
 /// stopped. Forming the 9.0 cluster is not timed.
 pub async fn rollout_shard_floor() -> anyhow::Result<RolloutFloor> {
+    let _alone = ONE_FLOOR_AT_A_TIME.lock().await;
     let mut old = LocalServers::start_with_conf(
         ValkeyBuild::V9_0,
         SHARDS * 2,
@@ -373,6 +423,7 @@ const MIGRATE_STALL: Duration = Duration::from_secs(90);
 /// The new shards (primary and in-sync replica each, no slots) and the keys are set up
 /// untimed.
 pub async fn migrate_slots_floor(keys: usize) -> anyhow::Result<MigrateFloor> {
+    let _alone = ONE_FLOOR_AT_A_TIME.lock().await;
     let mut stalled_attempts = Vec::new();
     let (seconds, moves, settings) = loop {
         let cluster = ScaledOut::start(keys).await?;
@@ -463,6 +514,7 @@ impl ScaledOut {
         let valkey = servers.cluster_client().await?;
         preload_keys(&valkey, keys).await?;
         let _ = valkey.quit().await;
+        wait_settled(&driver, &servers.addrs()).await?;
         Ok(ScaledOut {
             servers,
             driver,
@@ -510,6 +562,8 @@ impl ScaledOut {
     async fn wait_moved(&self, moves: &[SlotMove], timeout: Duration) -> anyhow::Result<()> {
         let members = self.servers.addrs();
         let failure = wait_for_polling("the slot moves to finish", timeout, TIMED_POLL, || async {
+            // Every member's jobs first: a stall then says which job hangs, and where.
+            let mut running = Vec::new();
             for member in &members {
                 for job in self
                     .driver
@@ -518,13 +572,23 @@ impl ScaledOut {
                     .map_err(|e| e.to_string())?
                 {
                     match job.state {
-                        MigrationState::InProgress(state) => {
-                            return Err(format!("{member}: job {} {state}", job.name));
-                        }
+                        MigrationState::InProgress(state) => running.push(format!(
+                            "{member}: job {} {:?} {:?} {state} (last ack {}, last update {})",
+                            job.name,
+                            job.operation,
+                            job.slot_ranges,
+                            job.last_ack_time,
+                            job.last_update_time
+                        )),
                         MigrationState::Success => {}
                         failed => return Ok(Some(format!("{member}: {failed:?} {}", job.message))),
                     }
                 }
+            }
+            if !running.is_empty() {
+                return Err(format!("jobs in flight: {running:?}"));
+            }
+            for member in &members {
                 let nodes = self
                     .driver
                     .cluster_nodes(member)
@@ -612,6 +676,7 @@ async fn reshard_floor(cli: &PathBuf, keys: usize) -> anyhow::Result<KeyByKeyFlo
     let mut seconds = 0.0;
     for m in &moves {
         wait_cluster_check(&cli_run, &seed).await?;
+        wait_settled(&cluster.driver, &cluster.servers.addrs()).await?;
         let started = Instant::now();
         let output = cli_run(vec![
             "--cluster".into(),
