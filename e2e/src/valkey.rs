@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
-use valkey_operator::api::constants::{LABEL_CLUSTER, OPERATOR_ACL_USERNAME};
+use valkey_operator::api::constants::{LABEL_CLUSTER, LABEL_NODE, OPERATOR_ACL_USERNAME};
 use valkey_operator::api::{ClusterState, ValkeyCluster};
 use valkey_operator::driver::{Credentials, DriverConfig, FredDriver};
 
@@ -339,6 +339,35 @@ pub async fn restart_all_members(
                 "{new_and_ready} of {members} new member pods Ready"
             );
             Ok(Some(restart.elapsed()))
+        },
+    )
+    .await
+}
+
+/// Waits until no volume claim of the `members` (ValkeyNode names) is left: the claims of
+/// retired members go with them.
+pub async fn claims_gone(client: &Client, ns: &str, members: &[&str]) -> anyhow::Result<()> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("the volume claims of {members:?} deleted"),
+        Duration::from_secs(180),
+        Duration::from_secs(1),
+        || {
+            let claims = claims.clone();
+            async move {
+                let mut left = Vec::new();
+                for m in members {
+                    let found = claims
+                        .list(&ListParams::default().labels(&format!("{LABEL_NODE}={m}")))
+                        .await?;
+                    left.extend(found.items.iter().map(|c| c.name_any()));
+                }
+                if left.is_empty() {
+                    Ok(Some(()))
+                } else {
+                    bail!("claims left: {left:?}")
+                }
+            }
         },
     )
     .await

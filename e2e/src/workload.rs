@@ -604,3 +604,37 @@ pub async fn sets_per_second(
     let _ = valkey.quit().await;
     Ok(rate)
 }
+
+/// Sends `SET` with a `bulk`-byte value to the member at `ip` as user `app`, streaming the
+/// value until the connection breaks: Valkey reads a command's arguments into the client's
+/// query buffer before running it, so a value larger than the container's memory limit drives
+/// valkey-server into the kernel's OOM killer, as a client uploading a huge blob does. Returns
+/// the bytes of the value that were sent before the connection broke.
+pub async fn oversized_set(ip: &str, bulk: usize) -> anyhow::Result<usize> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect((ip, 6379)).await?;
+    let password = PASSWORD;
+    conn.write_all(format!("AUTH app {password}\r\n").as_bytes())
+        .await?;
+    let mut reply = [0u8; 64];
+    let n = conn.read(&mut reply).await?;
+    anyhow::ensure!(
+        reply[..n].starts_with(b"+OK"),
+        "AUTH as app: {}",
+        String::from_utf8_lossy(&reply[..n])
+    );
+    conn.write_all(format!("*3\r\n$3\r\nSET\r\n$7\r\noom:big\r\n${bulk}\r\n").as_bytes())
+        .await?;
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0;
+    while sent < bulk {
+        let len = chunk.len().min(bulk - sent);
+        if conn.write_all(&chunk[..len]).await.is_err() {
+            return Ok(sent);
+        }
+        sent += len;
+    }
+    // All of it went out: whatever happens next, the server did not die while reading it.
+    let _ = conn.write_all(b"\r\n").await;
+    Ok(sent)
+}

@@ -149,40 +149,6 @@ async fn killed_members_without_persistence_lose_no_confirmed_write() -> anyhow:
     Ok(())
 }
 
-/// Sends `SET` with a `bulk`-byte value to the member at `ip` as user `app`, streaming the
-/// value until the connection breaks: Valkey reads a command's arguments into the client's
-/// query buffer before running it, so a value larger than the container's memory limit drives
-/// valkey-server into the kernel's OOM killer, as a client uploading a huge blob does. Returns
-/// the bytes of the value that were sent before the connection broke.
-async fn oversized_set(ip: &str, bulk: usize) -> anyhow::Result<usize> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect((ip, 6379)).await?;
-    let password = valkey_e2e::workload::PASSWORD;
-    conn.write_all(format!("AUTH app {password}\r\n").as_bytes())
-        .await?;
-    let mut reply = [0u8; 64];
-    let n = conn.read(&mut reply).await?;
-    ensure!(
-        reply[..n].starts_with(b"+OK"),
-        "AUTH as app: {}",
-        String::from_utf8_lossy(&reply[..n])
-    );
-    conn.write_all(format!("*3\r\n$3\r\nSET\r\n$7\r\noom:big\r\n${bulk}\r\n").as_bytes())
-        .await?;
-    let chunk = vec![b'x'; 1 << 20];
-    let mut sent = 0;
-    while sent < bulk {
-        let len = chunk.len().min(bulk - sent);
-        if conn.write_all(&chunk[..len]).await.is_err() {
-            return Ok(sent);
-        }
-        sent += len;
-    }
-    // All of it went out: whatever happens next, the server did not die while reading it.
-    let _ = conn.write_all(b"\r\n").await;
-    Ok(sent)
-}
-
 /// The pod `name` and its IP.
 async fn pod_and_ip(
     pods: &Api<k8s_openapi::api::core::v1::Pod>,
@@ -252,7 +218,7 @@ async fn oom_killed_primary_loses_no_confirmed_write() -> anyhow::Result<()> {
     let (_, ip) = pod_and_ip(&pods, &primary.pod).await?;
     let t = Instant::now();
     // 400 MB, well past the 256Mi limit and within Valkey's 512 MB proto-max-bulk-len.
-    let sent = oversized_set(&ip, 400 << 20).await?;
+    let sent = valkey_e2e::workload::oversized_set(&ip, 400 << 20).await?;
     println!(
         "connection to {} broke after {} MiB of the value",
         primary.pod,

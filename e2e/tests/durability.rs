@@ -17,6 +17,7 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
+use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
 use valkey_e2e::valkey::{member_pods, pod_ready as ready, restart_all_members};
 use valkey_e2e::workload::{
@@ -471,6 +472,139 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         kept.len()
     );
     ensure!(kept.len() == 2, "Retain kept {} claims", kept.len());
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// The member that is its shard's primary in cluster `name`'s status, with its pod.
+async fn primary_of(client: &Client, ns: &str, name: &str) -> anyhow::Result<(String, String)> {
+    let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?;
+    let primary = c
+        .status
+        .unwrap_or_default()
+        .nodes
+        .into_iter()
+        .find(|n| n.role == Some(valkey_operator::api::NodeRole::Primary))
+        .context("a primary in the status")?;
+    Ok((primary.name, primary.pod.context("the primary's pod")?))
+}
+
+fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |c| c.iter().map(|c| c.restart_count).sum())
+}
+
+/// A durable primary's process killed, by SIGKILL and then by the kernel's OOM killer (a
+/// client streaming a value larger than the container's memory limit): each time the kubelet
+/// restarts it in its pod, it reloads its append-only file from its volume and stays the same
+/// member (same node id); whether its replica took over meanwhile is reported. No key confirmed
+/// before and no write acknowledged (`WAIT 1`) meanwhile is lost.
+#[tokio::test]
+async fn a_durable_primary_killed_or_oom_killed_restarts_on_its_volume() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-durable-kill").await?;
+    let s = random_suffix(4);
+    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-kill"));
+    let name = "killed";
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    apply(&client, "config", durable_config(&cfg, &img)).await?;
+    active_cluster_on(&client, &ns.name, name, &cfg, (1, 1)).await?;
+    let ids = node_ids_of(&client, &ns.name, name).await?;
+    write_confirmed(&client, &ns.name, name, "kill", 10_000).await?;
+    let writer = Writer::start_replicated(&client, &ns.name, name).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for how in ["SIGKILL", "OOM kill"] {
+        let (primary, pod) = primary_of(&client, &ns.name, name).await?;
+        let before = pods.get(&pod).await?;
+        let t = Instant::now();
+        if how == "SIGKILL" {
+            PodRef::find(&ns.name, &pod)?.kill("valkey")?;
+        } else {
+            let ip = before.status.as_ref().and_then(|s| s.pod_ip.clone());
+            valkey_e2e::workload::oversized_set(&ip.context("pod IP")?, 400 << 20).await?;
+        }
+        let back = wait_for(
+            &format!("{how}: {pod} restarted in its pod, the cluster Active with the same members"),
+            Duration::from_secs(180),
+            Duration::from_millis(500),
+            || async {
+                let now = pods.get(&pod).await?;
+                ensure!(
+                    now.metadata.uid == before.metadata.uid,
+                    "{pod} was replaced"
+                );
+                ensure!(
+                    restarts(&now) > restarts(&before),
+                    "{pod} not restarted yet"
+                );
+                ensure!(ready(&now), "{pod} not Ready yet");
+                let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+                    .get(name)
+                    .await?;
+                let state = c.status.and_then(|s| s.state);
+                ensure!(state == Some(ClusterState::Active), "{state:?}");
+                let now_ids = node_ids_of(&client, &ns.name, name).await?;
+                ensure!(now_ids == ids, "members changed: {ids:?} -> {now_ids:?}");
+                Ok(Some(now))
+            },
+        )
+        .await?;
+        let reason = valkey_e2e::real_node::termination(&back, "valkey").map(|(r, _)| r);
+        if how == "OOM kill" {
+            ensure!(
+                reason.as_deref() == Some("OOMKilled"),
+                "last termination: {reason:?}"
+            );
+        }
+        let (after, _) = primary_of(&client, &ns.name, name).await?;
+        println!(
+            "{how} of durable primary {primary} ({reason:?}): back in its pod on its volume, same node id, Active {:?} after; {}",
+            t.elapsed(),
+            if after == primary {
+                "no failover (it is the primary again)".to_string()
+            } else {
+                format!("its replica {after} took over")
+            }
+        );
+    }
+    // Each member's volume in status, with how much of it the append-only file uses.
+    let status = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .get(name)
+        .await?
+        .status
+        .unwrap_or_default();
+    let volumes: Vec<Option<String>> = status.nodes.into_iter().map(|n| n.volume).collect();
+    println!("status volumes: {volumes:?}");
+    ensure!(
+        volumes.len() == 2
+            && volumes.iter().all(|v| v
+                .as_deref()
+                .is_some_and(|v| v.contains("(256Mi, append-only file uses "))),
+        "each member's volume and its usage in status: {volumes:?}"
+    );
+    let report = writer
+        .finish_counting_losses(&client, &ns.name, name)
+        .await?;
+    let missing = missing_confirmed(&client, &ns.name, name, "kill", 10_000).await?;
+    println!(
+        "kills of a durable primary: writer paused {:?} at most, {} of {} acknowledged writes lost, {missing} of 10000 confirmed keys missing",
+        report.longest_pause,
+        report.lost.len(),
+        report.acknowledged.len()
+    );
+    ensure!(
+        missing == 0 && report.lost.is_empty(),
+        "the kills lost data"
+    );
+    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .delete(name, &DeleteParams::default())
+        .await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())

@@ -5,6 +5,9 @@
 //! collector removes its pods). Each time the operator promotes the lost primary's replica and
 //! replaces the member, on the menu's default settings (no `appendonly`), while the verifying
 //! writer runs; every write confirmed on a replica before the fault survives.
+//! The second case does the node deletion under a durable cluster (volumes bound to their node,
+//! `local-path`): the recreated pods cannot be scheduled anywhere, so the operator replaces
+//! those members from their replicas (new members, new volumes) and their claims go.
 //! Runs alone (`make e2e`'s serial group): stopping and deleting a node touches every suite.
 #![cfg(feature = "e2e")]
 
@@ -346,5 +349,55 @@ async fn members_evicted_stranded_or_on_a_deleted_node_are_replaced_without_loss
         .delete(NAME, &Default::default())
         .await?;
     menu.remove(&client).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn durable_members_on_a_deleted_node_are_replaced_and_their_claims_removed()
+-> anyhow::Result<()> {
+    use valkey_e2e::harness::{delete_cluster_scoped, random_suffix};
+    use valkey_e2e::workload::{active_cluster_on, apply, durable_config, image};
+    use valkey_operator::api::{ValkeyConfig, ValkeyImage};
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-lost-durable").await?;
+    let s = random_suffix(4);
+    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-durable"));
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    apply(&client, "config", durable_config(&cfg, &img)).await?;
+    active_cluster_on(&client, &ns.name, NAME, &cfg, (3, 1)).await?;
+    let writer = Writer::start(&client, &ns.name, NAME).await?;
+
+    confirm(&client, &ns.name, "durable-node").await?;
+    let (_, node) = primary_off_the_operators_node(&client, &ns.name).await?;
+    let lost = members_on(&client, &ns.name, &node).await?;
+    let stopped = StartNodes(vec![node.clone()]);
+    faults::stop_node(&node)?;
+    Api::<Node>::all(client.clone())
+        .delete(&node, &Default::default())
+        .await?;
+    let t = Instant::now();
+    let lost: Vec<&str> = lost.iter().map(String::as_str).collect();
+    replaced(&client, &ns.name, NAME, &lost, Duration::from_secs(300)).await?;
+    println!(
+        "durable {lost:?} (volumes on deleted node {node}) replaced {:?} after the deletion",
+        t.elapsed()
+    );
+    faults::reboot_node(&node)?;
+    drop(stopped);
+    node_ready_is(&client, &node, "True").await?;
+    healed(&client, &ns.name, NAME, SHAPE, &lost, t).await?;
+    valkey_e2e::valkey::claims_gone(&client, &ns.name, &lost).await?;
+    none_missing(&client, &ns.name, "durable-node").await?;
+    let report = writer.finish(&client, &ns.name, NAME).await?;
+    println!(
+        "durable node loss: writer {} acknowledged, 0 lost, longest pause {:?}",
+        report.acknowledged.len(),
+        report.longest_pause
+    );
+    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .delete(NAME, &Default::default())
+        .await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())
 }

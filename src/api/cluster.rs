@@ -231,8 +231,9 @@ pub struct ClusterNodeStatus {
     /// For a replica: bytes of replication stream it is behind its primary (0 = in sync).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_bytes: Option<i64>,
-    /// The member's PersistentVolumeClaim and the size it was created with (members of a
-    /// config with `storage`).
+    /// The member's PersistentVolumeClaim, the size it was created with and how much of it the
+    /// append-only file uses, in whole percent (members of a config with `storage`):
+    /// `shop-0-0-data-1a2b3c4d (1Gi, append-only file uses 12%)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume: Option<String>,
 }

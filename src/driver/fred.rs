@@ -381,8 +381,10 @@ impl ClusterDriver for FredDriver {
 
     fn server_info<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ServerInfo> {
         Box::pin(async move {
-            const L: &str = "INFO server";
-            let text = self.text(member, L, vec![s("INFO"), s("server")]).await?;
+            const L: &str = "INFO server persistence";
+            let text = self
+                .text(member, L, vec![s("INFO"), s("server"), s("persistence")])
+                .await?;
             Self::parsed(member, L, parse::parse_server_info(&text))
         })
     }

@@ -520,7 +520,7 @@ impl fmt::Display for Version {
     }
 }
 
-/// The parts of `INFO server` the operator acts on.
+/// The parts of `INFO server persistence` the operator acts on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerInfo {
     /// `valkey_version` (falls back to `redis_version` for servers that lack it).
@@ -530,10 +530,13 @@ pub struct ServerInfo {
     pub uptime_seconds: u64,
     /// `server_mode` (`cluster` when cluster mode is on; absent on old servers).
     pub cluster_mode: bool,
+    /// Bytes of the append-only file (`aof_current_size`), when `appendonly` is on.
+    #[serde(default)]
+    pub aof_bytes: Option<u64>,
 }
 
 pub fn parse_server_info(text: &str) -> Result<ServerInfo, ParseError> {
-    const WHAT: &str = "INFO server";
+    const WHAT: &str = "INFO server persistence";
     let kv = parse_kv_lines(text);
     let raw = kv
         .get("valkey_version")
@@ -546,6 +549,9 @@ pub fn parse_server_info(text: &str) -> Result<ServerInfo, ParseError> {
         tcp_port: get_num(&kv, WHAT, "tcp_port")?,
         uptime_seconds: get_num(&kv, WHAT, "uptime_in_seconds")?,
         cluster_mode: kv.get("server_mode").map(String::as_str) == Some("cluster"),
+        aof_bytes: (kv.get("aof_enabled").map(String::as_str) == Some("1"))
+            .then(|| kv.get("aof_current_size")?.parse().ok())
+            .flatten(),
     })
 }
 

@@ -210,7 +210,9 @@ fn member_row(
         current: inputs.desired_hash.map(|h| is_current(n, h)),
         lag: seen.and_then(|s| s.lag_bytes),
         slots: seen.and_then(|s| s.slots.clone()),
-        volume: crate::controller::node::build::volume_of(n),
+        volume: seen
+            .and_then(|s| s.volume.clone())
+            .or_else(|| crate::controller::node::build::volume_of(n, None)),
         name,
     }
 }

@@ -27,6 +27,8 @@ pub struct Observed {
     pub pod: Option<String>,
     pub role: Option<NodeRole>,
     pub version: Option<String>,
+    /// Bytes of its append-only file, when `appendonly` is on.
+    pub aof_bytes: Option<u64>,
 }
 
 /// The pod's client address once its containers run; whether Valkey answers there is for
@@ -259,11 +261,13 @@ fn last_failed_migration(obs: &MemberObservation) -> Option<String> {
         })
 }
 
-/// A member with a volume whose pod cannot be scheduled because no node can mount its volume
-/// (the scheduler reports a volume node affinity conflict on every node, and none merely
-/// cordoned): the node-bound volume's node is gone, and so is the member's data. Its shard's
-/// replica takes over and a new member (with a new volume) replaces it. A volume whose node is
-/// only cordoned (a drain) is waited for: the node may come back.
+/// A member with a volume whose pod cannot be scheduled because no node may run it where its
+/// node-bound volume is: the scheduler reports a volume node affinity conflict on the other
+/// nodes, and the volume's node is gone or cordoned (a drain). Its shard's replica takes over
+/// and a new member (with a new volume) replaces it. Waiting for a cordoned node instead would
+/// hold a drain forever: the PodDisruptionBudget lets the next member on that node go only once
+/// this one is healthy again. A volume whose node is merely full (`Insufficient ...`) is waited
+/// for, as a StatefulSet's would be.
 fn volume_node_gone(pod: &Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
     if status.phase.as_deref() != Some("Pending") {
@@ -275,10 +279,15 @@ fn volume_node_gone(pod: &Pod) -> Option<String> {
         .flatten()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
     let message = scheduled.message.as_deref().unwrap_or_default();
-    (message.contains("volume node affinity conflict") && !message.contains("were unschedulable"))
-        .then(|| {
-            format!("no node can mount its volume any more (the volume's node is gone): {message}")
-        })
+    if !message.contains("volume node affinity conflict") || message.contains("Insufficient") {
+        return None;
+    }
+    let why = if message.contains("were unschedulable") {
+        "the node that holds its volume is cordoned (drained)"
+    } else {
+        "no node can mount its volume any more (the volume's node is gone)"
+    };
+    Some(format!("{why}: {message}"))
 }
 
 /// Why a pod does not run, as Kubernetes reports it: a waiting container's reason and message
@@ -395,6 +404,7 @@ pub async fn members(
             start_failure,
             role,
             version: observation.as_ref().map(|o| o.server.version.to_string()),
+            aof_bytes: observation.as_ref().and_then(|o| o.server.aof_bytes),
             node: node.clone(),
         }
     }))
@@ -582,7 +592,7 @@ mod tests {
     }
 
     #[test]
-    fn a_durable_member_is_gone_only_when_no_node_can_mount_its_volume() {
+    fn a_durable_member_is_gone_when_its_volumes_node_is_gone_or_drained() {
         use k8s_openapi::api::core::v1::PodCondition;
         let pending = |message: &str| Pod {
             status: Some(PodStatus {
@@ -608,19 +618,19 @@ mod tests {
         );
         let why = gone(&durable, Some(&node_gone)).expect("gone");
         assert!(why.contains("the volume's node is gone"), "{why}");
-        // Its node cordoned (a drain): waited for.
+        // Its node cordoned (a drain): replaced too, or the drain would wait for it forever.
         let cordoned = pending(
             "0/4 nodes are available: 1 node(s) were unschedulable, 3 node(s) had volume node affinity conflict.",
         );
-        assert_eq!(gone(&durable, Some(&cordoned)), None);
-        // Pending for another reason, or a member without a volume: not gone.
-        assert_eq!(
-            gone(
-                &durable,
-                Some(&pending("0/3 nodes are available: 3 Insufficient cpu."))
-            ),
-            None
-        );
+        let why = gone(&durable, Some(&cordoned)).expect("gone");
+        assert!(why.contains("cordoned (drained)"), "{why}");
+        // Its node full, pending for another reason, or a member without a volume: not gone.
+        for message in [
+            "0/3 nodes are available: 1 Insufficient memory, 2 node(s) had volume node affinity conflict.",
+            "0/3 nodes are available: 3 Insufficient cpu.",
+        ] {
+            assert_eq!(gone(&durable, Some(&pending(message))), None, "{message}");
+        }
         assert_eq!(gone(&node(Some(true), Some("abc")), Some(&node_gone)), None);
     }
 
@@ -686,6 +696,7 @@ mod tests {
             start_failure: None,
             role: None,
             version: None,
+            aof_bytes: None,
         };
         let observed = [
             member("answered", true, true),

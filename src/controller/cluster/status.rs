@@ -113,7 +113,7 @@ pub fn blocked(
                         lifecycle: n.status.as_ref().and_then(|s| s.lifecycle),
                         slots: None,
                         lag_bytes: None,
-                        volume: crate::controller::node::build::volume_of(n),
+                        volume: crate::controller::node::build::volume_of(n, None),
                     })
                     .collect()
             }),
@@ -586,7 +586,7 @@ fn node_status(o: &Observed, plan: &Plan, observed: &[Observed]) -> ClusterNodeS
         }),
         slots: slot_ranges(o),
         lag_bytes: replication_lag(o, observed),
-        volume: crate::controller::node::build::volume_of(&o.node),
+        volume: crate::controller::node::build::volume_of(&o.node, o.aof_bytes),
     }
 }
 

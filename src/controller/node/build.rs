@@ -358,14 +358,30 @@ fn data_volume(node: &ValkeyNode) -> Volume {
 
 /// The member's claim and the size it was created with (`<claim> (256Mi)`), when it has
 /// storage: what the cluster's status and `kubectl valkey status` show.
-pub fn volume_of(node: &ValkeyNode) -> Option<String> {
+pub fn volume_of(node: &ValkeyNode, aof_bytes: Option<u64>) -> Option<String> {
     let storage = node.spec.storage.as_ref()?;
     let uid = node.metadata.uid.as_deref()?;
-    Some(format!(
-        "{} ({})",
-        names::member_volume(&identity(node).0, uid),
-        storage.size
-    ))
+    let claim = names::member_volume(&identity(node).0, uid);
+    Some(match aof_bytes {
+        Some(used) => format!(
+            "{claim} ({}, {})",
+            storage.size,
+            aof_usage(used, &storage.size)
+        ),
+        None => format!("{claim} ({})", storage.size),
+    })
+}
+
+/// How much of a volume of `size` the member's append-only file takes, in whole percent (a
+/// status that changes with every write would make every reconcile write status).
+fn aof_usage(used: u64, size: &str) -> String {
+    match crate::resolve::memory::parse_quantity_bytes(size) {
+        Ok(total) if total > 0 => {
+            let percent = (u128::from(used) * 100).div_ceil(total);
+            format!("append-only file uses {percent}%")
+        }
+        _ => "append-only file in use".to_string(),
+    }
 }
 
 /// What members with this spec keep across the loss of their pod, in words.
@@ -574,6 +590,28 @@ mod tests {
         n.metadata.namespace = Some("my-app".into());
         n.metadata.uid = Some("uid-n".into());
         n
+    }
+
+    #[test]
+    fn a_members_volume_is_shown_with_how_much_its_append_only_file_uses() {
+        let mut n = node(ZoneSpread::BestEffort, &[]);
+        assert_eq!(volume_of(&n, Some(1)), None, "no storage, no volume");
+        n.spec.storage = Some(crate::api::Storage {
+            size: "256Mi".into(),
+            ..Default::default()
+        });
+        let claim = names::member_volume("my-cluster-1-0", "uid-n");
+        assert_eq!(volume_of(&n, None), Some(format!("{claim} (256Mi)")));
+        assert_eq!(
+            volume_of(&n, Some(64 << 20)),
+            Some(format!("{claim} (256Mi, append-only file uses 25%)"))
+        );
+        // Whole percent, rounded up: a status that changed with every write would make every
+        // reconcile write status.
+        let percent = |used| volume_of(&n, Some(used)).unwrap();
+        assert!(percent(1).ends_with("uses 1%)"));
+        assert!(percent(2_684_354).ends_with("uses 1%)"), "1% of 256Mi");
+        assert!(percent(2_684_355).ends_with("uses 2%)"));
     }
 
     #[test]

@@ -226,6 +226,15 @@ fn server_info_reports_the_valkey_version() {
     assert!(s.cluster_mode);
     assert!(s.tcp_port > 0);
     assert_eq!(s.run_id.len(), 40);
+    assert_eq!(s.aof_bytes, None, "no persistence section");
+    let with_aof =
+        format!("{SERVER}\r\n# Persistence\r\naof_enabled:1\r\naof_current_size:12582912\r\n");
+    assert_eq!(
+        parse_server_info(&with_aof).unwrap().aof_bytes,
+        Some(12 << 20)
+    );
+    let aof_off = format!("{SERVER}\r\n# Persistence\r\naof_enabled:0\r\n");
+    assert_eq!(parse_server_info(&aof_off).unwrap().aof_bytes, None);
 }
 
 #[test]
