@@ -143,13 +143,13 @@ assert all(svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selecto
 assert rule["spec"]["groups"] == yaml.safe_load(open(sys.argv[2])), "PrometheusRule is files/rules.yaml"
 alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
 assert alerts == ["ValkeyOperatorNoLeader", "ValkeyClusterDegraded", "ValkeyClusterRolloutStalled",
-                  "ValkeyOperatorReconcileErrors", "ValkeyOperatorWebhookSlow"], alerts
+                  "ValkeyOperatorReconcileErrors", "ValkeyOperatorWebhookSlow", "ValkeyClusterCertificateExpiringSoon"], alerts
 assert pdb["spec"]["minAvailable"] == 1
 keys = [c["topologyKey"] for c in deploy["spec"]["template"]["spec"]["topologySpreadConstraints"]]
 assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"], keys
 PY
 }
-check "monitoring on: ServiceMonitor on the metrics port, PrometheusRule = files/rules.yaml (5 alerts); 2 replicas: PDB and spread" operator_objects
+check "monitoring on: ServiceMonitor on the metrics port, PrometheusRule = files/rules.yaml (6 alerts); 2 replicas: PDB and spread" operator_objects
 
 network_policy() { # default render: webhook port from anywhere, admin port kept; from/metricsFrom; off
   cat > "$tmp/np-values.yaml" <<'YAML'

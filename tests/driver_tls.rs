@@ -504,7 +504,10 @@ async fn the_operators_reload_step_serves_a_renewed_certificate_without_a_restar
                 .await;
                 outcomes.extend(progress.members);
             }
-            TlsProgress { members: outcomes }
+            TlsProgress {
+                members: outcomes,
+                expiry: None,
+            }
         }
     };
     let stale = reload(named.clone()).await;

@@ -5,7 +5,8 @@
 //! - a forced cert-manager renewal is served by every member (bound printed), with pod UIDs
 //!   and restart counts unchanged;
 //! - a missing Secret blocks the cluster naming it; creating it makes the cluster Active
-//!   without editing it.
+//!   without editing it; `CertificateExpiringSoon` follows the certificate cert-manager issues
+//!   (90 days: False; 20 days: True, the cluster staying Active; renewed: False again).
 //!
 //! Needs cluster DNS (CoreDNS) and cert-manager in the local cluster. The test process runs on
 //! the host; its cluster client resolves the member hostnames through CoreDNS
@@ -404,6 +405,7 @@ async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow
             .any(|c| c.type_ == "TlsCertificateValid" && c.status == "True"),
         "{conditions:?}"
     );
+    certificate_expiry_is_watched(&client, ns, cluster, secret_name).await?;
     // TLS stays for the cluster's life: removing it is refused, saying why.
     let out = kubectl_outcome(&[
         "-n",
@@ -424,6 +426,110 @@ async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow
         out.stderr
     );
     menu.remove(&client).await?;
+    Ok(())
+}
+
+/// The cluster's `CertificateExpiringSoon` condition, once it has (status, reason) `want`.
+async fn expiry_condition(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    want: (&str, &str),
+) -> anyhow::Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("CertificateExpiringSoon {want:?} on {ns}/{cluster}"),
+        Duration::from_secs(150),
+        Duration::from_secs(1),
+        || async {
+            let status = api.get(cluster).await?.status.unwrap_or_default();
+            Ok(status
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "CertificateExpiringSoon")
+                .filter(|c| (c.status.as_str(), c.reason.as_str()) == want))
+        },
+    )
+    .await
+}
+
+/// Whether an Event of `type_` with `reason` was published for cluster `cluster`.
+async fn event_published(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    type_: &str,
+    reason: &str,
+) -> anyhow::Result<bool> {
+    use k8s_openapi::api::core::v1::Event;
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let fields = format!("reason={reason},involvedObject.name={cluster}");
+    Ok(events
+        .list(&kube::api::ListParams::default().fields(&fields))
+        .await?
+        .items
+        .iter()
+        .any(|e| e.type_.as_deref() == Some(type_)))
+}
+
+/// Sets the Certificate's `duration` and has cert-manager issue it again.
+async fn reissue_for(client: &Client, ns: &str, name: &str, duration: &str) -> anyhow::Result<()> {
+    let out = kubectl_outcome(&[
+        "-n",
+        ns,
+        "patch",
+        "certificate",
+        name,
+        "--type",
+        "merge",
+        "-p",
+        &format!(r#"{{"spec":{{"duration":"{duration}","renewBefore":"24h"}}}}"#),
+    ])?;
+    anyhow::ensure!(out.ok, "patch certificate {name}: {}", out.stderr);
+    certs::force_renewal(client, ns, name).await?;
+    certs::wait_ready(client, ns, name).await
+}
+
+/// Momento v0.9's `CertificateExpiringSoon` on an Active TLS cluster: False with the 90-day
+/// certificate docs/tls.md issues; True (`ExpiresWithin30Days`, Warning Event) once
+/// cert-manager issues a 20-day one, the cluster staying Active; False again (Normal
+/// `CertificateRenewed`) after a 90-day renewal.
+async fn certificate_expiry_is_watched(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    secret: &str,
+) -> anyhow::Result<()> {
+    let valid = expiry_condition(client, ns, cluster, ("False", "CertificateValid")).await?;
+    assert!(
+        valid.message.contains(&format!(
+            "certificate in Secret \"{secret}\" is valid until"
+        )) && valid.message.contains("(89 days;"),
+        "{}",
+        valid.message
+    );
+    reissue_for(client, ns, secret, "480h").await?;
+    let started = Instant::now();
+    let soon = expiry_condition(client, ns, cluster, ("True", "ExpiresWithin30Days")).await?;
+    println!(
+        "20-day certificate issued: CertificateExpiringSoon True {:?} later: {}",
+        started.elapsed(),
+        soon.message
+    );
+    assert!(soon.message.contains("(in 19 days)"), "{}", soon.message);
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
+    let status = api.get(cluster).await?.status.unwrap_or_default();
+    assert_eq!(
+        status.state,
+        Some(ClusterState::Active),
+        "{:?}",
+        status.message
+    );
+    assert!(status.certificate_not_after.is_some());
+    assert!(event_published(client, ns, cluster, "Warning", "CertificateExpiringSoon").await?);
+    reissue_for(client, ns, secret, "2160h").await?;
+    expiry_condition(client, ns, cluster, ("False", "CertificateValid")).await?;
+    assert!(event_published(client, ns, cluster, "Normal", "CertificateRenewed").await?);
     Ok(())
 }
 

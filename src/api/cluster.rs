@@ -163,6 +163,12 @@ pub struct ValkeyClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ClusterProgress>,
 
+    /// TLS clusters: when the first certificate of the chain the members serve expires (the
+    /// leaf in `tls.crt` or a CA in `ca.crt` it chains to), RFC 3339. Condition
+    /// `CertificateExpiringSoon` turns True 30 days before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_not_after: Option<String>,
+
     /// What the members keep across the loss of a pod, from the config: `memory-only`,
     /// `append-only file on emptyDir (lost with the pod)`, or `volumes of <size> + append-only
     /// file` (docs/durability.md).

@@ -465,6 +465,8 @@ struct PublishedSeries {
     labelled: HashSet<ClusterLabel>,
     /// The per-cluster figures (members, ready, outdated, slots to move).
     with_figures: BTreeSet<ClusterKey>,
+    /// TLS clusters' certificate expiry.
+    with_certificate: BTreeSet<ClusterKey>,
 }
 
 /// One round of [`cluster_gauges`]; returns what it published.
@@ -497,6 +499,17 @@ fn publish_cluster_gauges(
             );
             now.with_figures.insert(key);
         }
+        if let Some(not_after) = certificate_not_after(c) {
+            let key = ClusterKey {
+                namespace: c.namespace().unwrap_or_default(),
+                name: c.name_any(),
+            };
+            metrics
+                .cluster_certificate_not_after
+                .get_or_create(&key)
+                .set(not_after);
+            now.with_certificate.insert(key);
+        }
         if let Some(state) = c.status.as_ref().and_then(|s| s.state) {
             *counts.entry(format!("{state:?}")).or_default() += 1;
             let label = ClusterLabel {
@@ -516,10 +529,21 @@ fn publish_cluster_gauges(
     for gone in last.with_figures.difference(&now.with_figures) {
         metrics.forget_cluster(gone);
     }
+    for gone in last.with_certificate.difference(&now.with_certificate) {
+        metrics.cluster_certificate_not_after.remove(gone);
+    }
     for (state, n) in counts {
         metrics.clusters.get_or_create(&StateLabel { state }).set(n);
     }
     now
+}
+
+/// A TLS cluster's `status.certificateNotAfter` in Unix seconds.
+fn certificate_not_after(cluster: &ValkeyCluster) -> Option<i64> {
+    let at = cluster.status.as_ref()?.certificate_not_after.as_deref()?;
+    at.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_second())
 }
 
 #[cfg(test)]
@@ -561,6 +585,32 @@ mod tests {
             .collect();
         assert_eq!(names, vec!["a", "e"]);
         assert!(clusters_naming_secret(&clusters, "team", "nobody").is_empty());
+    }
+
+    #[test]
+    fn a_tls_clusters_certificate_expiry_is_a_gauge_until_the_cluster_goes() {
+        let metrics = Metrics::new();
+        let mut tls = (*cluster("team", "a", Some("cert"))).clone();
+        tls.status = Some(crate::api::ValkeyClusterStatus {
+            certificate_not_after: Some("2030-01-01T00:00:00Z".into()),
+            ..Default::default()
+        });
+        let plain = cluster("team", "b", None);
+        let published = publish_cluster_gauges(
+            &metrics,
+            &[Arc::new(tls), plain.clone()],
+            &Default::default(),
+        );
+        let page = metrics.encode();
+        assert!(
+            page.contains(
+                "valkey_operator_cluster_certificate_not_after_seconds{namespace=\"team\",name=\"a\"} 1893456000"
+            ),
+            "{page}"
+        );
+        assert!(!page.contains("name=\"b\"} 18"), "{page}");
+        publish_cluster_gauges(&metrics, &[plain], &published);
+        assert!(!metrics.encode().contains("certificate_not_after_seconds{"));
     }
 }
 

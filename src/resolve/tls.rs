@@ -17,6 +17,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
 
+use super::certificate_expiry::{CertificateExpiry, earliest_expiry};
 use super::conf::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
 use crate::controller::names;
 
@@ -28,6 +29,8 @@ pub struct ServedCertificate {
     pub ca_pem: Vec<u8>,
     /// The leaf certificate (DER): what a member serving this certificate presents.
     pub leaf_der: Vec<u8>,
+    /// The first certificate of the chain to expire (condition `CertificateExpiringSoon`).
+    pub expiry: CertificateExpiry,
 }
 
 impl std::fmt::Debug for ServedCertificate {
@@ -167,11 +170,13 @@ impl SecretAt<'_> {
         self.check_key_matches(&chain, key_pem)?;
         let verifier = self.verifier(&cas)?;
         self.check_names_covered(verifier.as_ref(), &chain, cluster, now)?;
+        let expiry = earliest_expiry(&chain, &cas).map_err(|e| self.unparsable(TLS_CERT_KEY, e))?;
         Ok(ServedCertificate {
             cert_pem: cert_pem.clone(),
             key_pem: key_pem.clone(),
             ca_pem: ca_pem.clone(),
             leaf_der: chain[0].as_ref().to_vec(),
+            expiry,
         })
     }
 

@@ -101,6 +101,8 @@ pub struct Metrics {
     pub cluster_members_ready: Family<ClusterKey, Gauge>,
     pub cluster_slots_to_move: Family<ClusterKey, Gauge>,
     pub cluster_members_outdated: Family<ClusterKey, Gauge>,
+    /// TLS clusters: when the first certificate of their chain expires (Unix seconds).
+    pub cluster_certificate_not_after: Family<ClusterKey, Gauge>,
     pub topology_actions: Family<ActionLabel, Counter>,
     pub failovers: Counter,
     pub slot_migrations: Counter,
@@ -137,6 +139,7 @@ impl Metrics {
             cluster_members_ready: Family::default(),
             cluster_slots_to_move: Family::default(),
             cluster_members_outdated: Family::default(),
+            cluster_certificate_not_after: Family::default(),
             topology_actions: Family::default(),
             failovers: Counter::default(),
             slot_migrations: Counter::default(),
@@ -228,6 +231,11 @@ impl Metrics {
             "cluster_members_outdated",
             "Members of a ValkeyCluster still running an outdated spec (rollout progress: 0 when done)",
             self.cluster_members_outdated.clone(),
+        );
+        r.register(
+            "cluster_certificate_not_after_seconds",
+            "TLS ValkeyClusters: when the first certificate of the chain the members serve expires, in Unix seconds (condition CertificateExpiringSoon turns True 30 days before)",
+            self.cluster_certificate_not_after.clone(),
         );
     }
 

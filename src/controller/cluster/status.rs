@@ -19,6 +19,7 @@ use crate::api::{
 use crate::controller::patch::{StatusApply, StatusPatch};
 use crate::controller::{CLUSTER_MANAGER, Context, Error};
 use crate::plan::{Figures, Phase, Plan, Topology};
+use crate::resolve::certificate_expiry::{CertificateExpiry, expiring_soon, rfc3339};
 
 fn condition(
     type_: &str,
@@ -70,8 +71,10 @@ pub fn blocked(
     );
     let message = cause.message.to_string();
     let last = cluster.status.clone().unwrap_or_default();
+    let expiry = carried_expiry_condition(cluster, &last, generation, &previous);
     ValkeyClusterStatus {
         persistence: last.persistence.clone(),
+        certificate_not_after: last.certificate_not_after.clone(),
         endpoint: last.endpoint,
         tls: Some(cluster.spec.tls.is_some()),
         ready: last.ready,
@@ -95,6 +98,7 @@ pub fn blocked(
         ]
         .into_iter()
         .chain(previous.iter().find(|c| c.type_ == ACL_APPLIED).cloned())
+        .chain(expiry)
         .collect(),
         nodes: cluster
             .status
@@ -257,11 +261,15 @@ pub fn from_plan(
     let generation = cluster.metadata.generation;
     let previous = previous_conditions(cluster);
     let tls_conditions = tls_conditions(cluster, tls, generation, &previous);
+    let certificate_not_after = tls
+        .and_then(|t| t.expiry.as_ref())
+        .map(|e| rfc3339(e.not_after));
     let state = cluster_state(&plan.phase);
     let figures = crate::plan::figures(topology);
     ValkeyClusterStatus {
         // Set by the volumes step (`volumes::into_status`), which knows the desired spec.
         persistence: None,
+        certificate_not_after,
         state: Some(state),
         message: Some(plan.message.clone()),
         observed_generation: generation,
@@ -443,8 +451,6 @@ fn steps_condition(
     }
 }
 
-/// The condition `type_` of `now` when it is False there and was not False `before` (True,
-/// or absent): what deserves one Warning Event.
 /// Condition `type_` for this round's status, keeping its transition time from the cluster's
 /// previous status while its truth stays the same.
 pub fn cluster_condition(
@@ -522,6 +528,23 @@ fn newly_lost<'a>(before: &[Condition], now: &'a [Condition]) -> Option<&'a Cond
     (!told).then_some(lost)
 }
 
+/// `CertificateExpiringSoon` turned True (a Warning Event), or back to False from True (a
+/// renewal: a Normal one), between `before` and `now`; None when it did not flip.
+fn expiry_flip<'a>(before: &[Condition], now: &'a [Condition]) -> Option<(bool, &'a Condition)> {
+    let after = now.iter().find(|c| c.type_ == CERTIFICATE_EXPIRING_SOON)?;
+    let was_true = before
+        .iter()
+        .find(|c| c.type_ == CERTIFICATE_EXPIRING_SOON)
+        .map(|c| c.status == "True");
+    match (was_true, after.status == "True") {
+        (Some(false) | None, true) => Some((true, after)),
+        (Some(true), false) => Some((false, after)),
+        _ => None,
+    }
+}
+
+/// The condition `type_` of `now` when it is False there and was not False `before` (True,
+/// or absent): what deserves one Warning Event.
 fn turned_false<'a>(
     before: &[Condition],
     now: &'a [Condition],
@@ -532,22 +555,82 @@ fn turned_false<'a>(
     (!before.iter().any(|c| is_false(&c))).then_some(turned)
 }
 
-/// TLS clusters: the certificate Secret was valid this round, and who serves it. None for a
-/// cluster without TLS (or before the TLS step ran).
+/// Condition type (TLS clusters only): the certificate the members serve expires within 30
+/// days, or has expired (Momento v0.9). The cluster's state does not change because of it.
+pub const CERTIFICATE_EXPIRING_SOON: &str = "CertificateExpiringSoon";
+
+/// While Blocked (the source Secret unusable, e.g. its certificate expired): the previous
+/// `CertificateExpiringSoon`, turned `Expired` once the certificate the members still serve
+/// is past its `notAfter`. None for a plaintext cluster or before the condition was first set.
+fn carried_expiry_condition(
+    cluster: &ValkeyCluster,
+    last: &ValkeyClusterStatus,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Option<Condition> {
+    let spec = cluster.spec.tls.as_ref()?;
+    let kept = previous
+        .iter()
+        .find(|c| c.type_ == CERTIFICATE_EXPIRING_SOON)?;
+    let not_after = last
+        .certificate_not_after
+        .as_deref()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())?;
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    if not_after.as_second() > now {
+        return Some(kept.clone());
+    }
+    let expiry = CertificateExpiry {
+        which: "the certificate the members serve".into(),
+        not_after: not_after.as_second(),
+    };
+    Some(expiry_condition(
+        &spec.secret_ref,
+        &expiry,
+        generation,
+        previous,
+    ))
+}
+
+/// `CertificateExpiringSoon` as of now for `expiry`, the certificate in Secret `secret`.
+fn expiry_condition(
+    secret: &str,
+    expiry: &CertificateExpiry,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Condition {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let (soon, reason, message) = expiring_soon(secret, expiry, now);
+    condition(
+        CERTIFICATE_EXPIRING_SOON,
+        soon,
+        reason,
+        &message,
+        generation,
+        previous,
+    )
+}
+
+/// TLS clusters: the certificate Secret was valid this round, who serves it, and whether it
+/// expires soon. None for a cluster without TLS (or before the TLS step ran).
 fn tls_conditions(
     cluster: &ValkeyCluster,
     tls: Option<&super::tls::TlsProgress>,
     generation: Option<i64>,
     previous: &[Condition],
-) -> Option<[Condition; 2]> {
+) -> Option<Vec<Condition>> {
     let (spec, progress) = cluster.spec.tls.as_ref().zip(tls)?;
+    let expiring = progress
+        .expiry
+        .as_ref()
+        .map(|expiry| expiry_condition(&spec.secret_ref, expiry, generation, previous));
     let valid = format!(
         "Secret {} holds a valid certificate; members mount its copy {}",
         spec.secret_ref,
         crate::controller::names::tls_secret(&cluster.name_any())
     );
     let (ok, reason, message) = progress.condition();
-    Some([
+    let mut conditions = vec![
         condition(
             super::tls::TLS_CERTIFICATE_VALID,
             true,
@@ -564,7 +647,9 @@ fn tls_conditions(
             generation,
             previous,
         ),
-    ])
+    ];
+    conditions.extend(expiring);
+    Some(conditions)
 }
 
 /// One member's entry in the cluster's node list.
@@ -639,6 +724,7 @@ pub async fn publish(
         && previous.observed_generation == status.observed_generation
         && previous.nodes == status.nodes
         && previous.persistence == status.persistence
+        && previous.certificate_not_after == status.certificate_not_after
         && previous
             .conditions
             .iter()
@@ -687,6 +773,17 @@ pub async fn publish(
     }
     if let Some(c) = newly_lost(&previous.conditions, &status.conditions) {
         publish_event(ctx, cluster, EventType::Warning, DATA_LOST, &c.message).await;
+    }
+    match expiry_flip(&previous.conditions, &status.conditions) {
+        Some((true, c)) => {
+            let reason = CERTIFICATE_EXPIRING_SOON;
+            publish_event(ctx, cluster, EventType::Warning, reason, &c.message).await;
+        }
+        Some((false, c)) => {
+            let reason = "CertificateRenewed";
+            publish_event(ctx, cluster, EventType::Normal, reason, &c.message).await;
+        }
+        None => {}
     }
     Ok(())
 }
@@ -940,6 +1037,108 @@ mod tests {
         .unwrap();
         c.metadata.namespace = Some("my-app".into());
         assert_eq!(endpoint(&c), "shop.my-app.svc:6379");
+    }
+
+    fn tls_cluster(status: serde_json::Value) -> ValkeyCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": "shop", "namespace": "team", "generation": 2},
+            "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 0,
+                     "tls": {"secretRef": "shop-cert"}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn expiring_in(days: i64) -> super::super::tls::TlsProgress {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        super::super::tls::TlsProgress {
+            members: vec![],
+            expiry: Some(CertificateExpiry {
+                which: "the certificate in tls.crt".into(),
+                not_after: now + days * 86_400 + 600,
+            }),
+        }
+    }
+
+    fn expiry_of(conditions: &[Condition]) -> Option<&Condition> {
+        conditions
+            .iter()
+            .find(|c| c.type_ == CERTIFICATE_EXPIRING_SOON)
+    }
+
+    #[test]
+    fn a_tls_cluster_says_whether_its_certificate_expires_within_30_days() {
+        let c = tls_cluster(serde_json::json!({}));
+        let far = tls_conditions(&c, Some(&expiring_in(90)), Some(2), &[]).unwrap();
+        let far = expiry_of(&far).unwrap().clone();
+        assert_eq!(
+            (far.status.as_str(), far.reason.as_str()),
+            ("False", "CertificateValid")
+        );
+        assert!(far.message.contains("(90 days;"), "{}", far.message);
+        let near = tls_conditions(
+            &c,
+            Some(&expiring_in(19)),
+            Some(2),
+            std::slice::from_ref(&far),
+        )
+        .unwrap();
+        let near = expiry_of(&near).unwrap().clone();
+        assert_eq!(
+            (near.status.as_str(), near.reason.as_str()),
+            ("True", "ExpiresWithin30Days")
+        );
+        assert!(near.message.contains("(in 19 days)"), "{}", near.message);
+        // Only a flip is told: a Warning when it turns True, a Normal one back to False.
+        let (f, n) = (std::slice::from_ref(&far), std::slice::from_ref(&near));
+        assert!(matches!(expiry_flip(f, n), Some((true, _))));
+        assert!(matches!(expiry_flip(&[], n), Some((true, _))));
+        assert!(expiry_flip(n, n).is_none() && expiry_flip(f, f).is_none());
+        assert!(
+            expiry_flip(&[], f).is_none(),
+            "a new cluster's valid certificate is no news"
+        );
+        assert!(matches!(expiry_flip(n, f), Some((false, _))));
+        // A plaintext cluster has no such condition.
+        let mut plain = c.clone();
+        plain.spec.tls = None;
+        assert!(tls_conditions(&plain, Some(&expiring_in(19)), Some(2), &[]).is_none());
+    }
+
+    #[test]
+    fn a_blocked_tls_cluster_keeps_the_condition_and_says_when_its_certificate_expired() {
+        let kept = condition(
+            CERTIFICATE_EXPIRING_SOON,
+            true,
+            "ExpiresWithin30Days",
+            "soon",
+            Some(2),
+            &[],
+        );
+        let status = |not_after: &str| -> ValkeyClusterStatus {
+            serde_json::from_value(serde_json::json!({"certificateNotAfter": not_after})).unwrap()
+        };
+        let previous = std::slice::from_ref(&kept);
+        let c = tls_cluster(serde_json::json!({}));
+        let later =
+            carried_expiry_condition(&c, &status("2099-01-01T00:00:00Z"), Some(2), previous);
+        assert_eq!(later.as_ref(), Some(&kept));
+        let past = carried_expiry_condition(&c, &status("2020-01-01T00:00:00Z"), Some(2), previous)
+            .unwrap();
+        assert_eq!(
+            (past.status.as_str(), past.reason.as_str()),
+            ("True", "Expired")
+        );
+        assert!(
+            past.message
+                .contains("Secret \"shop-cert\" expired at 2020-01-01T00:00:00Z"),
+            "{}",
+            past.message
+        );
+        assert!(
+            carried_expiry_condition(&c, &status("2020-01-01T00:00:00Z"), Some(2), &[]).is_none()
+        );
     }
 }
 

@@ -33,6 +33,7 @@ use super::{ClusterContext, apply, build, status};
 use crate::api::ValkeyCluster;
 use crate::controller::{Context, Error, names, object_key};
 use crate::driver::{ClusterDriver, MemberAddr, TlsSettings};
+use crate::resolve::certificate_expiry::CertificateExpiry;
 use crate::resolve::conf::tls_file_settings;
 use crate::resolve::tls::{ServedCertificate, validate_member_copy, validate_tls_secret};
 
@@ -204,6 +205,8 @@ pub enum MemberTls {
 pub struct TlsProgress {
     /// (member name, outcome), in member order.
     pub members: Vec<(String, MemberTls)>,
+    /// The first certificate of the current chain to expire (`CertificateExpiringSoon`).
+    pub expiry: Option<CertificateExpiry>,
 }
 
 impl TlsProgress {
@@ -312,7 +315,7 @@ pub async fn reload(
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-    let progress = reload_members(
+    let mut progress = reload_members(
         driver,
         &object_key(cluster),
         &members,
@@ -320,6 +323,7 @@ pub async fn reload(
         &files,
     )
     .await;
+    progress.expiry = Some(tls.certificate.expiry.clone());
     let stale = progress.names(|m| matches!(m, MemberTls::Stale));
     if !stale.is_empty() {
         let namespace = cluster.namespace().unwrap_or_default();
@@ -406,7 +410,10 @@ pub async fn reload_members(
         (name, outcome)
     }))
     .await;
-    TlsProgress { members }
+    TlsProgress {
+        members,
+        expiry: None,
+    }
 }
 
 #[cfg(test)]
@@ -419,6 +426,7 @@ mod tests {
                 .iter()
                 .map(|(n, m)| (n.to_string(), m.clone()))
                 .collect(),
+            expiry: None,
         }
     }
 
