@@ -6,7 +6,9 @@ mod api_common;
 use api_common::*;
 use kube::core::cel::Validator;
 use serde_json::{Value, json};
-use valkey_operator::api::constants::{FORCED_SETTINGS, is_forced_setting, is_reserved_annotation};
+use valkey_operator::api::constants::{
+    FORCED_SETTINGS, is_forced_setting, is_reserved_annotation, refused_setting,
+};
 use valkey_operator::api::validation::*;
 use valkey_operator::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole, crd};
 
@@ -385,18 +387,120 @@ fn forced_settings_cover_what_product_md_lists() {
         assert!(!is_forced_setting(key), "{key} is a user setting");
     }
     // Accepted by the schema, as Momento's API accepts them: the webhook warns that they are
-    // ignored and the renderer never writes them (tests in src/resolve/conf.rs).
+    // ignored and the renderer never writes them (tests in src/resolve/conf.rs). Except the
+    // ones Momento v0.9 refuses (next test).
     for key in FORCED_SETTINGS {
         let object = with(
             config("c"),
             &format!("/spec/valkey/{key}"),
             Some(json!("x")),
         );
-        assert!(
+        assert_eq!(
             cel_errors(&object, None).is_empty(),
-            "CEL refuses forced {key}, Momento's API accepts it"
+            refused_setting("spec.valkey", key).is_none(),
+            "CEL and refused_setting disagree on forced {key}"
         );
     }
+}
+
+#[test]
+fn authentication_tls_and_include_directives_are_refused_with_their_message() {
+    let cases = [
+        (
+            "requirepass",
+            "spec.valkey.requirepass is managed by the operator: bind users with spec.acl",
+        ),
+        (
+            "primaryauth",
+            "spec.valkey.primaryauth is managed by the operator: bind users with spec.acl",
+        ),
+        (
+            "masterauth",
+            "spec.valkey.masterauth is managed by the operator: bind users with spec.acl",
+        ),
+        (
+            "masteruser",
+            "spec.valkey.masteruser is managed by the operator: bind users with spec.acl",
+        ),
+        (
+            "primaryuser",
+            "spec.valkey.primaryuser is managed by the operator: bind users with spec.acl",
+        ),
+        (
+            "aclfile",
+            "spec.valkey.aclfile is managed by the operator: bind users with spec.acl",
+        ),
+        (
+            "user",
+            "spec.valkey.user is managed by the operator: bind users with spec.acl",
+        ),
+        (
+            "tls-port",
+            "spec.valkey.tls-port is managed by the operator: use spec.tls on the ValkeyCluster",
+        ),
+        (
+            "tls-cert-file",
+            "spec.valkey.tls-cert-file is managed by the operator: use spec.tls on the ValkeyCluster",
+        ),
+        (
+            "include",
+            "spec.valkey.include would bypass the operator's settings and is not allowed",
+        ),
+    ];
+    for (key, message) in cases {
+        assert_eq!(
+            refused_setting("spec.valkey", key).as_deref(),
+            Some(message)
+        );
+        let object = with(
+            config("c"),
+            &format!("/spec/valkey/{key}"),
+            Some(json!("x")),
+        );
+        let errors = cel_errors(&object, None);
+        assert!(
+            errors.len() == 1 && errors[0].ends_with(message),
+            "{key}: {errors:?}"
+        );
+    }
+    // Every other forced setting is still accepted (warned about, overridden), and so are
+    // the user's own settings, including ones that only look alike.
+    for key in [
+        "port",
+        "dir",
+        "bind",
+        "cluster-announce-ip",
+        "maxmemory",
+        "username-x",
+        "includes",
+        "tls",
+    ] {
+        let object = with(
+            config("c"),
+            &format!("/spec/valkey/{key}"),
+            Some(json!("x")),
+        );
+        assert!(cel_errors(&object, None).is_empty(), "{key} refused");
+        assert_eq!(refused_setting("spec.valkey", key), None, "{key}");
+    }
+    // v1beta1 names its map spec.settings.
+    let mut object = with(
+        config("c"),
+        "/spec/settings",
+        Some(json!({"requirepass": "x"})),
+    );
+    object["apiVersion"] = json!("valkey.gomomento.com/v1beta1");
+    object["spec"].as_object_mut().unwrap().remove("valkey");
+    let schema = schema_of_version("ValkeyConfig", "v1beta1");
+    let errors = Validator::new()
+        .validate(&schema, &object, None)
+        .unwrap_err();
+    assert!(
+        errors.iter().any(|e| e.message.ends_with(
+            "spec.settings.requirepass is managed by the operator: bind users with spec.acl"
+        )),
+        "{errors:?}"
+    );
 }
 
 #[test]

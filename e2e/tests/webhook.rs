@@ -497,6 +497,62 @@ async fn a_setting_unknown_to_the_image_version_is_warned() -> anyhow::Result<()
     Ok(())
 }
 
+/// Momento v0.9's refused directives: each authentication/ACL setting, a `tls-*` one and
+/// `include` is refused by the API server with its message (the CRD's rules), in both API
+/// versions; another forced setting (`port`) is still accepted with the warning that it is
+/// ignored.
+#[tokio::test]
+async fn authentication_tls_and_include_directives_are_refused_with_their_message()
+-> anyhow::Result<()> {
+    webhook_serving().await?;
+    apply_menu()?;
+    let name = format!("e2e-{}-refused", random_suffix(4));
+    let auth = "is managed by the operator: bind users with spec.acl";
+    let tls = "is managed by the operator: use spec.tls on the ValkeyCluster";
+    for (key, message) in [
+        ("requirepass", format!("spec.valkey.requirepass {auth}")),
+        ("primaryauth", format!("spec.valkey.primaryauth {auth}")),
+        ("masterauth", format!("spec.valkey.masterauth {auth}")),
+        ("aclfile", format!("spec.valkey.aclfile {auth}")),
+        ("user", format!("spec.valkey.user {auth}")),
+        ("tls-port", format!("spec.valkey.tls-port {tls}")),
+        (
+            "include",
+            "spec.valkey.include would bypass the operator's settings and is not allowed".into(),
+        ),
+    ] {
+        let config = config_json(&name, json!({"baseRef": "standard", "valkey": {key: "x"}}));
+        let out = kubectl_input(&["apply", "--dry-run=server", "-f", "-"], &config)?;
+        assert!(!out.ok, "{key} accepted");
+        assert!(out.stderr.contains(&message), "{key}: {}", out.stderr);
+    }
+    let beta = serde_json::to_string(&json!({
+        "apiVersion": "valkey.gomomento.com/v1beta1", "kind": "ValkeyConfig",
+        "metadata": {"name": name},
+        "spec": {"baseRef": "standard", "settings": {"requirepass": "x"}},
+    }))?;
+    let out = kubectl_input(&["apply", "--dry-run=server", "-f", "-"], &beta)?;
+    assert!(
+        !out.ok
+            && out
+                .stderr
+                .contains(&format!("spec.settings.requirepass {auth}")),
+        "v1beta1: {}",
+        out.stderr
+    );
+    let port = config_json(
+        &name,
+        json!({"baseRef": "standard", "valkey": {"port": "7000"}}),
+    );
+    let out = kubectl_input(&["apply", "--dry-run=server", "-f", "-"], &port)?;
+    assert!(
+        out.ok && out.stderr.contains("valkey.port is ignored"),
+        "port: {}",
+        out.stderr
+    );
+    Ok(())
+}
+
 /// An ACL binding of `username` to the sample role `metrics-readonly`.
 fn binding(username: &str) -> serde_json::Value {
     json!({

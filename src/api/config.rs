@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::acl::{AclBinding, unique_usernames_rule};
 use super::validation::{
-    DNS1123_SUBDOMAIN, positive_quantity_rule, setting_keys_rule, setting_values_rule,
+    DNS1123_SUBDOMAIN, positive_quantity_rule, refused_settings_rules, setting_keys_rule,
+    setting_values_rule,
 };
 
 /// A configuration menu item (platform team): which allowlisted image, how much CPU and
@@ -60,15 +61,20 @@ pub struct ValkeyConfigSpec {
 
     /// Valkey settings (valkey.conf names, lowercase) and their values, for example
     /// `maxmemory: 1500mb`, `maxmemory-policy: allkeys-lru`. Merged per key over the base's.
-    /// Settings the operator forces (cluster-enabled, port, cluster-port, bind, dir,
-    /// cluster-config-file, aclfile, requirepass, masteruser/masterauth, replicaof,
-    /// replica-announce-*, cluster-announce-*, tls-*, daemonize, include, rename-command) are
-    /// accepted with an admission warning and ignored: the operator's value wins.
+    /// Authentication and ACL settings (requirepass, primaryauth/masterauth,
+    /// primaryuser/masteruser, aclfile, user), tls-* and include are refused: users come from
+    /// spec.acl, TLS from the cluster's spec.tls. The other settings the operator forces
+    /// (cluster-enabled, port, cluster-port, bind, dir, cluster-config-file, replicaof,
+    /// replica-announce-*, cluster-announce-*, daemonize, rename-command) are accepted with an
+    /// admission warning and ignored: the operator's value wins.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "super::validation::settings_map_schema")]
     #[x_kube(
         validation = setting_keys_rule("valkey"),
-        validation = setting_values_rule("valkey")
+        validation = setting_values_rule("valkey"),
+        validation = refused_settings_rules("spec.valkey")[0].clone(),
+        validation = refused_settings_rules("spec.valkey")[1].clone(),
+        validation = refused_settings_rules("spec.valkey")[2].clone()
     )]
     pub valkey: BTreeMap<String, String>,
 

@@ -103,11 +103,51 @@ pub const FORCED_SETTINGS: &[&str] = &[
     "daemonize",
     "include",
     "rename-command",
+    // ACL users come from the ACL file the operator renders (spec.acl).
+    "user",
 ];
 
 /// Families of forced settings: announce address/hostname/ports (replication identity) and,
 /// with TLS, every `tls-*` key.
 pub const FORCED_SETTING_PREFIXES: &[&str] = &["cluster-announce-", "tls-"];
+
+/// Forced settings a ValkeyConfig may not even name (Momento v0.9 refuses them; the others
+/// are accepted with a warning and overridden): authentication and ACL settings, which would
+/// fight the operator's users ...
+pub const REFUSED_AUTH_SETTINGS: &[&str] = &[
+    "requirepass",
+    "primaryauth",
+    "masterauth",
+    "primaryuser",
+    "masteruser",
+    "aclfile",
+    "user",
+];
+/// ... every TLS setting (TLS is the cluster's `spec.tls`) ...
+pub const REFUSED_SETTING_PREFIX: &str = "tls-";
+/// ... and `include`, which would read settings the operator never sees.
+pub const REFUSED_INCLUDE: &str = "include";
+
+/// Why a ValkeyConfig may not set `key` (in the settings map named `field`, e.g.
+/// `spec.valkey`), or None when it may (see [`REFUSED_AUTH_SETTINGS`]). The CEL rules on the
+/// settings map say the same (`crate::api::validation::refused_settings_rules`).
+pub fn refused_setting(field: &str, key: &str) -> Option<String> {
+    if REFUSED_AUTH_SETTINGS.contains(&key) {
+        Some(format!(
+            "{field}.{key} is managed by the operator: bind users with spec.acl"
+        ))
+    } else if key.starts_with(REFUSED_SETTING_PREFIX) {
+        Some(format!(
+            "{field}.{key} is managed by the operator: use spec.tls on the ValkeyCluster"
+        ))
+    } else if key == REFUSED_INCLUDE {
+        Some(format!(
+            "{field}.include would bypass the operator's settings and is not allowed"
+        ))
+    } else {
+        None
+    }
+}
 
 /// Is `key` a setting the operator owns (see [`FORCED_SETTINGS`])? Keys are compared as given:
 /// the schema only admits lowercase keys, so `PORT` cannot sneak past this check.

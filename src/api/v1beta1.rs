@@ -19,7 +19,7 @@ use super::constants::DEFAULT_REPLICAS_PER_SHARD;
 use super::placement::Placement;
 use super::validation::{
     CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, member_count_rule, qualified_keys_rule,
-    reserved_annotations_rule, setting_keys_rule, setting_values_rule,
+    refused_settings_rules, reserved_annotations_rule, setting_keys_rule, setting_values_rule,
 };
 
 /// A sharded Valkey cluster (cluster mode) in this namespace; see the v1alpha1 version.
@@ -153,7 +153,10 @@ pub struct ValkeyConfigSpec {
     #[schemars(schema_with = "super::validation::settings_map_schema")]
     #[x_kube(
         validation = setting_keys_rule("settings"),
-        validation = setting_values_rule("settings")
+        validation = setting_values_rule("settings"),
+        validation = refused_settings_rules("spec.settings")[0].clone(),
+        validation = refused_settings_rules("spec.settings")[1].clone(),
+        validation = refused_settings_rules("spec.settings")[2].clone()
     )]
     pub settings: BTreeMap<String, String>,
 

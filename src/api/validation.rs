@@ -8,7 +8,10 @@ use std::sync::OnceLock;
 use kube::core::{Message, Reason, Rule};
 use regex::Regex;
 
-use super::constants::{FORCED_SETTING_PREFIXES, FORCED_SETTINGS, MAX_MEMBERS, RESERVED_PREFIX};
+use super::constants::{
+    FORCED_SETTING_PREFIXES, FORCED_SETTINGS, MAX_MEMBERS, REFUSED_AUTH_SETTINGS, REFUSED_INCLUDE,
+    REFUSED_SETTING_PREFIX, RESERVED_PREFIX,
+};
 
 /// Builder helpers for rules whose message is computed.
 pub trait RuleExt {
@@ -253,6 +256,41 @@ pub fn forced_settings_rule(field: &str) -> Rule {
             forced_cel("k")
         ))
         .reason(Reason::FieldValueForbidden)
+}
+
+/// The settings map `field` (`spec.valkey`, `spec.settings` in v1beta1) names no setting a
+/// config may not set (Momento v0.9): authentication and ACL settings, `tls-*`, `include`.
+/// One rule per family, each naming the first such key (Rust twin:
+/// [`super::constants::refused_setting`]).
+pub fn refused_settings_rules(field: &str) -> [Rule; 3] {
+    let auth: Vec<String> = REFUSED_AUTH_SETTINGS
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect();
+    let auth = format!("k in [{}]", auth.join(", "));
+    let tls = format!("k.startsWith('{REFUSED_SETTING_PREFIX}')");
+    let family = |predicate: &str, why: &str| {
+        Rule::new(format!("!self.exists(k, {predicate})"))
+            .msg_expr(format!(
+                "'{field}.' + self.filter(k, {predicate})[0] + ' {why}'"
+            ))
+            .reason(Reason::FieldValueForbidden)
+    };
+    [
+        family(
+            &auth,
+            "is managed by the operator: bind users with spec.acl",
+        ),
+        family(
+            &tls,
+            "is managed by the operator: use spec.tls on the ValkeyCluster",
+        ),
+        Rule::new(format!("!('{REFUSED_INCLUDE}' in self)"))
+            .msg(format!(
+                "{field}.{REFUSED_INCLUDE} would bypass the operator's settings and is not allowed"
+            ))
+            .reason(Reason::FieldValueForbidden),
+    ]
 }
 
 /// Rust twin of [`forced_settings_rule`]: the forced keys present in a settings map.

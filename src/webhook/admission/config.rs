@@ -20,6 +20,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::downgrade::{Verdict, downgrades, verdict};
 use super::{ClusterSummary, Clusters, MenuSnapshot, allow_with_warnings, deny, lookup_warning};
+use crate::api::constants::refused_setting;
 use crate::api::{Storage, ValkeyConfig};
 use crate::resolve::chain::{DEFAULT_MEMORY, chain_as_far_as_it_resolves, config_bindings};
 use crate::resolve::memory::{human_bytes, parse_quantity_bytes, parse_valkey_memory};
@@ -197,14 +198,17 @@ pub fn validate(
 }
 
 /// Settings the operator forces are accepted (Momento's API accepts them) but never used:
-/// say so instead of silently overriding them.
+/// say so instead of silently overriding them. The ones a config may not set at all are
+/// refused by the CRD's rules; one stored before that (an update the API server lets through
+/// because the key did not change) is ignored as well, and the warning says to remove it.
 fn forced_setting_warnings(config: &ValkeyConfig) -> Vec<String> {
     crate::api::validation::forced_keys_in(config.spec.valkey.keys())
         .into_iter()
-        .map(|key| {
-            format!(
+        .map(|key| match refused_setting("spec.valkey", key) {
+            Some(refused) => format!("{refused}; it is ignored: remove it"),
+            None => format!(
                 "valkey.{key} is ignored: the operator sets {key} itself (forced setting; see docs/api.md)"
-            )
+            ),
         })
         .collect()
 }
@@ -556,7 +560,9 @@ mod tests {
         let resp = validate(
             &with_spec(|s| {
                 s["valkey"]["port"] = "7000".into();
-                s["valkey"]["tls-port"] = "7001".into();
+                s["valkey"]["bind"] = "0.0.0.0".into();
+                // Refused by the CRD; one stored before that is ignored too.
+                s["valkey"]["requirepass"] = "secret".into();
             }),
             &Ok(menu()),
             &Ok(vec![]),
@@ -565,7 +571,8 @@ mod tests {
         let w = resp.warnings.unwrap().join("\n");
         assert!(
             w.contains("valkey.port is ignored: the operator sets port itself")
-                && w.contains("valkey.tls-port is ignored"),
+                && w.contains("valkey.bind is ignored")
+                && w.contains("spec.valkey.requirepass is managed by the operator: bind users with spec.acl; it is ignored: remove it"),
             "{w}"
         );
     }
