@@ -172,7 +172,13 @@ async fn operate(
     tracing::info!(?settings, "starting valkey-operator");
     let metrics = std::sync::Arc::new(valkey_operator::telemetry::Metrics::new());
     let admin = spawn_admin(admin_addr, metrics.clone());
-    let webhook_server = spawn_webhook(webhook, &namespace, client.clone(), metrics.clone());
+    let webhook_server = spawn_webhook(
+        webhook,
+        &namespace,
+        client.clone(),
+        metrics.clone(),
+        settings.version_floor,
+    );
     let election = election(leader, &namespace);
     let controllers = valkey_operator::controller::run::run(
         client.clone(),
@@ -217,6 +223,7 @@ fn spawn_webhook(
     namespace: &str,
     client: kube::Client,
     metrics: std::sync::Arc<valkey_operator::telemetry::Metrics>,
+    version_floor: valkey_operator::settings::VersionFloor,
 ) -> tokio::task::JoinHandle<()> {
     let webhook_settings = valkey_operator::webhook::WebhookSettings {
         addr: webhook.webhook_addr,
@@ -236,6 +243,7 @@ fn spawn_webhook(
             std::time::Duration::from_secs(3),
         )),
         metrics,
+        version_floor,
     });
     tokio::spawn(async move {
         if let Err(e) = valkey_operator::webhook::serve(webhook_settings, webhook_state).await {

@@ -21,6 +21,36 @@ pub struct Settings {
     /// At most this many ValkeyClusters run a rolling replacement at once (a ValkeyImage
     /// repoint rolls every cluster on it); `None`: no limit.
     pub max_concurrent_rollouts: Option<usize>,
+    /// What the image webhook does with a ValkeyImage below Momento v0.9's version floor.
+    pub version_floor: VersionFloor,
+}
+
+/// `versionFloor`: Momento's operator v0.9 refuses a ValkeyImage whose `version` is not
+/// `MAJOR.MINOR.PATCH` at least 9.0.1; v0.6 manifests (and Momento's own v0.6 samples) declare
+/// 9.0.0, so by default such an image is accepted with a warning.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VersionFloor {
+    /// Accepted with a warning (the default: v0.6 manifests keep applying).
+    #[default]
+    Warn,
+    /// Refused, as Momento's operator v0.9 does.
+    Enforce,
+}
+
+/// A word that is not a [`VersionFloor`] value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not one of warn, enforce")]
+pub struct UnknownVersionFloor(pub String);
+
+impl std::str::FromStr for VersionFloor {
+    type Err = UnknownVersionFloor;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "warn" => Ok(VersionFloor::Warn),
+            "enforce" => Ok(VersionFloor::Enforce),
+            other => Err(UnknownVersionFloor(other.to_owned())),
+        }
+    }
 }
 
 /// `clientsFrom`: the pods allowed to the client port of every cluster's members, besides the
@@ -65,6 +95,8 @@ pub enum SettingsError {
         "{SETTINGS_CONFIGMAP}: key maxConcurrentRollouts: {value:?} is not a positive whole number (leave the key out for no limit); fix the ConfigMap and restart"
     )]
     MaxConcurrentRollouts { value: String },
+    #[error("{SETTINGS_CONFIGMAP}: key versionFloor: {0}; fix the ConfigMap and restart")]
+    VersionFloor(UnknownVersionFloor),
     /// Unknown keys are errors too: a typo must not silently fall back to a default.
     #[error("{SETTINGS_CONFIGMAP}: unknown key {key:?}; known keys: {known}", known = KNOWN_KEYS.join(", "))]
     UnknownKey { key: String },
@@ -96,12 +128,18 @@ impl Default for Settings {
             default_zone_spread: ZoneSpread::BestEffort,
             clients_from: ClientsFrom::SameNamespace,
             max_concurrent_rollouts: None,
+            version_floor: VersionFloor::Warn,
         }
     }
 }
 
 /// Keys this version understands.
-const KNOWN_KEYS: &[&str] = &["defaultZoneSpread", "clientsFrom", "maxConcurrentRollouts"];
+const KNOWN_KEYS: &[&str] = &[
+    "defaultZoneSpread",
+    "clientsFrom",
+    "maxConcurrentRollouts",
+    "versionFloor",
+];
 
 impl Settings {
     /// Parses the ConfigMap's data. Unknown keys are errors too: a typo must not silently
@@ -131,6 +169,10 @@ impl Settings {
                                 value: value.clone(),
                             })?;
                     settings.max_concurrent_rollouts = Some(n);
+                }
+                "versionFloor" => {
+                    settings.version_floor =
+                        value.trim().parse().map_err(SettingsError::VersionFloor)?;
                 }
                 other => {
                     return Err(SettingsError::UnknownKey {
@@ -257,8 +299,20 @@ mod tests {
         let err = Settings::from_data(&data(&[("x", "1")])).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "valkey-operator-config: unknown key \"x\"; known keys: defaultZoneSpread, clientsFrom, maxConcurrentRollouts"
+            "valkey-operator-config: unknown key \"x\"; known keys: defaultZoneSpread, clientsFrom, maxConcurrentRollouts, versionFloor"
         );
+        let err = Settings::from_data(&data(&[("versionFloor", "strict")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "valkey-operator-config: key versionFloor: \"strict\" is not one of warn, enforce; fix the ConfigMap and restart"
+        );
+    }
+
+    #[test]
+    fn the_version_floor_warns_unless_enforced() {
+        assert_eq!(Settings::default().version_floor, VersionFloor::Warn);
+        let s = Settings::from_data(&data(&[("versionFloor", "enforce")])).unwrap();
+        assert_eq!(s.version_floor, VersionFloor::Enforce);
     }
 
     #[test]

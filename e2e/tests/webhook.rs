@@ -700,6 +700,14 @@ async fn a_downgrade_repoint_is_warned_and_a_cross_major_one_refused() -> anyhow
         "{}",
         out.stderr
     );
+    // And below Momento v0.9's floor: warned about (the operator's default versionFloor: warn).
+    assert!(
+        out.stderr.contains(
+            "Warning: spec.version 9.0.0 is below the supported floor 9.0.1 (strict installations refuse it)"
+        ),
+        "{}",
+        out.stderr
+    );
 
     // 9.1.2 -> 8.1.4: refused, with the reason.
     let cross = image(&menu.image, "8.1.4").to_string();

@@ -211,6 +211,7 @@ mod tests {
             node_policy: NodePolicy::new("op"),
             menu: Arc::new(FixedMenu(Ok(Default::default()))),
             metrics: Arc::new(crate::telemetry::Metrics::new()),
+            version_floor: Default::default(),
         });
         (router_with_limits(state, limits.clone()), limits)
     }

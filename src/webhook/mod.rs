@@ -60,6 +60,8 @@ pub struct WebhookState {
     pub menu: Arc<dyn MenuSource>,
     /// Request durations go to `valkey_operator_webhook_request_duration_seconds`.
     pub metrics: Arc<crate::telemetry::Metrics>,
+    /// The operator setting `versionFloor` (ValkeyImage versions below Momento v0.9's floor).
+    pub version_floor: crate::settings::VersionFloor,
 }
 
 /// The HTTP surface, with the default [`Limits`].
@@ -248,7 +250,7 @@ async fn validate_image(State(state): State<Arc<WebhookState>>, body: Bytes) -> 
                 &state.metrics,
                 "ValkeyImage",
                 started,
-                admission::image::validate(&req, &menu, &clusters),
+                admission::image::validate(&req, &menu, &clusters, state.version_floor),
             )
         }
         Err(r) => r,
@@ -312,6 +314,7 @@ mod tests {
             ),
             menu: Arc::new(FixedMenu(Ok(Default::default()))),
             metrics: Arc::new(crate::telemetry::Metrics::new()),
+            version_floor: Default::default(),
         }))
     }
 
@@ -489,6 +492,7 @@ mod tests {
             node_policy: NodePolicy::new("op"),
             menu: Arc::new(FixedMenu(Ok(Default::default()))),
             metrics: Arc::new(crate::telemetry::Metrics::new()),
+            version_floor: Default::default(),
         });
         let server = tokio::spawn(serve(settings.clone(), state));
         tokio::time::sleep(Duration::from_millis(300)).await;
