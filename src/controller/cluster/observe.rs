@@ -279,7 +279,8 @@ fn volume_node_gone(pod: &Pod) -> Option<String> {
         .flatten()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
     let message = scheduled.message.as_deref().unwrap_or_default();
-    if !message.contains("volume node affinity conflict") || message.contains("Insufficient") {
+    let volume_elsewhere = VOLUME_NODE_MISMATCH.iter().any(|m| message.contains(m));
+    if !volume_elsewhere || message.contains("Insufficient") {
         return None;
     }
     let why = if message.contains("were unschedulable") {
@@ -289,6 +290,14 @@ fn volume_node_gone(pod: &Pod) -> Option<String> {
     };
     Some(format!("{why}: {message}"))
 }
+
+/// How the scheduler says a node cannot mount a pod's volume: the VolumeBinding plugin's
+/// reason up to Kubernetes 1.33, and as 1.34's scheduler words it (seen on the local cluster:
+/// `2 node(s) didn't match PersistentVolume's node affinity`).
+const VOLUME_NODE_MISMATCH: [&str; 2] = [
+    "volume node affinity conflict",
+    "didn't match PersistentVolume's node affinity",
+];
 
 /// Why a pod does not run, as Kubernetes reports it: a waiting container's reason and message
 /// (ErrImagePull, ImagePullBackOff, CrashLoopBackOff) or the scheduler's (Unschedulable).
@@ -624,6 +633,17 @@ mod tests {
         );
         let why = gone(&durable, Some(&cordoned)).expect("gone");
         assert!(why.contains("cordoned (drained)"), "{why}");
+        // Kubernetes 1.34's words, as a drain on the local cluster produced them.
+        let drained = pending(
+            "0/4 nodes are available: 1 node(s) had untolerated taint(s), 1 node(s) were unschedulable, 2 node(s) didn't match PersistentVolume's node affinity. no new claims to deallocate, preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.",
+        );
+        let why = gone(&durable, Some(&drained)).expect("gone");
+        assert!(why.contains("cordoned (drained)"), "{why}");
+        let deleted = pending(
+            "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 node(s) didn't match PersistentVolume's node affinity.",
+        );
+        let why = gone(&durable, Some(&deleted)).expect("gone");
+        assert!(why.contains("the volume's node is gone"), "{why}");
         // Its node full, pending for another reason, or a member without a volume: not gone.
         for message in [
             "0/3 nodes are available: 1 Insufficient memory, 2 node(s) had volume node affinity conflict.",
