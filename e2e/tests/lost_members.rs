@@ -365,7 +365,10 @@ async fn durable_members_on_a_deleted_node_are_replaced_and_their_claims_removed
     apply(&client, "image", image(&img, "9.0.0")).await?;
     apply(&client, "config", durable_config(&cfg, &img)).await?;
     active_cluster_on(&client, &ns.name, NAME, &cfg, (3, 1)).await?;
-    let writer = Writer::start(&client, &ns.name, NAME).await?;
+    // A volume on a deleted node is gone with it: what survives is what a replica holds, so
+    // writes count once a replica confirms them (WAIT 1), as an application needing them to
+    // survive a node's loss does. (A write only its primary held could be lost: seen once.)
+    let writer = Writer::start_replicated(&client, &ns.name, NAME).await?;
 
     confirm(&client, &ns.name, "durable-node").await?;
     let (_, node) = primary_off_the_operators_node(&client, &ns.name).await?;
