@@ -251,6 +251,35 @@ async fn none_missing(client: &Client, ns: &str, round: &str) -> anyhow::Result<
     Ok(())
 }
 
+/// Round `round` of a node lost for good: keys confirmed, the machine of a node holding a
+/// primary (not the operator's) stopped and its Node object deleted; its members must be
+/// replaced (printed: how long after the deletion), then the machine boots and registers
+/// again and the cluster heals with every confirmed key. Returns the members it held.
+async fn lose_a_node(client: &Client, ns: &str, round: &str) -> anyhow::Result<Vec<String>> {
+    confirm(client, ns, round).await?;
+    let (_, node) = primary_off_the_operators_node(client, ns).await?;
+    let lost = members_on(client, ns, &node).await?;
+    let stopped = StartNodes(vec![node.clone()]);
+    faults::stop_node(&node)?;
+    Api::<Node>::all(client.clone())
+        .delete(&node, &Default::default())
+        .await?;
+    let t = Instant::now();
+    let names: Vec<&str> = lost.iter().map(String::as_str).collect();
+    replaced(client, ns, NAME, &names, Duration::from_secs(300)).await?;
+    println!(
+        "{round}: {names:?} (on deleted node {node}) replaced {:?} after the deletion",
+        t.elapsed()
+    );
+    // The machine comes back (boots: its kubelet starts again and registers the Node anew).
+    faults::reboot_node(&node)?;
+    drop(stopped);
+    node_ready_is(client, &node, "True").await?;
+    healed(client, ns, NAME, SHAPE, &names, t).await?;
+    none_missing(client, ns, round).await?;
+    Ok(lost)
+}
+
 #[tokio::test]
 async fn members_evicted_stranded_or_on_a_deleted_node_are_replaced_without_loss()
 -> anyhow::Result<()> {
@@ -311,27 +340,7 @@ async fn members_evicted_stranded_or_on_a_deleted_node_are_replaced_without_loss
     none_missing(&client, &ns.name, "stranded").await?;
 
     // 3. The node object deleted while the machine is down: its pods are garbage-collected.
-    confirm(&client, &ns.name, "node-deleted").await?;
-    let (_, node) = primary_off_the_operators_node(&client, &ns.name).await?;
-    let lost = members_on(&client, &ns.name, &node).await?;
-    let stopped = StartNodes(vec![node.clone()]);
-    faults::stop_node(&node)?;
-    Api::<Node>::all(client.clone())
-        .delete(&node, &Default::default())
-        .await?;
-    let t = Instant::now();
-    let lost: Vec<&str> = lost.iter().map(String::as_str).collect();
-    replaced(&client, &ns.name, NAME, &lost, Duration::from_secs(300)).await?;
-    println!(
-        "{lost:?} (on deleted node {node}) replaced {:?} after the deletion",
-        t.elapsed()
-    );
-    // The machine comes back (boots: its kubelet starts again and registers the Node anew).
-    faults::reboot_node(&node)?;
-    drop(stopped);
-    node_ready_is(&client, &node, "True").await?;
-    healed(&client, &ns.name, NAME, SHAPE, &lost, t).await?;
-    none_missing(&client, &ns.name, "node-deleted").await?;
+    lose_a_node(&client, &ns.name, "node-deleted").await?;
     for round in ["evicted", "stranded"] {
         none_missing(&client, &ns.name, round).await?;
     }
@@ -370,27 +379,9 @@ async fn durable_members_on_a_deleted_node_are_replaced_and_their_claims_removed
     // survive a node's loss does. (A write only its primary held could be lost: seen once.)
     let writer = Writer::start_replicated(&client, &ns.name, NAME).await?;
 
-    confirm(&client, &ns.name, "durable-node").await?;
-    let (_, node) = primary_off_the_operators_node(&client, &ns.name).await?;
-    let lost = members_on(&client, &ns.name, &node).await?;
-    let stopped = StartNodes(vec![node.clone()]);
-    faults::stop_node(&node)?;
-    Api::<Node>::all(client.clone())
-        .delete(&node, &Default::default())
-        .await?;
-    let t = Instant::now();
+    let lost = lose_a_node(&client, &ns.name, "durable-node").await?;
     let lost: Vec<&str> = lost.iter().map(String::as_str).collect();
-    replaced(&client, &ns.name, NAME, &lost, Duration::from_secs(300)).await?;
-    println!(
-        "durable {lost:?} (volumes on deleted node {node}) replaced {:?} after the deletion",
-        t.elapsed()
-    );
-    faults::reboot_node(&node)?;
-    drop(stopped);
-    node_ready_is(&client, &node, "True").await?;
-    healed(&client, &ns.name, NAME, SHAPE, &lost, t).await?;
     valkey_e2e::valkey::claims_gone(&client, &ns.name, &lost).await?;
-    none_missing(&client, &ns.name, "durable-node").await?;
     let report = writer.finish(&client, &ns.name, NAME).await?;
     println!(
         "durable node loss: writer {} acknowledged, 0 lost, longest pause {:?}",
