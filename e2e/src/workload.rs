@@ -16,7 +16,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::valkey::member_pods;
-use fred::types::config::{Server, TlsConfig, TlsConnector, TlsHostMapping};
+use fred::types::config::{Server, TlsConfig, TlsConnector, TlsHostMapping, UnresponsiveConfig};
 use valkey_operator::api::{ValkeyCluster, ValkeyConfig, ValkeyImage};
 use valkey_operator::controller::names;
 use valkey_operator::driver::TlsSettings;
@@ -196,7 +196,15 @@ pub async fn cluster_client_trusting(
     let valkey = Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = Duration::from_secs(2);
+            c.internal_command_timeout = Duration::from_secs(2);
             c.max_redirections = 10;
+            // As an application should: a member whose node froze or vanished can leave its
+            // TCP connections open, and a connection that stops answering is dropped and the
+            // cluster's slots asked again, so the client follows Valkey's failover.
+            c.unresponsive = UnresponsiveConfig {
+                max_timeout: Some(Duration::from_secs(4)),
+                interval: Duration::from_secs(1),
+            };
         })
         .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(2))
         .set_policy(ReconnectPolicy::new_constant(0, 200))

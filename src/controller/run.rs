@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -175,12 +175,16 @@ fn members_only(event: watcher::Event<Pod>) -> Option<watcher::Event<Pod>> {
 }
 
 /// The member pods the cluster controller keeps: what it reads is their metadata (owner,
-/// labels, annotations, deletion) and status (phase, conditions, containers, IP); the spec
-/// is the ValkeyNode controller's, which reads pods from the API, so it is not kept for every
-/// member of the fleet.
+/// labels, annotations, deletion), status (phase, conditions, containers, IP) and the node
+/// the pod runs on (new primaries are spread over nodes); the rest of the spec is the
+/// ValkeyNode controller's, which reads pods from the API, so it is not kept for every member
+/// of the fleet.
 fn forget_pod_spec(pod: &mut Pod) {
     forget_managed_fields(pod);
-    pod.spec = None;
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        node_name: spec.node_name,
+        ..PodSpec::default()
+    });
 }
 
 /// Whether `pod`'s controlling owner is a ValkeyNode (the only pods that are members).
@@ -551,6 +555,22 @@ mod tests {
     use super::*;
     use crate::api::{TlsSpec, ValkeyClusterSpec};
 
+    #[test]
+    fn kept_member_pods_keep_their_node_and_status_but_not_the_rest_of_the_spec() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c-0-0", "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"nodeName": "node-a", "containers": [{"name": "valkey", "image": "valkey/valkey:9.0.0"}]},
+            "status": {"podIP": "10.0.0.1"}
+        }))
+        .unwrap();
+        forget_pod_spec(&mut pod);
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        assert!(spec.containers.is_empty());
+        assert!(pod.metadata.managed_fields.is_none());
+        assert_eq!(pod.status.unwrap().pod_ip.as_deref(), Some("10.0.0.1"));
+    }
+
     fn cluster(namespace: &str, name: &str, secret: Option<&str>) -> Arc<ValkeyCluster> {
         let mut c = ValkeyCluster::new(
             name,
@@ -678,6 +698,10 @@ mod trim_tests {
         let mut kept = member;
         forget_pod_spec(&mut kept);
         assert!(kept.status.is_some() && kept.metadata.annotations.is_some());
-        assert_eq!(kept.spec, None);
+        assert_eq!(
+            kept.spec,
+            Some(PodSpec::default()),
+            "nothing but its node is kept"
+        );
     }
 }

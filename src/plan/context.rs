@@ -110,6 +110,9 @@ pub(super) struct Answered<'a> {
     /// Silent members are missing: nothing that could need them moves (no rollout step, no
     /// slot move, no scale-in).
     pub holding: bool,
+    /// For each shard no member of which owns slots yet, the member to become its primary
+    /// (see [`spread_new_leaders`]).
+    new_leaders: BTreeMap<usize, NodeId>,
 }
 
 impl<'a> Answered<'a> {
@@ -125,12 +128,14 @@ impl<'a> Answered<'a> {
             by_shard.entry(m.shard).or_default().push(*m);
         }
         let slot_owners = slot_owners(&members);
+        let new_leaders = spread_new_leaders(&by_shard);
         Answered {
             observed,
             members,
             by_shard,
             slot_owners,
             holding,
+            new_leaders,
         }
     }
 
@@ -138,6 +143,100 @@ impl<'a> Answered<'a> {
     pub fn shard_members(&self, shard: usize) -> &[AnsweredMember<'a>] {
         self.by_shard.get(&shard).map_or(&[], Vec::as_slice)
     }
+
+    /// The member of `shard` that is (or is to become) its primary: the one owning slots or,
+    /// for a shard that holds no slots yet (a new cluster, a new shard of a scale-out), the
+    /// one [`spread_new_leaders`] chose. Never an empty node while a member of the shard
+    /// still follows a primary that holds data (a failed one): that replica is the shard's
+    /// data and must take over instead.
+    pub fn shard_leader(&self, shard: usize) -> Option<AnsweredMember<'a>> {
+        let list = self.shard_members(shard);
+        shard_primary(list).or_else(|| {
+            let follows_data = list.iter().any(|m| {
+                m.view
+                    .primary_id
+                    .as_ref()
+                    .is_some_and(|p| self.slot_owners.contains(p))
+            });
+            if follows_data {
+                return None;
+            }
+            self.new_leader(shard)
+        })
+    }
+
+    /// The member [`spread_new_leaders`] chose to become `shard`'s primary, if the shard
+    /// has no slot-owning primary.
+    pub fn new_leader(&self, shard: usize) -> Option<AnsweredMember<'a>> {
+        let id = self.new_leaders.get(&shard)?;
+        self.shard_members(shard)
+            .iter()
+            .copied()
+            .find(|m| m.view.id == *id)
+    }
+}
+
+/// Whom each shard without a slot-owning primary makes its primary, among its members that are
+/// primaries following nobody: spread over Kubernetes nodes, counting the primaries already
+/// there, so that losing one node leaves Valkey a majority of primaries to fail over by
+/// itself (a node holding most primaries takes that away: the shards wait for the operator).
+/// Greedy in shard order (fewest primaries on the member's node, then by name), then single
+/// moves while one lowers a crowded node: the sum of squared counts drops with each, so it
+/// ends. Members whose node is unknown all count as one node, so without nodes the choice is
+/// the first by name.
+fn spread_new_leaders<'a>(
+    by_shard: &BTreeMap<usize, Vec<AnsweredMember<'a>>>,
+) -> BTreeMap<usize, NodeId> {
+    let host = |m: &AnsweredMember<'a>| -> Option<&'a str> { m.member.host.as_deref() };
+    let mut per_host: BTreeMap<Option<&'a str>, usize> = BTreeMap::new();
+    let mut leaderless: Vec<(usize, Vec<AnsweredMember<'a>>)> = Vec::new();
+    for (shard, list) in by_shard {
+        match shard_primary(list) {
+            Some(p) => *per_host.entry(host(&p)).or_default() += 1,
+            None => {
+                let mut candidates: Vec<AnsweredMember> = list
+                    .iter()
+                    .copied()
+                    .filter(|m| m.view.is_primary && m.view.primary_id.is_none())
+                    .collect();
+                candidates.sort_by(|a, b| a.name.cmp(&b.name));
+                if !candidates.is_empty() {
+                    leaderless.push((*shard, candidates));
+                }
+            }
+        }
+    }
+    let mut chosen: Vec<usize> = Vec::with_capacity(leaderless.len());
+    for (_, candidates) in &leaderless {
+        let best = (0..candidates.len())
+            .min_by_key(|&i| per_host.get(&host(&candidates[i])).copied().unwrap_or(0))
+            .unwrap_or(0);
+        *per_host.entry(host(&candidates[best])).or_default() += 1;
+        chosen.push(best);
+    }
+    let mut improved = true;
+    while improved {
+        improved = false;
+        for (k, (_, candidates)) in leaderless.iter().enumerate() {
+            let here = host(&candidates[chosen[k]]);
+            let count = |h: Option<&'a str>, per_host: &BTreeMap<Option<&'a str>, usize>| {
+                per_host.get(&h).copied().unwrap_or(0)
+            };
+            let better = (0..candidates.len())
+                .find(|&i| count(host(&candidates[i]), &per_host) + 1 < count(here, &per_host));
+            if let Some(i) = better {
+                *per_host.entry(here).or_default() -= 1;
+                *per_host.entry(host(&candidates[i])).or_default() += 1;
+                chosen[k] = i;
+                improved = true;
+            }
+        }
+    }
+    leaderless
+        .iter()
+        .zip(chosen)
+        .map(|((shard, candidates), i)| (*shard, candidates[i].view.id.clone()))
+        .collect()
 }
 
 /// Ids of every node owning a slot, as the given members see the cluster (themselves included).
@@ -169,31 +268,6 @@ pub(super) fn shard_primary<'a>(list: &[AnsweredMember<'a>]) -> Option<AnsweredM
         .copied()
         .filter(|m| m.view.is_primary && !m.view.slots.is_empty())
         .min_by(|a, b| a.name.cmp(&b.name))
-}
-
-/// The member that is (or is to become) its shard's primary: the one owning slots or, for a
-/// shard that holds no slots yet (a new shard of a scale-out), the first primary by name.
-/// Never an empty node while a member of the shard still follows a primary that holds data
-/// (a failed one): that replica is the shard's data and must take over instead.
-pub(super) fn shard_leader<'a>(
-    list: &[AnsweredMember<'a>],
-    slot_owners: &BTreeSet<NodeId>,
-) -> Option<AnsweredMember<'a>> {
-    shard_primary(list).or_else(|| {
-        let follows_data = list.iter().any(|m| {
-            m.view
-                .primary_id
-                .as_ref()
-                .is_some_and(|p| slot_owners.contains(p))
-        });
-        if follows_data {
-            return None;
-        }
-        list.iter()
-            .copied()
-            .filter(|m| m.view.is_primary && m.view.primary_id.is_none())
-            .min_by(|a, b| a.name.cmp(&b.name))
-    })
 }
 
 /// Member names for messages: `a, b, c`.

@@ -3,9 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::context::{
-    Answered, AnsweredMember, Observed, names, owned_slots, shard_leader, shard_primary,
-};
+use super::context::{Answered, AnsweredMember, Observed, names, owned_slots, shard_primary};
 use super::{Phase, Plan, Step, Topology, member_name};
 use crate::api::Lifecycle;
 use crate::topology::NodeId;
@@ -226,7 +224,8 @@ fn reintroduce_moved(a: &Answered) -> Option<Plan> {
 const MEETS_PER_ROUND: usize = 64;
 
 /// 4. Every slot has an owner: each shard's range goes to its primary (the member owning
-///    slots, or for a new cluster the first primary of the shard by name).
+///    slots, or for a new cluster the member chosen to spread primaries over Kubernetes
+///    nodes, see `context::spread_new_leaders`).
 ///    Owned means owned by anyone any member knows of: the slots of a failed primary that is
 ///    no longer one of our members (its pod lost its data and came back as a new node) are NOT
 ///    free. Assigning them to the empty node would make the old primary's replica follow it
@@ -252,12 +251,7 @@ pub(super) fn assign_slots(a: &Answered) -> Option<Plan> {
         {
             lost_shards.push(shard);
         }
-        let owner = shard_primary(list).or_else(|| {
-            list.iter()
-                .copied()
-                .filter(|m| m.view.is_primary && m.view.primary_id.is_none())
-                .min_by(|x, y| x.name.cmp(&y.name))
-        });
+        let owner = shard_primary(list).or_else(|| a.new_leader(shard));
         if let Some(owner) = owner {
             assigns.push(Step::AssignSlots {
                 member: owner.addr.clone(),
@@ -293,7 +287,7 @@ pub(super) fn replicate(a: &Answered) -> Option<Plan> {
     let mut no_primary = Vec::new();
     let silent = silent_ids(a);
     for (shard, list) in &a.by_shard {
-        let Some(primary) = shard_leader(list, &a.slot_owners) else {
+        let Some(primary) = a.shard_leader(*shard) else {
             let follows_silent = list.iter().any(|m| {
                 m.view
                     .primary_id

@@ -169,6 +169,9 @@ pub struct Member {
     pub view: Option<MemberView>,
     /// Why its pod does not run, when Kubernetes says (ImagePullBackOff, Unschedulable, ...).
     pub pod_problem: Option<String>,
+    /// The Kubernetes node its pod runs on: new primaries are spread across nodes, so losing
+    /// one node leaves Valkey a majority of primaries to fail over by itself.
+    pub host: Option<String>,
     /// Kubernetes reports its pod not Ready: its readiness probe fails, or its node stopped
     /// reporting and the node lifecycle controller marked the node's pods not Ready.
     pub pod_not_ready: bool,
@@ -190,6 +193,7 @@ impl Member {
             addr: None,
             view: None,
             pod_problem: None,
+            host: None,
             pod_not_ready: false,
             gone: None,
         }

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::context::{Answered, AnsweredMember, shard_leader};
+use super::context::{Answered, AnsweredMember};
 use super::{MigrationMethod, MoveMethod, MoveTarget, Phase, Plan, Step};
 use crate::topology::MemberAddr;
 use crate::topology::slots::{SlotRange, count_slots, even_ranges, normalize, range_len, subtract};
@@ -140,11 +140,7 @@ struct Batches {
 /// the failed migrations being retried. A source that is being emptied goes one target at a
 /// time ([`emptying_batch`]).
 fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<Batches> {
-    let leader = |shard: usize| {
-        a.by_shard
-            .get(&shard)
-            .and_then(|list| shard_leader(list, &a.slot_owners))
-    };
+    let leader = |shard: usize| a.shard_leader(shard);
     let primaries: Vec<MemberAddr> = a
         .by_shard
         .values()

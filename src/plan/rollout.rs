@@ -2,7 +2,7 @@
 //! ones that join as in-sync replicas, a coordinated failover moves the primary role to one of
 //! them, and the stale members retire.
 
-use super::context::{Answered, AnsweredMember, Observed, names, shard_leader};
+use super::context::{Answered, AnsweredMember, Observed, names};
 use super::{Phase, Plan, Step};
 use crate::topology::FailoverMode;
 
@@ -33,7 +33,7 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
     let shard = o.rollout_shard?;
     let note = o.rollout_note(shard);
     let list = a.shard_members(shard);
-    let Some(primary) = shard_leader(list, &a.slot_owners) else {
+    let Some(primary) = a.shard_leader(shard) else {
         return Some(Plan::new(
             Phase::Degraded,
             vec![],

@@ -15,6 +15,8 @@ struct Sim {
     /// The desired spec generation: nodes created under another one are stale.
     generation: u32,
     created: usize,
+    /// The Kubernetes node each member's pod runs on, by member name (none: unknown).
+    hosts: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug)]
@@ -86,6 +88,7 @@ impl Sim {
                         ..MemberView::bare(&n.id.0)
                     }),
                     pod_problem: None,
+                    host: self.hosts.get(name).cloned(),
                     pod_not_ready: false,
                     gone: None,
                 })
@@ -530,6 +533,102 @@ fn formation_of_three_shards_with_one_replica() {
         names,
         BTreeSet::from(["c-0-0", "c-0-1", "c-1-0", "c-1-1", "c-2-0", "c-2-1"])
     );
+}
+
+/// Primaries per Kubernetes node in a simulated cluster.
+fn primaries_per_host(sim: &Sim) -> BTreeMap<String, usize> {
+    let mut per_host = BTreeMap::new();
+    for (name, n) in &sim.nodes {
+        if n.primary.is_none() && !n.slots.is_empty() {
+            *per_host.entry(sim.hosts[name].clone()).or_default() += 1;
+        }
+    }
+    per_host
+}
+
+#[test]
+fn new_primaries_are_spread_over_kubernetes_nodes_not_picked_by_name() {
+    // As the scheduler placed a real 3 x 1 cluster: every shard's first member on node-c.
+    let mut sim = Sim::default();
+    let place = |sim: &mut Sim, placed: &[(&str, &str)]| {
+        for (name, host) in placed {
+            sim.hosts.insert(name.to_string(), host.to_string());
+        }
+    };
+    place(
+        &mut sim,
+        &[
+            ("c-0-0", "node-c"),
+            ("c-0-1", "node-a"),
+            ("c-1-0", "node-c"),
+            ("c-1-1", "node-b"),
+            ("c-2-0", "node-c"),
+            ("c-2-1", "node-a"),
+        ],
+    );
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    assert_formed(&sim, 3, 1);
+    assert_eq!(
+        primaries_per_host(&sim),
+        BTreeMap::from([
+            ("node-a".to_string(), 1),
+            ("node-b".to_string(), 1),
+            ("node-c".to_string(), 1)
+        ]),
+        "losing any one node leaves two of three primaries: Valkey fails over by itself"
+    );
+    // Two more shards (a scale-out): their primaries go where the fewest are.
+    place(
+        &mut sim,
+        &[
+            ("c-3-0", "node-a"),
+            ("c-3-1", "node-b"),
+            ("c-4-0", "node-a"),
+            ("c-4-1", "node-c"),
+        ],
+    );
+    converge(&mut sim, 5, 1, |_| usize::MAX);
+    let per_host = primaries_per_host(&sim);
+    assert_eq!(per_host.values().sum::<usize>(), 5);
+    assert!(per_host.values().all(|&n| n <= 2), "{per_host:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Wherever the scheduler put the members, no new primary could move to a shard-mate's
+    /// node and leave the crowdest node less crowded: each shard's primary is on a node with
+    /// at most one primary more than any of its replicas' nodes.
+    #[test]
+    fn new_primaries_are_spread_as_far_as_their_members_allow(
+        shards in 1usize..7,
+        replicas in 0usize..3,
+        nodes in 1usize..5,
+        placement in proptest::collection::vec(0usize..5, 24),
+    ) {
+        let mut sim = Sim::default();
+        for shard in 0..shards {
+            for index in 0..=replicas {
+                let node = placement[shard * 3 + index] % nodes;
+                sim.hosts.insert(member_name("c", shard, index), format!("node-{node}"));
+            }
+        }
+        form(&mut sim, shards, replicas, |_| usize::MAX);
+        assert_formed(&sim, shards, replicas);
+        let per_host = primaries_per_host(&sim);
+        for (name, n) in &sim.nodes {
+            if n.primary.is_some() {
+                continue;
+            }
+            let here = per_host[&sim.hosts[name]];
+            for (other, o) in &sim.nodes {
+                if o.shard == n.shard && o.primary.is_some() {
+                    let there = per_host.get(&sim.hosts[other]).copied().unwrap_or(0);
+                    prop_assert!(here <= there + 1, "{name} on a node with {here} primaries, its replica {other} on one with {there}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

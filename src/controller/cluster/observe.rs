@@ -406,6 +406,9 @@ pub async fn members(
                 pod_problem: start_failure
                     .clone()
                     .or_else(|| why_no_pod(node, pod.as_deref())),
+                host: pod
+                    .as_deref()
+                    .and_then(|p| p.spec.as_ref()?.node_name.clone()),
                 pod_not_ready: pod.as_deref().is_some_and(not_ready),
                 gone: gone(node, pod.as_deref()),
             },
