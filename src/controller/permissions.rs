@@ -75,6 +75,13 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         why: "one volume claim per member of a config with storage, created once (node/mod.rs); grown, its retention set, and deleted when a retained member is retired (cluster/volumes.rs)",
     },
     Permission {
+        groups: &[""],
+        resources: &["nodes"],
+        names: &[],
+        verbs: &["list", "watch"],
+        why: "which Node objects exist (names only, a metadata watch): a member whose pod is bound to a deleted node is lost at once instead of after the pod garbage collector (cluster/observe.rs)",
+    },
+    Permission {
         groups: &["storage.k8s.io"],
         resources: &["storageclasses"],
         names: &[],

@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, PodSpec, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -40,6 +41,7 @@ pub async fn run(
     let (roles, role_changes) = reflect::<ValkeyRole>(&client, watcher::Config::default());
     let (nodes, node_changes) = reflect::<ValkeyNode>(&client, watcher::Config::default());
     let (pods, pod_changes) = reflect_member_pods(&client);
+    let (hosts, deleted_hosts) = reflect_node_names(&client);
     let menu = MenuStores {
         configs,
         images,
@@ -54,7 +56,8 @@ pub async fn run(
         election,
     ));
 
-    let cluster_controller = cluster_controller(&client, node_changes, pod_changes);
+    let cluster_controller = cluster_controller(&client, node_changes, pod_changes)
+        .watches_stream(deleted_hosts, clusters_on_host(pods.clone()));
     let cluster_controller = follow_menu(
         cluster_controller,
         &menu,
@@ -70,6 +73,7 @@ pub async fn run(
         ctx.clone(),
         nodes.clone(),
         pods.clone(),
+        hosts.clone(),
     ));
     tokio::spawn(sweep_gone_clusters(
         ctx.clone(),
@@ -83,6 +87,7 @@ pub async fn run(
         ctx: ctx.clone(),
         nodes,
         pods,
+        hosts,
         waits: Default::default(),
         repeats: Default::default(),
     });
@@ -156,6 +161,51 @@ fn reflect_member_pods(
         .reflect(writer)
         .touched_objects();
     (store, changes)
+}
+
+/// The Node objects that exist, by name (a metadata watch: no status, no spec, no managed
+/// fields), and the stream of those deleted, so the clusters with members there look again
+/// at once (see [`clusters_on_host`]) instead of at their next periodic round.
+fn reflect_node_names(
+    client: &Client,
+) -> (
+    Store<PartialObjectMeta<Node>>,
+    impl Stream<Item = Result<PartialObjectMeta<Node>, watcher::Error>> + Send + 'static,
+) {
+    let (store, writer) = reflector::store::<PartialObjectMeta<Node>>();
+    let nodes = Api::<PartialObjectMeta<Node>>::all(client.clone());
+    let deleted = watcher(nodes, watcher::Config::default())
+        .default_backoff()
+        .modify(forget_managed_fields)
+        .reflect(writer)
+        .filter_map(|event| {
+            std::future::ready(match event {
+                Ok(watcher::Event::Delete(node)) => Some(Ok(node)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+        });
+    (store, deleted)
+}
+
+/// The clusters with a member pod bound to a Node (by the pods' `spec.nodeName`).
+fn clusters_on_host(
+    pods: Store<Pod>,
+) -> impl Fn(PartialObjectMeta<Node>) -> Vec<ObjectRef<ValkeyCluster>> + Send + Sync + 'static {
+    move |node| {
+        let host = node.name_any();
+        let clusters: HashSet<ObjectRef<ValkeyCluster>> = pods
+            .state()
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&host))
+            .filter_map(|p| {
+                let namespace = p.namespace()?;
+                let cluster = p.labels().get(LABEL_CLUSTER)?;
+                Some(ObjectRef::new(cluster).within(&namespace))
+            })
+            .collect();
+        clusters.into_iter().collect()
+    }
 }
 
 /// The watch events of the member pods only. A tenant can label any pod of its namespace
@@ -366,14 +416,21 @@ async fn reconcile_node(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Acti
 /// Lets reconciles start (and `/readyz` answer ok) once every store the resolver reads has
 /// its initial list: before, the menu looks empty and clusters would be reported Blocked
 /// for nothing.
-async fn mark_ready_once_synced(ctx: Arc<Context>, nodes: Store<ValkeyNode>, pods: Store<Pod>) {
+async fn mark_ready_once_synced(
+    ctx: Arc<Context>,
+    nodes: Store<ValkeyNode>,
+    pods: Store<Pod>,
+    hosts: Store<PartialObjectMeta<Node>>,
+) {
     let menu = &ctx.menu;
+    // Before the Node list is in, every member would look bound to a deleted node.
     let _ = tokio::join!(
         menu.configs.wait_until_ready(),
         menu.images.wait_until_ready(),
         menu.roles.wait_until_ready(),
         nodes.wait_until_ready(),
-        pods.wait_until_ready()
+        pods.wait_until_ready(),
+        hosts.wait_until_ready()
     );
     ctx.menu_synced.store(true, Ordering::Release);
     ctx.metrics.ready.store(true, Ordering::Relaxed);
@@ -554,6 +611,37 @@ fn certificate_not_after(cluster: &ValkeyCluster) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::api::{TlsSpec, ValkeyClusterSpec};
+
+    #[test]
+    fn a_deleted_node_maps_to_the_clusters_with_members_on_it() {
+        let (pods, mut writer) = reflector::store::<Pod>();
+        for (ns, cluster, member, host) in [
+            ("a", "one", "one-0-0", "node-a"),
+            ("a", "one", "one-0-1", "node-b"),
+            ("a", "two", "two-0-0", "node-a"),
+            ("b", "one", "one-0-0", "node-a"),
+            ("b", "three", "three-0-0", "node-c"),
+        ] {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": member, "namespace": ns,
+                             "labels": {LABEL_CLUSTER: cluster}},
+                "spec": {"nodeName": host, "containers": []}
+            }))
+            .unwrap();
+            writer.apply_watcher_event(&watcher::Event::Apply(pod));
+        }
+        let node = |name: &str| {
+            let mut n = PartialObjectMeta::<Node>::default();
+            n.metadata.name = Some(name.into());
+            n
+        };
+        let on = clusters_on_host(pods);
+        let mut got: Vec<String> = on(node("node-a")).iter().map(|r| r.to_string()).collect();
+        got.sort();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got.iter().all(|r| !r.contains("three")), "{got:?}");
+        assert!(on(node("node-z")).is_empty());
+    }
 
     #[test]
     fn kept_member_pods_keep_their_node_and_status_but_not_the_rest_of_the_spec() {

@@ -124,7 +124,7 @@ async fn repair(
         )
         .await;
     let hash = build::spec_hash(spec);
-    let observed = observe::members(driver.as_ref(), members, &cctx.pods, &hash).await;
+    let observed = observe::members(driver.as_ref(), members, cctx, &hash).await;
     pods::sync(ctx, cluster, &observed, &cctx.pods).await;
     let mut topology = observe::topology(cluster, &observed);
     // The shape the cluster had when it last resolved: a scale asked for meanwhile waits too.

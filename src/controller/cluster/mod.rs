@@ -35,7 +35,8 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
@@ -55,6 +56,8 @@ pub struct ClusterContext {
     pub ctx: Arc<Context>,
     pub nodes: Store<ValkeyNode>,
     pub pods: Store<Pod>,
+    /// The Node objects that exist (names only): see `observe::lost_with_its_node`.
+    pub hosts: Store<PartialObjectMeta<Node>>,
     /// Since when each changing cluster has waited for the same thing (the poll follows it).
     pub waits: cadence::Waits,
     /// The steps each cluster carried out round after round (they back off; see [`repeats`]).
@@ -115,7 +118,7 @@ pub async fn reconcile(
         )
         .await;
     let desired_hash = build::spec_hash(&desired_spec);
-    let observed = observe::members(driver.as_ref(), &members, &cctx.pods, &desired_hash).await;
+    let observed = observe::members(driver.as_ref(), &members, &cctx, &desired_hash).await;
     pods::sync(ctx, &cluster, &observed, &cctx.pods).await;
 
     // Plan the next step. A rolling-replacement step waits for a slot under

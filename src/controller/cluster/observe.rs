@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
 use crate::api::constants::{ANNOTATION_SLOT_MIGRATION, CLIENT_PORT, LABEL_SPEC_HASH};
@@ -107,6 +107,20 @@ const SUSPECTED_DOWN_OBSERVE_LIMIT: Duration = Duration::from_secs(2);
 
 /// Seconds past a deleted pod's grace period after which it counts as stuck terminating.
 pub const STUCK_TERMINATING_MARGIN_SECS: i64 = 15;
+
+/// Why a member whose pod is bound to `host`, a Node object that was deleted, and that did not
+/// answer is gone for good, if it is: the machine is gone (Kubernetes deletes a Node whose
+/// machine is gone; the pod garbage collector removes its pods about a minute later, which is
+/// when [`gone`] would see it). A member keeping no data across a restart never comes back
+/// as itself; its shard's replica takes over now. A member with a volume is left to [`gone`]:
+/// a volume not bound to that node comes back with its recreated pod elsewhere. Either way
+/// Kubernetes now reports it down (`pod_not_ready`), so silent primaries too many for Valkey
+/// to fail over are taken over without waiting for the pod garbage collector.
+pub fn lost_with_its_node(node: &ValkeyNode, host: &str) -> Option<String> {
+    let had_identity = node.status.as_ref().is_some_and(|s| s.node_id.is_some());
+    (!node.spec.restarts_in_place() && had_identity)
+        .then(|| format!("its node {host} was deleted (the machine is gone)"))
+}
 
 /// Why a member's Valkey is gone for good, if it is: the member keeps no data across a restart
 /// (see `ValkeyNodeSpec::restart_in_place`) and its process exited (pod `Failed`, never
@@ -345,9 +359,10 @@ pub fn is_current(node: &ValkeyNode, desired_hash: &str) -> bool {
 pub async fn members(
     driver: &dyn ClusterDriver,
     nodes: &[Arc<ValkeyNode>],
-    pods: &Store<Pod>,
+    stores: &super::ClusterContext,
     desired_hash: &str,
 ) -> Vec<Observed> {
+    let (pods, hosts) = (&stores.pods, &stores.hosts);
     join_all(nodes.iter().map(|node| async move {
         let name = node.name_any();
         let namespace = node.namespace().unwrap_or_default();
@@ -356,25 +371,22 @@ pub async fn members(
             .get(&ObjectRef::new(&name).within(&namespace))
             .filter(|p| crate::controller::cluster::owned_by(p.as_ref(), node.as_ref()));
         let addr = pod.as_deref().and_then(running_address);
-        let limit = observe_limit(node, pod.as_deref());
-        let observation = match &addr {
-            Some(addr) => match tokio::time::timeout(limit, driver.observe(addr)).await {
-                Ok(Ok(obs)) => Some(obs),
-                Ok(Err(e)) => {
-                    debug!(member = %name, "observe failed: {e}");
-                    None
-                }
-                Err(_) => {
-                    debug!(member = %name, "observe timed out");
-                    None
-                }
-            },
-            None => None,
+        // Bound to a Node object that no longer exists: the machine is most likely gone.
+        let host_deleted = pod
+            .as_deref()
+            .and_then(|p| p.spec.as_ref()?.node_name.as_deref())
+            .filter(|host| hosts.get(&ObjectRef::new(host)).is_none());
+        let limit = match host_deleted {
+            Some(_) => SUSPECTED_DOWN_OBSERVE_LIMIT,
+            None => observe_limit(node, pod.as_deref()),
         };
+        let observation = observe_within(driver, &name, addr.as_ref(), limit).await;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let view = observation.as_ref().map(|o| view(o, now));
+        // ... and silent: the machine is gone.
+        let deleted_host = host_deleted.filter(|_| view.is_none());
         let start_failure = pod
             .as_deref()
             .and_then(|p| crate::controller::node::start::failed_before_joining(node, p))
@@ -409,8 +421,10 @@ pub async fn members(
                 host: pod
                     .as_deref()
                     .and_then(|p| p.spec.as_ref()?.node_name.clone()),
-                pod_not_ready: pod.as_deref().is_some_and(not_ready),
-                gone: gone(node, pod.as_deref()),
+                pod_not_ready: pod.as_deref().is_some_and(not_ready) || deleted_host.is_some(),
+                gone: deleted_host
+                    .and_then(|host| lost_with_its_node(node, host))
+                    .or_else(|| gone(node, pod.as_deref())),
             },
             pod: pod.map(|p| p.name_any()),
             start_failure,
@@ -421,6 +435,26 @@ pub async fn members(
         }
     }))
     .await
+}
+
+/// What the member's Valkey reports, if it answers within `limit`.
+async fn observe_within(
+    driver: &dyn ClusterDriver,
+    name: &str,
+    addr: Option<&MemberAddr>,
+    limit: Duration,
+) -> Option<MemberObservation> {
+    match tokio::time::timeout(limit, driver.observe(addr?)).await {
+        Ok(Ok(obs)) => Some(obs),
+        Ok(Err(e)) => {
+            debug!(member = %name, "observe failed: {e}");
+            None
+        }
+        Err(_) => {
+            debug!(member = %name, "observe timed out");
+            None
+        }
+    }
 }
 
 /// Why the member's pod does not run, when Kubernetes says (ImagePullBackOff,
@@ -655,6 +689,19 @@ mod tests {
             assert_eq!(gone(&durable, Some(&pending(message))), None, "{message}");
         }
         assert_eq!(gone(&node(Some(true), Some("abc")), Some(&node_gone)), None);
+    }
+
+    #[test]
+    fn a_member_on_a_deleted_node_is_gone_unless_it_restarts_in_place() {
+        let why = lost_with_its_node(&node(Some(false), Some("abc")), "node-b").unwrap();
+        assert!(why.contains("node node-b was deleted"), "{why}");
+        // Never had an identity: nothing to take over from, it is recreated like any pod.
+        assert_eq!(lost_with_its_node(&node(Some(false), None), "node-b"), None);
+        // Restarts in place (a volume, or no replica): left to its pod's fate (see `gone`).
+        assert_eq!(
+            lost_with_its_node(&node(Some(true), Some("abc")), "node-b"),
+            None
+        );
     }
 
     #[test]
