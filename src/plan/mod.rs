@@ -6,6 +6,7 @@
 //! member already known, or assigning slots already owned never happens twice. Roles are read
 //! from Valkey (who holds slots, who replicates whom), never inferred from names.
 
+pub mod autoscale;
 mod context;
 mod describe;
 mod failures;
