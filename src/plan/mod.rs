@@ -16,6 +16,7 @@ mod migrations;
 pub mod rebalance;
 mod retirement;
 mod rollout;
+pub mod utilization;
 
 use std::collections::{BTreeMap, BTreeSet};
 
