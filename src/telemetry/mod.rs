@@ -1,6 +1,7 @@
 //! Logging setup, Prometheus metrics, the admin server (/metrics, /healthz, /readyz) and
 //! OTLP traces.
 
+pub mod metering;
 pub mod traces;
 
 use std::net::SocketAddr;

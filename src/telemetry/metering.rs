@@ -1,0 +1,278 @@
+//! Usage metering arithmetic (pure; Momento v0.9, issue 30, `../shared/spec/MOMENTO-V09.md`
+//! section 7): each member's billable memory by the documented source order, and GB-hours
+//! accounted per UTC day and source in exact integers (byte-seconds), so no float rounding
+//! ever reaches billing data. GB is 10^9 bytes, an hour 3600 s.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+
+/// The floor every member is raised to: 100 MB.
+pub const FLOOR_BYTES: u64 = 100_000_000;
+
+/// Days kept one by one in a record; older ones are folded into one total.
+pub const MAX_DAYS: usize = 400;
+
+/// Where a member's billable figure came from, the first that applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// The resolved config's `resources.memory` (request and limit of the container).
+    Reserved,
+    /// Its `maxmemory` from the resolved `valkey` settings.
+    MaxMemory,
+    /// The highest `used_memory_rss` sampled during the interval.
+    Observed,
+    /// Any of the above raised to [`FLOOR_BYTES`], or nothing known yet.
+    Floor,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Reserved => "Reserved",
+            Source::MaxMemory => "MaxMemory",
+            Source::Observed => "Observed",
+            Source::Floor => "Floor",
+        }
+    }
+}
+
+/// A memory size in Valkey's units: `k` 10^3, `kb` 2^10, `m` 10^6, `mb` 2^20, `g` 10^9,
+/// `gb` 2^30, case ignored; a bare number is bytes.
+pub fn parse_valkey_bytes(text: &str) -> Option<u64> {
+    let text = text.trim().to_ascii_lowercase();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let factor: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1_000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        _ => return None,
+    };
+    number.checked_mul(factor)
+}
+
+/// A member's billable bytes and their source: reserved memory, else `maxmemory` (0 counts
+/// as unset, as in Valkey), else the observed RSS peak, each raised to the floor.
+pub fn member_bytes(
+    reserved: Option<u64>,
+    maxmemory: Option<&str>,
+    observed_rss_peak: Option<u64>,
+) -> (Source, u64) {
+    let found = reserved
+        .filter(|b| *b > 0)
+        .map(|b| (Source::Reserved, b))
+        .or_else(|| {
+            maxmemory
+                .and_then(parse_valkey_bytes)
+                .filter(|b| *b > 0)
+                .map(|b| (Source::MaxMemory, b))
+        })
+        .or_else(|| observed_rss_peak.map(|b| (Source::Observed, b)));
+    match found {
+        Some((source, bytes)) if bytes >= FLOOR_BYTES => (source, bytes),
+        _ => (Source::Floor, FLOOR_BYTES),
+    }
+}
+
+/// One UTC day of a record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Day {
+    /// `YYYY-MM-DD`.
+    pub date: String,
+    /// Byte-seconds per source.
+    pub by_source: BTreeMap<Source, u128>,
+    /// The most members counted at once that day.
+    pub peak_nodes: usize,
+}
+
+impl Day {
+    pub fn byte_seconds(&self) -> u128 {
+        self.by_source.values().sum()
+    }
+}
+
+/// What a record has accounted: days oldest first, and the byte-seconds of days folded away.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
+    pub days: Vec<Day>,
+    pub before_days: u128,
+}
+
+impl Ledger {
+    /// Adds the members' usage from `from` to `to` (Unix seconds), split at UTC midnight;
+    /// days beyond [`MAX_DAYS`] are folded into `before_days`, oldest first.
+    pub fn account(&mut self, from: i64, to: i64, members: &[(Source, u64)]) {
+        for (day_start, seconds) in split_at_midnight(from, to) {
+            let date = utc_date(day_start);
+            if self.days.last().is_none_or(|d| d.date != date) {
+                self.days.push(Day {
+                    date,
+                    ..Day::default()
+                });
+            }
+            let day = self.days.last_mut().expect("pushed above");
+            for (source, bytes) in members {
+                *day.by_source.entry(*source).or_default() += *bytes as u128 * seconds as u128;
+            }
+            day.peak_nodes = day.peak_nodes.max(members.len());
+        }
+        while self.days.len() > MAX_DAYS {
+            let oldest = self.days.remove(0);
+            self.before_days += oldest.byte_seconds();
+        }
+    }
+
+    /// Everything accounted, in byte-seconds.
+    pub fn total(&self) -> u128 {
+        self.before_days + self.days.iter().map(Day::byte_seconds).sum::<u128>()
+    }
+}
+
+/// `[from, to)` cut at every UTC midnight: (start of each piece, its length in seconds).
+fn split_at_midnight(from: i64, to: i64) -> Vec<(i64, i64)> {
+    let mut pieces = Vec::new();
+    let mut start = from;
+    while start < to {
+        let midnight = (start.div_euclid(86_400) + 1) * 86_400;
+        let end = midnight.min(to);
+        pieces.push((start, end - start));
+        start = end;
+    }
+    pieces
+}
+
+fn utc_date(second: i64) -> String {
+    Timestamp::from_second(second)
+        .map(|t| t.strftime("%Y-%m-%d").to_string())
+        .unwrap_or_default()
+}
+
+/// Byte-seconds as GB-hours with six decimals (rounded half up): `"309.120000"`.
+pub fn gb_hours(byte_seconds: u128) -> String {
+    // One millionth of a GB-hour is 3.6e12 / 1e6 byte-seconds.
+    const MICRO_GB_HOUR: u128 = 3_600_000;
+    let micro = (byte_seconds + MICRO_GB_HOUR / 2) / MICRO_GB_HOUR;
+    format!("{}.{:06}", micro / 1_000_000, micro % 1_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn valkey_units_are_decimal_or_binary_as_valkey_reads_them() {
+        for (text, bytes) in [
+            ("100", 100),
+            ("1k", 1_000),
+            ("1KB", 1_024),
+            ("2m", 2_000_000),
+            ("2mb", 2 << 20),
+            ("3g", 3_000_000_000),
+            ("3Gb", 3 << 30),
+            (" 768mb ", 768 << 20),
+        ] {
+            assert_eq!(parse_valkey_bytes(text), Some(bytes), "{text}");
+        }
+        for text in ["", "mb", "1.5gb", "1tb", "-1", "1 gb"] {
+            assert_eq!(parse_valkey_bytes(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_first_source_that_applies_counts_raised_to_the_floor() {
+        let gib = 1u64 << 30;
+        assert_eq!(
+            member_bytes(Some(gib), Some("512mb"), Some(7)),
+            (Source::Reserved, gib)
+        );
+        assert_eq!(
+            member_bytes(None, Some("768mb"), Some(7)),
+            (Source::MaxMemory, 768 << 20)
+        );
+        assert_eq!(
+            member_bytes(None, Some("0"), Some(300_000_000)),
+            (Source::Observed, 300_000_000)
+        );
+        assert_eq!(
+            member_bytes(None, Some("10mb"), None),
+            (Source::Floor, FLOOR_BYTES)
+        );
+        assert_eq!(member_bytes(None, None, None), (Source::Floor, FLOOR_BYTES));
+    }
+
+    #[test]
+    fn a_day_of_six_reserved_members_is_their_gigabytes_times_24() {
+        // Six members reserving 1.073741824 GB each, for 24 h from midnight.
+        let mut ledger = Ledger::default();
+        let members = vec![(Source::Reserved, 1u64 << 30); 6];
+        let midnight = 1_796_428_800; // 2026-12-05T00:00:00Z
+        ledger.account(midnight, midnight + 86_400, &members);
+        assert_eq!(ledger.days.len(), 1);
+        assert_eq!(ledger.days[0].date, "2026-12-05");
+        assert_eq!(ledger.days[0].peak_nodes, 6);
+        assert_eq!(gb_hours(ledger.total()), "154.618823");
+    }
+
+    #[test]
+    fn usage_is_split_at_utc_midnight() {
+        let mut ledger = Ledger::default();
+        let midnight = 1_796_428_800;
+        ledger.account(
+            midnight - 1800,
+            midnight + 3600,
+            &[(Source::Floor, FLOOR_BYTES)],
+        );
+        let dates: Vec<&str> = ledger.days.iter().map(|d| d.date.as_str()).collect();
+        assert_eq!(dates, ["2026-12-04", "2026-12-05"]);
+        assert_eq!(gb_hours(ledger.days[0].byte_seconds()), "0.050000");
+        assert_eq!(gb_hours(ledger.days[1].byte_seconds()), "0.100000");
+    }
+
+    #[test]
+    fn days_beyond_the_limit_are_folded_not_dropped() {
+        let mut ledger = Ledger::default();
+        let start = 1_796_428_800;
+        for day in 0..(MAX_DAYS as i64 + 5) {
+            let at = start + day * 86_400;
+            ledger.account(at, at + 3600, &[(Source::Floor, FLOOR_BYTES)]);
+        }
+        assert_eq!(ledger.days.len(), MAX_DAYS);
+        assert_eq!(ledger.before_days, 5 * FLOOR_BYTES as u128 * 3600);
+        assert_eq!(gb_hours(ledger.total()), "40.500000");
+    }
+
+    proptest! {
+        /// However an interval is cut into accounting steps, the total is the same
+        /// byte-seconds: nothing is lost or counted twice at step or day boundaries.
+        #[test]
+        fn accounting_in_steps_adds_up_to_accounting_at_once(
+            from in 1_796_000_000i64..1_797_000_000,
+            cuts in proptest::collection::vec(1i64..200_000, 1..20),
+            bytes in proptest::collection::vec(1u64..(64 << 30), 1..8),
+        ) {
+            let members: Vec<(Source, u64)> =
+                bytes.iter().map(|b| (Source::Reserved, *b)).collect();
+            let to = from + cuts.iter().sum::<i64>();
+            let mut once = Ledger::default();
+            once.account(from, to, &members);
+            let mut stepped = Ledger::default();
+            let mut at = from;
+            for cut in &cuts {
+                stepped.account(at, at + cut, &members);
+                at += cut;
+            }
+            prop_assert_eq!(once.total(), stepped.total());
+            prop_assert_eq!(once.days, stepped.days);
+        }
+    }
+}
