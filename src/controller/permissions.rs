@@ -82,6 +82,13 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         why: "which Node objects exist (names only, a metadata watch): a member whose pod is bound to a deleted node is lost at once instead of after the pod garbage collector (cluster/observe.rs)",
     },
     Permission {
+        groups: &[""],
+        resources: &["persistentvolumes"],
+        names: &[],
+        verbs: &["get"],
+        why: "whether a durable member's volume is bound to a deleted node (its node affinity), so the member is lost with it at once (cluster/observe.rs)",
+    },
+    Permission {
         groups: &["storage.k8s.io"],
         resources: &["storageclasses"],
         names: &[],

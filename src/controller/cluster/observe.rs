@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
@@ -120,6 +120,69 @@ pub fn lost_with_its_node(node: &ValkeyNode, host: &str) -> Option<String> {
     let had_identity = node.status.as_ref().is_some_and(|s| s.node_id.is_some());
     (!node.spec.restarts_in_place() && had_identity)
         .then(|| format!("its node {host} was deleted (the machine is gone)"))
+}
+
+/// Why the member is gone for good this round, if it is: bound to `deleted_host` (a Node
+/// object that no longer exists) and silent, or as [`gone`] says.
+async fn why_gone(
+    client: &kube::Client,
+    node: &ValkeyNode,
+    pod: Option<&Pod>,
+    deleted_host: Option<&str>,
+) -> Option<String> {
+    if let Some(host) = deleted_host {
+        let lost = match lost_with_its_node(node, host) {
+            Some(why) => Some(why),
+            None => volume_lost_with(client, node, host).await,
+        };
+        if lost.is_some() {
+            return lost;
+        }
+    }
+    gone(node, pod)
+}
+
+/// Why a durable member on `host`, a deleted Node, is gone for good, if it is: its volume is
+/// bound to that node (a local volume: its PersistentVolume's required node affinity names
+/// the node by `kubernetes.io/hostname`, which is the node's name wherever the kubelet does
+/// not override it), so it went with the machine. A volume not bound to the node (network
+/// storage) comes back with the pod on another node: not gone. Reads the member's claim and
+/// its volume; when either cannot be read, not gone (the scheduler's word decides later, see
+/// [`gone`]).
+async fn volume_lost_with(client: &kube::Client, node: &ValkeyNode, host: &str) -> Option<String> {
+    let had_identity = node.status.as_ref().is_some_and(|s| s.node_id.is_some());
+    if node.spec.storage.is_none() || !had_identity {
+        return None;
+    }
+    let namespace = node.namespace()?;
+    let claim = crate::controller::names::member_volume(&node.name_any(), node.uid()?.as_str());
+    let claims: kube::Api<PersistentVolumeClaim> =
+        kube::Api::namespaced(client.clone(), &namespace);
+    let volume = claims.get_opt(&claim).await.ok()??.spec?.volume_name?;
+    let volumes: kube::Api<PersistentVolume> = kube::Api::all(client.clone());
+    let pv = volumes.get_opt(&volume).await.ok()??;
+    volume_bound_to(&pv, host).then(|| {
+        format!(
+            "its node {host} was deleted and its volume {volume} (claim {claim}) is bound to that node"
+        )
+    })
+}
+
+/// Whether a PersistentVolume can only be mounted on `host` (a required node affinity term
+/// naming it by `kubernetes.io/hostname`).
+pub fn volume_bound_to(pv: &PersistentVolume, host: &str) -> bool {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref()?.required.as_ref())
+        .is_some_and(|required| {
+            required.node_selector_terms.iter().any(|term| {
+                term.match_expressions.iter().flatten().any(|e| {
+                    e.key == "kubernetes.io/hostname"
+                        && e.operator == "In"
+                        && e.values.iter().flatten().any(|v| v == host)
+                })
+            })
+        })
 }
 
 /// Why a member's Valkey is gone for good, if it is: the member keeps no data across a restart
@@ -387,6 +450,7 @@ pub async fn members(
         let view = observation.as_ref().map(|o| view(o, now));
         // ... and silent: the machine is gone.
         let deleted_host = host_deleted.filter(|_| view.is_none());
+        let gone = why_gone(&stores.ctx.client, node, pod.as_deref(), deleted_host).await;
         let start_failure = pod
             .as_deref()
             .and_then(|p| crate::controller::node::start::failed_before_joining(node, p))
@@ -422,9 +486,7 @@ pub async fn members(
                     .as_deref()
                     .and_then(|p| p.spec.as_ref()?.node_name.clone()),
                 pod_not_ready: pod.as_deref().is_some_and(not_ready) || deleted_host.is_some(),
-                gone: deleted_host
-                    .and_then(|host| lost_with_its_node(node, host))
-                    .or_else(|| gone(node, pod.as_deref())),
+                gone,
             },
             pod: pod.map(|p| p.name_any()),
             start_failure,
@@ -689,6 +751,33 @@ mod tests {
             assert_eq!(gone(&durable, Some(&pending(message))), None, "{message}");
         }
         assert_eq!(gone(&node(Some(true), Some("abc")), Some(&node_gone)), None);
+    }
+
+    #[test]
+    fn a_local_volume_is_bound_to_its_node_a_network_one_is_not() {
+        // As local-path-provisioner writes it.
+        let local: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pvc-1"},
+            "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-b"]}
+            ]}]}}}
+        }))
+        .unwrap();
+        assert!(volume_bound_to(&local, "node-b"));
+        assert!(!volume_bound_to(&local, "node-a"));
+        // Zonal network storage: bound to a zone, not to a node.
+        let zonal: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pvc-2"},
+            "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+            ]}]}}}
+        }))
+        .unwrap();
+        assert!(!volume_bound_to(&zonal, "node-b"));
+        let anywhere: PersistentVolume =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "pvc-3"}, "spec": {}}))
+                .unwrap();
+        assert!(!volume_bound_to(&anywhere, "node-b"));
     }
 
     #[test]
