@@ -39,9 +39,8 @@ pub(super) fn wait_for_the_established(o: &Observed) -> Option<Plan> {
     if established.is_empty() || established.iter().any(|m| m.answered()) {
         return None;
     }
-    Some(Plan::new(
+    Some(Plan::waiting_for_members(
         Phase::Degraded,
-        vec![],
         format!(
             "waiting for any of the cluster's {} established member(s) to answer ({}): nothing is created, introduced or given slots until one does, so no second cluster forms beside the one holding the data",
             established.len(),
@@ -252,7 +251,7 @@ pub(super) fn wait_for_answers(o: &Observed) -> Option<Plan> {
     } else {
         o.changing.clone()
     };
-    Some(Plan::new(phase, vec![], message))
+    Some(Plan::waiting_for_members(phase, message))
 }
 
 /// 2b. Failures. A member whose Valkey lost its identity (its pod was lost and replaced: new

@@ -365,6 +365,9 @@ pub struct Plan {
     /// volumes). They are re-created empty; the controller says so loudly (a Warning Event
     /// and the `DataLost` condition), never silently.
     pub lost_shards: Vec<usize>,
+    /// The plan waits for members it names (nobody established answers, or members do not
+    /// run and answer yet): its message already says who is missing.
+    pub names_the_missing: bool,
 }
 
 impl Plan {
@@ -381,6 +384,15 @@ impl Plan {
             message: message.into(),
             change,
             lost_shards: vec![],
+            names_the_missing: false,
+        }
+    }
+
+    /// A plan that waits for the members its message names.
+    fn waiting_for_members(phase: Phase, message: impl Into<String>) -> Plan {
+        Plan {
+            names_the_missing: true,
+            ..Plan::new(phase, vec![], message)
         }
     }
 }
@@ -434,7 +446,7 @@ pub fn plan(topology: &Topology) -> Plan {
     let mut plan = plan_stages(topology);
     plan.change = change_of(topology, &plan.phase);
     let silent = failures::silent_members(topology);
-    if !silent.is_empty() && !plan.message.starts_with("waiting for") {
+    if !silent.is_empty() && !plan.names_the_missing {
         if plan.phase == Phase::Ready {
             plan.phase = Phase::Degraded;
             plan.change = Change::Degraded;

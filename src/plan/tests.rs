@@ -776,6 +776,16 @@ fn unreachable_members_are_waited_for_by_name() {
         "a formed cluster that loses a member is degraded"
     );
     assert!(p.message.contains("c-0-1"), "{}", p.message);
+    assert!(
+        !p.names_the_missing,
+        "the rest carries on; the note names the silent one"
+    );
+    // Nobody answers: the plan waits for the members it names, named once (no second
+    // "not answering" note).
+    t.members[0].view = None;
+    let p = plan(&t);
+    assert!(p.names_the_missing);
+    assert_eq!(p.message.matches("c-0-1").count(), 1, "{}", p.message);
 }
 
 #[test]

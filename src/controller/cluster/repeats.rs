@@ -225,6 +225,7 @@ mod tests {
             message: "introducing members".into(),
             change: Change::Forming,
             lost_shards: vec![],
+            names_the_missing: false,
         }
     }
 

@@ -921,6 +921,7 @@ mod tests {
             message: String::new(),
             change: crate::plan::Change::Degraded,
             lost_shards: lost,
+            names_the_missing: false,
         };
         let first = data_lost_condition(&plan(vec![1]), Some(3), &[]).unwrap();
         assert!(
@@ -1158,6 +1159,7 @@ mod steps_tests {
             message: "retiring shop-0-2".into(),
             change: Change::Scaling,
             lost_shards: vec![],
+            names_the_missing: false,
         };
         let repeats = Repeats::default();
         let now = std::time::Instant::now();
