@@ -98,6 +98,14 @@ impl Load {
             Trigger::Bandwidth => self.bandwidth_mbps,
         }
     }
+
+    fn figure_mut(&mut self, trigger: Trigger) -> &mut Option<f64> {
+        match trigger {
+            Trigger::Memory => &mut self.memory_percent,
+            Trigger::Cpu => &mut self.cpu_percent,
+            Trigger::Bandwidth => &mut self.bandwidth_mbps,
+        }
+    }
 }
 
 /// `spec.autoscaling`, with its defaults applied.
@@ -513,12 +521,7 @@ fn smallest_fitting(policy: &Policy, members: &[MemberLoad], from: usize, floor:
             shard.slots += drained.slots / rest;
             for t in Trigger::ALL {
                 let add = drained.load.get(t).unwrap_or(0.0) / rest as f64;
-                let figure = match t {
-                    Trigger::Memory => &mut shard.load.memory_percent,
-                    Trigger::Cpu => &mut shard.load.cpu_percent,
-                    Trigger::Bandwidth => &mut shard.load.bandwidth_mbps,
-                };
-                if let Some(v) = figure.as_mut() {
+                if let Some(v) = shard.load.figure_mut(t).as_mut() {
                     *v += add;
                 }
             }

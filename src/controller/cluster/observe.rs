@@ -434,10 +434,12 @@ pub async fn members(
             .get(&ObjectRef::new(&name).within(&namespace))
             .filter(|p| crate::controller::cluster::owned_by(p.as_ref(), node.as_ref()));
         let addr = pod.as_deref().and_then(running_address);
-        // Bound to a Node object that no longer exists: the machine is most likely gone.
-        let host_deleted = pod
+        let host = pod
             .as_deref()
-            .and_then(|p| p.spec.as_ref()?.node_name.as_deref())
+            .and_then(|p| p.spec.as_ref()?.node_name.clone());
+        // Bound to a Node object that no longer exists: the machine is most likely gone.
+        let host_deleted = host
+            .as_deref()
             .filter(|host| hosts.get(&ObjectRef::new(host)).is_none());
         let limit = match host_deleted {
             Some(_) => SUSPECTED_DOWN_OBSERVE_LIMIT,
@@ -482,9 +484,7 @@ pub async fn members(
                 pod_problem: start_failure
                     .clone()
                     .or_else(|| why_no_pod(node, pod.as_deref())),
-                host: pod
-                    .as_deref()
-                    .and_then(|p| p.spec.as_ref()?.node_name.clone()),
+                host: host.clone(),
                 pod_not_ready: pod.as_deref().is_some_and(not_ready) || deleted_host.is_some(),
                 gone,
             },
