@@ -23,6 +23,9 @@ pub struct Settings {
     pub max_concurrent_rollouts: Option<usize>,
     /// What the image webhook does with a ValkeyImage below Momento v0.9's version floor.
     pub version_floor: VersionFloor,
+    /// Whether each member's utilization is sampled every 30 s (ValkeyNode
+    /// `status.utilization`; autoscaling needs it and holds without it).
+    pub utilization_sampling: bool,
 }
 
 /// `versionFloor`: Momento's operator v0.9 refuses a ValkeyImage whose `version` is not
@@ -97,6 +100,10 @@ pub enum SettingsError {
     MaxConcurrentRollouts { value: String },
     #[error("{SETTINGS_CONFIGMAP}: key versionFloor: {0}; fix the ConfigMap and restart")]
     VersionFloor(UnknownVersionFloor),
+    #[error(
+        "{SETTINGS_CONFIGMAP}: key utilizationSampling: {value:?} is not one of on, off; fix the ConfigMap and restart"
+    )]
+    UtilizationSampling { value: String },
     /// Unknown keys are errors too: a typo must not silently fall back to a default.
     #[error("{SETTINGS_CONFIGMAP}: unknown key {key:?}; known keys: {known}", known = KNOWN_KEYS.join(", "))]
     UnknownKey { key: String },
@@ -129,6 +136,7 @@ impl Default for Settings {
             clients_from: ClientsFrom::SameNamespace,
             max_concurrent_rollouts: None,
             version_floor: VersionFloor::Warn,
+            utilization_sampling: true,
         }
     }
 }
@@ -139,6 +147,7 @@ const KNOWN_KEYS: &[&str] = &[
     "clientsFrom",
     "maxConcurrentRollouts",
     "versionFloor",
+    "utilizationSampling",
 ];
 
 impl Settings {
@@ -173,6 +182,17 @@ impl Settings {
                 "versionFloor" => {
                     settings.version_floor =
                         value.trim().parse().map_err(SettingsError::VersionFloor)?;
+                }
+                "utilizationSampling" => {
+                    settings.utilization_sampling = match value.trim() {
+                        "on" => true,
+                        "off" => false,
+                        _ => {
+                            return Err(SettingsError::UtilizationSampling {
+                                value: value.clone(),
+                            });
+                        }
+                    };
                 }
                 other => {
                     return Err(SettingsError::UnknownKey {
@@ -299,7 +319,7 @@ mod tests {
         let err = Settings::from_data(&data(&[("x", "1")])).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "valkey-operator-config: unknown key \"x\"; known keys: defaultZoneSpread, clientsFrom, maxConcurrentRollouts, versionFloor"
+            "valkey-operator-config: unknown key \"x\"; known keys: defaultZoneSpread, clientsFrom, maxConcurrentRollouts, versionFloor, utilizationSampling"
         );
         let err = Settings::from_data(&data(&[("versionFloor", "strict")])).unwrap_err();
         assert_eq!(
@@ -313,6 +333,18 @@ mod tests {
         assert_eq!(Settings::default().version_floor, VersionFloor::Warn);
         let s = Settings::from_data(&data(&[("versionFloor", "enforce")])).unwrap();
         assert_eq!(s.version_floor, VersionFloor::Enforce);
+    }
+
+    #[test]
+    fn utilization_is_sampled_unless_switched_off() {
+        assert!(Settings::default().utilization_sampling);
+        let s = Settings::from_data(&data(&[("utilizationSampling", "off")])).unwrap();
+        assert!(!s.utilization_sampling);
+        let err = Settings::from_data(&data(&[("utilizationSampling", "no")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "valkey-operator-config: key utilizationSampling: \"no\" is not one of on, off; fix the ConfigMap and restart"
+        );
     }
 
     #[test]

@@ -51,6 +51,64 @@ fn assert_valid(object: &Value) {
 }
 
 #[test]
+fn the_spec_is_frozen_while_the_cluster_is_created() {
+    let active = cluster("c", "ns");
+    let scaled = with(active.clone(), "/spec/shards", Some(json!(6)));
+    assert!(
+        cel_errors(&scaled, Some(&active)).is_empty(),
+        "Active: free"
+    );
+    for old in [
+        with(
+            active.clone(),
+            "/status",
+            Some(json!({"state": "Creating"})),
+        ),
+        with(active.clone(), "/status", None),
+    ] {
+        let errors = cel_errors(&scaled, Some(&old));
+        assert!(
+            errors.iter().any(|e| e.contains(FROZEN_WHILE_CREATING)),
+            "{errors:?}"
+        );
+        // The same spec again (kubectl apply of an unchanged manifest), and metadata edits,
+        // pass.
+        let relabelled = with(old.clone(), "/metadata/labels", Some(json!({"team": "a"})));
+        assert!(cel_errors(&relabelled, Some(&old)).is_empty());
+    }
+}
+
+#[test]
+fn autoscaling_ranges_and_thresholds_are_checked_by_cel() {
+    let base = cluster("c", "ns");
+    let with_autoscaling = |a: Value| with(base.clone(), "/spec/autoscaling", Some(a));
+    assert!(cel_errors(&with_autoscaling(json!({"minShards": 2, "maxShards": 4, "scaleOut": {"memoryPercent": 80}, "scaleIn": {"memoryPercent": 40}})), None).is_empty());
+    let errors = cel_errors(
+        &with_autoscaling(json!({"minShards": 6, "maxShards": 4})),
+        None,
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("maxShards must be at least minShards")),
+        "{errors:?}"
+    );
+    for field in ["memoryPercent", "cpuPercent", "bandwidthMbps"] {
+        let errors = cel_errors(
+            &with_autoscaling(json!({"minShards": 1, "maxShards": 4,
+                "scaleOut": {field: 50}, "scaleIn": {field: 50}})),
+            None,
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(&format!("scaleIn.{field} must be below scaleOut.{field}"))),
+            "{field}: {errors:?}"
+        );
+    }
+}
+
+#[test]
 fn valid_objects_pass_every_cel_rule_and_deserialize() {
     for object in [
         image("valkey-9-0"),

@@ -7,12 +7,13 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::acl::{AclBinding, unique_usernames_rule};
+use super::autoscaling::{Autoscaling, AutoscalingStatus};
 use super::constants::DEFAULT_REPLICAS_PER_SHARD;
 use super::node::{Lifecycle, NodeRole};
 use super::placement::Placement;
 use super::validation::{
-    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, member_count_rule, qualified_keys_rule,
-    reserved_annotations_rule,
+    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, frozen_while_creating_rule, member_count_rule,
+    qualified_keys_rule, reserved_annotations_rule,
 };
 
 /// A sharded Valkey cluster (cluster mode) in this namespace, built from a ValkeyConfig the
@@ -33,10 +34,12 @@ use super::validation::{
     cel,
     validation = Rule::new(CLUSTER_NAME.cel("self.metadata.name"))
         .msg(format!("metadata.name of a ValkeyCluster must be {}", CLUSTER_NAME.describe)),
+    validation = frozen_while_creating_rule(),
     printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Active, Updating, Blocked, Degraded or Deleting"),
     printcolumn(name = "READY", type_ = "string", json_path = ".status.ready", description = "Members ready / members the spec asks for"),
     printcolumn(name = "VERSION", type_ = "string", json_path = ".status.version", description = "Valkey version the members run (old -> new during a rollout)"),
-    printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.shards", description = "Number of shards (primaries)"),
+    printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.shards", description = "Number of shards (primaries); with spec.autoscaling, the starting count"),
+    printcolumn(name = "DESIRED SHARDS", type_ = "integer", json_path = ".status.autoscaling.desiredShards", description = "The shard count autoscaling converges to (spec.autoscaling)"),
     printcolumn(name = "REPLICAS", type_ = "integer", json_path = ".spec.replicasPerShard", description = "Replicas per shard"),
     printcolumn(name = "CONFIG", type_ = "string", json_path = ".spec.configRef", description = "ValkeyConfig the cluster uses"),
     printcolumn(name = "PROGRESS", type_ = "string", json_path = ".status.conditions[?(@.type==\"Progressing\")].reason", description = "What the operator is doing: Forming, RollingOut, Scaling, ReplacingMembers, Updating; Settled when done"),
@@ -98,10 +101,34 @@ pub struct ValkeyClusterSpec {
         validation = reserved_annotations_rule()
     )]
     pub pod_annotations: BTreeMap<String, String>,
+
+    /// Shard autoscaling on utilization: `spec.shards` becomes the starting count and the
+    /// operator moves the shard count within `[minShards, maxShards]` (docs/autoscaling.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
 }
 
 fn default_replicas_per_shard() -> i32 {
     DEFAULT_REPLICAS_PER_SHARD
+}
+
+impl ValkeyCluster {
+    /// The shard count the operator converges to: `spec.shards`, or with `spec.autoscaling`
+    /// the target autoscaling keeps in `status.autoscaling.desiredShards` (before its first
+    /// decision, `spec.shards` moved into `[minShards, maxShards]`).
+    pub fn target_shards(&self) -> i32 {
+        let Some(autoscaling) = &self.spec.autoscaling else {
+            return self.spec.shards;
+        };
+        let recorded = self
+            .status
+            .as_ref()
+            .and_then(|s| s.autoscaling.as_ref())
+            .and_then(|a| a.desired_shards);
+        let policy = autoscaling.policy(self.spec.replicas_per_shard);
+        let shards = recorded.unwrap_or(self.spec.shards).max(1) as usize;
+        crate::plan::autoscale::initial_target(&policy, shards) as i32
+    }
 }
 
 /// TLS settings of a Valkey cluster.
@@ -174,6 +201,10 @@ pub struct ValkeyClusterStatus {
     /// file` (docs/durability.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistence: Option<String>,
+
+    /// What autoscaling decided and why it holds (clusters with `spec.autoscaling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
 }
 
 /// A cluster's figures: members asked for and ready, members still on an outdated spec (a

@@ -6,6 +6,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod acl;
+pub mod autoscaling;
 pub mod cluster;
 pub mod config;
 pub mod constants;
@@ -19,6 +20,7 @@ pub mod v1beta1;
 pub mod validation;
 
 pub use acl::{AclBinding, AclPermission, ChannelPermission, KeyAccess, KeyPermission};
+pub use autoscaling::{Autoscaling, AutoscalingStatus, Thresholds, UtilizationStatus};
 pub use cluster::{
     ClusterNodeStatus, ClusterProgress, ClusterState, TlsSpec, ValkeyCluster, ValkeyClusterSpec,
     ValkeyClusterStatus,

@@ -225,4 +225,7 @@ pub struct ValkeyNodeStatus {
     /// Standard conditions (for example Ready, Synced).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The member's latest utilization (memory, CPU, bandwidth), sampled every ~30 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<super::autoscaling::UtilizationStatus>,
 }

@@ -18,8 +18,9 @@ use super::config::{Resources, ValkeyConfigStatus};
 use super::constants::DEFAULT_REPLICAS_PER_SHARD;
 use super::placement::Placement;
 use super::validation::{
-    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, member_count_rule, qualified_keys_rule,
-    refused_settings_rules, reserved_annotations_rule, setting_keys_rule, setting_values_rule,
+    CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, frozen_while_creating_rule, member_count_rule,
+    qualified_keys_rule, refused_settings_rules, reserved_annotations_rule, setting_keys_rule,
+    setting_values_rule,
 };
 
 /// A sharded Valkey cluster (cluster mode) in this namespace; see the v1alpha1 version.
@@ -37,10 +38,12 @@ use super::validation::{
     cel,
     validation = Rule::new(CLUSTER_NAME.cel("self.metadata.name"))
         .msg(format!("metadata.name of a ValkeyCluster must be {}", CLUSTER_NAME.describe)),
+    validation = frozen_while_creating_rule(),
     printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Active, Updating, Blocked, Degraded or Deleting"),
     printcolumn(name = "READY", type_ = "string", json_path = ".status.ready", description = "Members ready / members the spec asks for"),
     printcolumn(name = "VERSION", type_ = "string", json_path = ".status.version", description = "Valkey version the members run (old -> new during a rollout)"),
-    printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.topology.shards", description = "Number of shards (primaries)"),
+    printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.topology.shards", description = "Number of shards (primaries); with spec.topology.autoscaling, the starting count"),
+    printcolumn(name = "DESIRED SHARDS", type_ = "integer", json_path = ".status.autoscaling.desiredShards", description = "The shard count autoscaling converges to (spec.topology.autoscaling)"),
     printcolumn(name = "REPLICAS", type_ = "integer", json_path = ".spec.topology.replicasPerShard", description = "Replicas per shard"),
     printcolumn(name = "CONFIG", type_ = "string", json_path = ".spec.configRef", description = "ValkeyConfig the cluster uses"),
     printcolumn(name = "PROGRESS", type_ = "string", json_path = ".status.conditions[?(@.type==\"Progressing\")].reason", description = "What the operator is doing: Forming, RollingOut, Scaling, ReplacingMembers, Updating; Settled when done"),
@@ -103,6 +106,10 @@ pub struct Topology {
     #[serde(default = "default_replicas_per_shard")]
     #[schemars(range(min = 0))]
     pub replicas_per_shard: i32,
+
+    /// Shard autoscaling on utilization; `autoscaling` in v1alpha1's spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<super::autoscaling::Autoscaling>,
 }
 
 fn default_replicas_per_shard() -> i32 {

@@ -360,6 +360,25 @@ pub fn unique_by_rule(field: &str, key: &str) -> Rule {
     .reason(Reason::FieldValueDuplicate)
 }
 
+/// Why a spec edit is refused while the cluster is created (Momento v0.9, MOMENTO-V09.md
+/// section 6).
+pub const FROZEN_WHILE_CREATING: &str = "spec cannot change while the cluster is being created \
+     (status.state Creating) or after creation failed: wait for Active, or delete and recreate \
+     it with the new spec";
+
+/// The root transition rule of ValkeyCluster (both versions): the spec is frozen until the
+/// cluster has a state past `Creating`. Metadata (labels, annotations, the pause annotation)
+/// and deletion stay free; re-applying the same manifest changes nothing and passes.
+pub fn frozen_while_creating_rule() -> Rule {
+    Rule::new(
+        "self.spec == oldSelf.spec || (has(oldSelf.status) && has(oldSelf.status.state) \
+         && !(oldSelf.status.state in ['Creating', 'Failed']))",
+    )
+    .message(FROZEN_WHILE_CREATING)
+    .field_path(".spec")
+    .reason(Reason::FieldValueForbidden)
+}
+
 /// Members `shards x (1 + replicasPerShard)` asks for, in `i64`: exact for every pair of `i32`
 /// (at most about 2^62), never an overflow; a negative input counts as 0.
 pub fn desired_members(shards: i32, replicas_per_shard: i32) -> i64 {

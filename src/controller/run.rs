@@ -90,6 +90,8 @@ pub async fn run(
         hosts,
         waits: Default::default(),
         repeats: Default::default(),
+        samples: Default::default(),
+        episodes: Default::default(),
     });
     let clusters_done = cluster_controller
         .run(reconcile_cluster, cluster::error_policy, cluster_ctx)
@@ -277,6 +279,11 @@ fn cluster_controller(
     node_changes: impl Stream<Item = Result<ValkeyNode, watcher::Error>> + Send + 'static,
     pod_changes: impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static,
 ) -> Controller<ValkeyCluster> {
+    // A member's utilization, written every 30 s, changes nothing a reconcile reads.
+    let node_changes = node_changes.predicate_filter(
+        cluster::utilization::without_utilization,
+        Default::default(),
+    );
     controller_for::<ValkeyCluster>(client, watcher::Config::default())
         .owns_stream(node_changes)
         .owns(Api::<Service>::all(client.clone()), managed())
@@ -377,7 +384,21 @@ fn clusters_using(
 /// The ValkeyNode controller: one ConfigMap and one Pod per member, reconciled again when
 /// either changes.
 fn node_controller(client: &Client) -> Controller<ValkeyNode> {
-    controller_for::<ValkeyNode>(client, watcher::Config::default())
+    let (store, writer) = reflector::store::<ValkeyNode>();
+    let nodes = watcher(
+        Api::<ValkeyNode>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(forget_managed_fields)
+    .reflect(writer)
+    .applied_objects()
+    // A member's utilization, written every 30 s, changes nothing its reconcile reads.
+    .predicate_filter(
+        cluster::utilization::without_utilization,
+        Default::default(),
+    );
+    Controller::for_stream(nodes, store)
         .owns(Api::<Pod>::all(client.clone()), managed())
         .owns(Api::<ConfigMap>::all(client.clone()), managed())
         .shutdown_on_signal()
@@ -672,6 +693,7 @@ mod tests {
                 }),
                 placement: None,
                 pod_annotations: BTreeMap::new(),
+                autoscaling: None,
             },
         );
         c.metadata.namespace = Some(namespace.into());

@@ -381,9 +381,20 @@ impl ClusterDriver for FredDriver {
 
     fn server_info<'a>(&'a self, member: &'a MemberAddr) -> DriverFuture<'a, ServerInfo> {
         Box::pin(async move {
-            const L: &str = "INFO server persistence";
+            const L: &str = "INFO server persistence memory cpu stats";
             let text = self
-                .text(member, L, vec![s("INFO"), s("server"), s("persistence")])
+                .text(
+                    member,
+                    L,
+                    vec![
+                        s("INFO"),
+                        s("server"),
+                        s("persistence"),
+                        s("memory"),
+                        s("cpu"),
+                        s("stats"),
+                    ],
+                )
                 .await?;
             Self::parsed(member, L, parse::parse_server_info(&text))
         })

@@ -23,7 +23,7 @@ pub use crate::topology::{FailoverMode, MemberAddr};
 pub use parse::{
     ClusterInfo, ClusterNode, ConnectedReplica, Health, MigrationOperation, MigrationState,
     NodeFlags, NodeId, OpenSlot, PrimaryLink, ReplicationInfo, Role, ServerInfo, Shard, ShardNode,
-    SlotMigration, Version,
+    SlotMigration, Usage, Version,
 };
 pub use slots::{SlotRange, even_ranges};
 

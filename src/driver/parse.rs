@@ -533,10 +533,57 @@ pub struct ServerInfo {
     /// Bytes of the append-only file (`aof_current_size`), when `appendonly` is on.
     #[serde(default)]
     pub aof_bytes: Option<u64>,
+    /// What the member uses (`INFO memory`, `cpu`, `stats`): utilization samples.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// A member's resource use as `INFO memory cpu stats` reports it; absent fields read 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// `used_memory`.
+    pub used_memory: u64,
+    /// `mem_not_counted_for_evict` (replication and AOF buffers): not held against maxmemory.
+    pub not_counted_for_evict: u64,
+    /// `maxmemory` (0: none).
+    pub maxmemory: u64,
+    /// `used_cpu_sys + used_cpu_user`, microseconds of CPU the process used so far.
+    pub cpu_micros: u64,
+    /// `total_net_input_bytes + total_net_output_bytes + total_net_repl_input_bytes +
+    /// total_net_repl_output_bytes`.
+    pub net_bytes: u64,
+}
+
+impl Usage {
+    fn from_kv(kv: &BTreeMap<String, String>) -> Usage {
+        let int = |k: &str| kv.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let secs = |k: &str| kv.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        Usage {
+            used_memory: int("used_memory"),
+            not_counted_for_evict: int("mem_not_counted_for_evict"),
+            maxmemory: int("maxmemory"),
+            cpu_micros: ((secs("used_cpu_sys") + secs("used_cpu_user")) * 1e6).round() as u64,
+            net_bytes: [
+                "total_net_input_bytes",
+                "total_net_output_bytes",
+                "total_net_repl_input_bytes",
+                "total_net_repl_output_bytes",
+            ]
+            .into_iter()
+            .map(int)
+            .sum(),
+        }
+    }
+
+    /// The memory maxmemory is held against: `used_memory` less what Valkey does not count for
+    /// eviction.
+    pub fn counted_memory(&self) -> u64 {
+        self.used_memory.saturating_sub(self.not_counted_for_evict)
+    }
 }
 
 pub fn parse_server_info(text: &str) -> Result<ServerInfo, ParseError> {
-    const WHAT: &str = "INFO server persistence";
+    const WHAT: &str = "INFO server persistence memory cpu stats";
     let kv = parse_kv_lines(text);
     let raw = kv
         .get("valkey_version")
@@ -552,6 +599,7 @@ pub fn parse_server_info(text: &str) -> Result<ServerInfo, ParseError> {
         aof_bytes: (kv.get("aof_enabled").map(String::as_str) == Some("1"))
             .then(|| kv.get("aof_current_size")?.parse().ok())
             .flatten(),
+        usage: Usage::from_kv(&kv),
     })
 }
 

@@ -85,6 +85,16 @@ pub fn figures(
     )
 }
 
+/// Cores of a Kubernetes CPU quantity (`"2"`, `"500m"`, `"1.5"`); `None` when it is not one.
+pub fn cpu_cores(quantity: &str) -> Option<f64> {
+    let q = quantity.trim();
+    let cores = match q.strip_suffix('m') {
+        Some(milli) => milli.parse::<f64>().ok()? / 1000.0,
+        None => q.parse::<f64>().ok()?,
+    };
+    (cores.is_finite() && cores > 0.0).then_some(cores)
+}
+
 fn percent(part: f64, whole: f64) -> f64 {
     round1(part / whole * 100.0)
 }
@@ -183,6 +193,15 @@ mod tests {
         );
         let (load, budget) = figures(None, &sample(0, gib / 2, 0, 0.0, 0), None, None);
         assert_eq!((load.memory_percent, budget), (None, MemoryBudget::None));
+    }
+
+    #[test]
+    fn cpu_limits_read_as_cores() {
+        assert_eq!(cpu_cores("2"), Some(2.0));
+        assert_eq!(cpu_cores("500m"), Some(0.5));
+        assert_eq!(cpu_cores("1.5"), Some(1.5));
+        assert_eq!(cpu_cores("0"), None);
+        assert_eq!(cpu_cores("two"), None);
     }
 
     #[test]

@@ -344,6 +344,7 @@ mod tests {
                 tls: None,
                 placement: None,
                 pod_annotations: Default::default(),
+                autoscaling: None,
             },
         );
         c.metadata.namespace = Some(ns.into());

@@ -362,6 +362,7 @@ mod tests {
                 tls: None,
                 placement: None,
                 pod_annotations: BTreeMap::new(),
+                autoscaling: None,
             },
         );
         c.metadata.namespace = Some("my-app".into());

@@ -136,7 +136,7 @@ pub fn report(inputs: &Inputs<'_>) -> StatusReport {
             .map(|s| format!("{s:?}"))
             .unwrap_or_else(|| "-".into()),
         message: status.message.clone().unwrap_or_default(),
-        shards_wanted: cluster.spec.shards,
+        shards_wanted: cluster.target_shards(),
         replicas_per_shard: cluster.spec.replicas_per_shard,
         persistence: status.persistence.clone(),
         conditions: status
@@ -220,8 +220,8 @@ fn member_row(
 /// Every shard the spec asks for and every shard a member still belongs to (one being
 /// drained), with its target slots once the split is even and the slots it serves now.
 fn shard_rows(cluster: &ValkeyCluster, rows: &[MemberRow]) -> Vec<ShardRow> {
-    let targets = even_ranges(cluster.spec.shards.max(0) as usize);
-    let mut shard_ids: Vec<i32> = (0..cluster.spec.shards.max(0)).collect();
+    let targets = even_ranges(cluster.target_shards().max(0) as usize);
+    let mut shard_ids: Vec<i32> = (0..cluster.target_shards().max(0)).collect();
     shard_ids.extend(rows.iter().map(|r| r.shard));
     shard_ids.sort_unstable();
     shard_ids.dedup();
@@ -358,6 +358,7 @@ mod tests {
                 tls: None,
                 placement: None,
                 pod_annotations: Default::default(),
+                autoscaling: None,
             },
         );
         cluster.metadata.namespace = Some("ns".into());

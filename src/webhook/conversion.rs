@@ -54,7 +54,8 @@ pub fn convert(object: &Value, desired: &str) -> Result<Value, ConversionError> 
     match (kind, to_v.as_str()) {
         ("ValkeyCluster", BETA) => {
             let mut topology = Map::new();
-            for field in ["shards", "replicasPerShard"] {
+            // v1alpha1's spec.autoscaling is spec.topology.autoscaling in v1beta1.
+            for field in ["shards", "replicasPerShard", "autoscaling"] {
                 if let Some(v) = spec.remove(field) {
                     topology.insert(field.to_owned(), v);
                 }
@@ -88,38 +89,55 @@ fn rename(spec: &mut Map<String, Value>, from: &str, to: &str) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use serde::Deserialize as _;
     use serde_json::json;
 
     const A: &str = "valkey.gomomento.com/v1alpha1";
     const B: &str = "valkey.gomomento.com/v1beta1";
 
-    /// Every Momento-shaped fixture (e2e/fixtures/momento) of a converted kind survives
-    /// v1alpha1 -> v1beta1 -> v1alpha1 unchanged, and reads back as our typed object.
+    /// Every Momento-shaped fixture (e2e/fixtures/momento, and momento-v09 from Momento's v0.9
+    /// docs) of a converted kind survives v1alpha1 -> v1beta1 -> v1alpha1 unchanged, and reads
+    /// back as our typed object.
     #[test]
     fn momento_shaped_fixtures_round_trip_through_v1beta1() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/fixtures/momento");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/fixtures");
+        let entries = ["momento", "momento-v09"]
+            .into_iter()
+            .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap())
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "yaml"));
         let mut converted = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-            let object: Value = serde_yaml::from_str(&text).unwrap();
-            let kind = object["kind"].as_str().unwrap().to_string();
-            if kind != "ValkeyCluster" && kind != "ValkeyConfig" {
-                continue;
+        for path in entries {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for document in serde_yaml::Deserializer::from_str(&text) {
+                let object = Value::deserialize(document).unwrap();
+                converted += round_trip(&path, object);
             }
-            let beta = convert(&object, B).unwrap();
-            assert_eq!(beta["apiVersion"], B);
-            assert_eq!(convert(&beta, A).unwrap(), object, "{kind} round trip");
-            match kind.as_str() {
-                "ValkeyCluster" => {
-                    serde_json::from_value::<crate::api::ValkeyCluster>(object).unwrap();
-                }
-                _ => {
-                    serde_json::from_value::<crate::api::ValkeyConfig>(object).unwrap();
-                }
-            }
-            converted += 1;
         }
-        assert!(converted >= 5, "the fixture set has clusters and configs");
+        assert!(
+            converted >= 10,
+            "the fixture sets have clusters and configs"
+        );
+    }
+
+    /// One fixture object through v1beta1 and back; 1 when its kind converts.
+    fn round_trip(path: &std::path::Path, object: Value) -> usize {
+        let kind = object["kind"].as_str().unwrap().to_string();
+        if kind != "ValkeyCluster" && kind != "ValkeyConfig" {
+            return 0;
+        }
+        let beta = convert(&object, B).unwrap();
+        assert_eq!(beta["apiVersion"], B);
+        assert_eq!(convert(&beta, A).unwrap(), object, "{path:?} round trip");
+        match kind.as_str() {
+            "ValkeyCluster" => {
+                serde_json::from_value::<crate::api::ValkeyCluster>(object).unwrap();
+            }
+            _ => {
+                serde_json::from_value::<crate::api::ValkeyConfig>(object).unwrap();
+            }
+        }
+        1
     }
 
     #[test]
@@ -136,6 +154,18 @@ mod tests {
                 "spec": {"configRef": "standard", "topology": {"shards": 3, "replicasPerShard": 1}},
                 "status": {"state": "Active"}})
         );
+        assert_eq!(convert(&beta, A).unwrap(), alpha);
+    }
+
+    #[test]
+    fn autoscaling_lives_in_the_topology_in_v1beta1() {
+        let autoscaling =
+            json!({"minShards": 2, "maxShards": 6, "scaleOut": {"memoryPercent": 80}});
+        let alpha = json!({"apiVersion": A, "kind": "ValkeyCluster", "metadata": {"name": "c"},
+            "spec": {"configRef": "standard", "shards": 3, "autoscaling": autoscaling}});
+        let beta = convert(&alpha, B).unwrap();
+        assert_eq!(beta["spec"]["topology"]["autoscaling"], autoscaling);
+        assert!(beta["spec"].get("autoscaling").is_none());
         assert_eq!(convert(&beta, A).unwrap(), alpha);
     }
 

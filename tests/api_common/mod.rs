@@ -58,7 +58,9 @@ pub fn cluster(name: &str, namespace: &str) -> Value {
             "acl": [binding("app")],
             "placement": {"zones": ["zone-a", "zone-b"], "nodeSelector": {"kubernetes.io/os": "linux"}, "zoneSpread": "bestEffort"},
             "podAnnotations": {"prometheus.io/scrape": "true"}
-        }
+        },
+        // Past creation: its spec may change (MOMENTO-V09.md section 6).
+        "status": {"state": "Active"}
     })
 }
 

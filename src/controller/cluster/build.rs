@@ -197,7 +197,7 @@ pub fn pdb(cluster: &ValkeyCluster) -> Result<PodDisruptionBudget, BuildError> {
         metadata: meta(cluster, names::pdb(&name), "members")?,
         spec: Some(PodDisruptionBudgetSpec {
             min_available: Some(IntOrString::Int(pdb_min_available(
-                cluster.spec.shards,
+                cluster.target_shards(),
                 cluster.spec.replicas_per_shard,
             ))),
             selector: Some(match_labels(names::member_selector(&name))),
@@ -415,6 +415,7 @@ mod tests {
                 tls: None,
                 placement: None,
                 pod_annotations: BTreeMap::new(),
+                autoscaling: None,
             },
         );
         c.metadata.namespace = Some("my-app".into());

@@ -17,6 +17,7 @@
 pub mod acl;
 mod act;
 mod apply;
+mod autoscale;
 mod blocked;
 pub mod build;
 mod cadence;
@@ -29,6 +30,7 @@ mod resolve;
 mod rollout;
 pub mod status;
 pub mod tls;
+pub mod utilization;
 mod volumes;
 
 use std::ops::ControlFlow;
@@ -62,6 +64,10 @@ pub struct ClusterContext {
     pub waits: cadence::Waits,
     /// The steps each cluster carried out round after round (they back off; see [`repeats`]).
     pub repeats: repeats::Repeats,
+    /// Every member's utilization history (see [`utilization`]).
+    pub samples: utilization::Samples,
+    /// Autoscaling episodes under way (see [`autoscale`]).
+    pub episodes: autoscale::Episodes,
 }
 
 /// Hands on what a step produced (`ControlFlow::Continue`), or ends the reconcile with the
@@ -138,8 +144,10 @@ pub async fn reconcile(
     // Volumes (configs with storage): retention and size of every member's claim.
     let volumes = volumes::sync(ctx, &cluster, resolved.config.storage.as_ref(), &members).await;
 
-    // Status: each member's, then the cluster's.
+    // Status: each member's (its utilization when its period is due), then the cluster's,
+    // with what autoscaling decided on this round's samples.
     status::update_node_statuses(ctx, &node_api, &observed).await?;
+    sample_utilization(&cctx, &cluster, &resolved, &observed, &node_api).await;
     let mut new_status = status::from_plan(
         &cluster,
         &plan,
@@ -150,6 +158,7 @@ pub async fn reconcile(
         streak.as_ref(),
     );
     volumes::into_status(&mut new_status, volumes, &desired_spec);
+    new_status.autoscaling = autoscale::step(&cctx, &cluster, (&plan, &topology, &observed)).await;
     status::publish(ctx, &cluster, new_status).await?;
 
     let tls_wait = tls_progress
@@ -160,6 +169,36 @@ pub async fn reconcile(
     Ok(Action::requeue(
         tls_wait.map_or(after, |tls| after.min(Duration::from_secs(tls))),
     ))
+}
+
+/// Records this round's utilization samples of the members whose period is due and writes
+/// them onto their ValkeyNodes (unless sampling is switched off).
+async fn sample_utilization(
+    cctx: &ClusterContext,
+    cluster: &ValkeyCluster,
+    resolved: &Resolved,
+    observed: &[observe::Observed],
+    node_api: &Api<ValkeyNode>,
+) {
+    if !cctx.ctx.settings.utilization_sampling {
+        return;
+    }
+    let window = cluster
+        .spec
+        .autoscaling
+        .as_ref()
+        .map(|a| u64::try_from(a.scale_in_window_seconds).unwrap_or(0));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let statuses = cctx.samples.record(
+        &cluster.namespace().unwrap_or_default(),
+        observed,
+        utilization::Budget::of(&resolved.config.resources),
+        window,
+        now_ms,
+    );
+    utilization::publish(node_api, statuses).await;
 }
 
 /// Clusters with at least this many members are planned on a blocking thread. Planning is

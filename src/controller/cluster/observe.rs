@@ -29,6 +29,8 @@ pub struct Observed {
     pub version: Option<String>,
     /// Bytes of its append-only file, when `appendonly` is on.
     pub aof_bytes: Option<u64>,
+    /// What it uses (memory, CPU, traffic), when it answered: utilization samples.
+    pub usage: Option<crate::driver::Usage>,
 }
 
 /// The pod's client address once its containers run; whether Valkey answers there is for
@@ -493,6 +495,7 @@ pub async fn members(
             role,
             version: observation.as_ref().map(|o| o.server.version.to_string()),
             aof_bytes: observation.as_ref().and_then(|o| o.server.aof_bytes),
+            usage: observation.as_ref().map(|o| o.server.usage),
             node: node.clone(),
         }
     }))
@@ -555,7 +558,7 @@ pub fn reachable_addresses(observed: &[Observed]) -> Vec<(String, Option<MemberA
 pub fn topology(cluster: &ValkeyCluster, observed: &[Observed]) -> Topology {
     Topology {
         cluster: cluster.name_any(),
-        shards: cluster.spec.shards.max(0) as usize,
+        shards: cluster.target_shards().max(0) as usize,
         replicas_per_shard: cluster.spec.replicas_per_shard.max(0) as usize,
         members: observed
             .iter()
@@ -856,6 +859,7 @@ mod tests {
             role: None,
             version: None,
             aof_bytes: None,
+            usage: None,
         };
         let observed = [
             member("answered", true, true),

@@ -36,7 +36,7 @@ pub fn resolve<'a>(
     menu: &impl crate::resolve::Menu,
     running: impl IntoIterator<Item = &'a str>,
 ) -> Result<Resolved, ResolveError> {
-    check_member_count(cluster.spec.shards, cluster.spec.replicas_per_shard)
+    check_member_count(cluster.target_shards(), cluster.spec.replicas_per_shard)
         .map_err(|problem| ResolveError::TooManyMembers { problem })?;
     let config = resolve_config(menu, &cluster.spec.config_ref)?;
     refuse_major_downgrade(&config, running)?;
@@ -97,6 +97,7 @@ mod tests {
                 tls: None,
                 placement: None,
                 pod_annotations: BTreeMap::new(),
+                autoscaling: None,
             },
         )
     }

@@ -73,6 +73,7 @@ pub fn blocked(
     let last = cluster.status.clone().unwrap_or_default();
     let expiry = carried_expiry_condition(cluster, &last, generation, &previous);
     ValkeyClusterStatus {
+        autoscaling: last.autoscaling.clone(),
         persistence: last.persistence.clone(),
         certificate_not_after: last.certificate_not_after.clone(),
         endpoint: last.endpoint,
@@ -162,6 +163,7 @@ pub fn paused(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
     );
     let mut status = cluster.status.clone().unwrap_or_default();
     status.message = Some(message.clone());
+    status.autoscaling = super::autoscale::paused(cluster);
     status.conditions.retain(|c| c.type_ != "Progressing");
     status.conditions.push(condition(
         "Progressing",
@@ -267,6 +269,8 @@ pub fn from_plan(
     let state = cluster_state(&plan.phase);
     let figures = crate::plan::figures(topology);
     ValkeyClusterStatus {
+        // Set by the autoscaling step (`autoscale::step`), after the plan.
+        autoscaling: None,
         // Set by the volumes step (`volumes::into_status`), which knows the desired spec.
         persistence: None,
         certificate_not_after,
@@ -725,6 +729,7 @@ pub async fn publish(
         && previous.nodes == status.nodes
         && previous.persistence == status.persistence
         && previous.certificate_not_after == status.certificate_not_after
+        && previous.autoscaling == status.autoscaling
         && previous
             .conditions
             .iter()

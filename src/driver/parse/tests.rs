@@ -12,6 +12,7 @@ const CLUSTER_INFO: &str = include_str!("../fixtures/cluster-info.txt");
 const REPL_PRIMARY: &str = include_str!("../fixtures/info-replication-primary.txt");
 const REPL_REPLICA: &str = include_str!("../fixtures/info-replication-replica.txt");
 const SERVER: &str = include_str!("../fixtures/info-server.txt");
+const USAGE: &str = include_str!("../fixtures/info-memory-cpu-stats.txt");
 const SHARDS: &str = include_str!("../fixtures/cluster-shards.json");
 const MIGRATIONS_EXPORT: &str = include_str!("../fixtures/getslotmigrations-export.json");
 const MIGRATIONS_IMPORT: &str = include_str!("../fixtures/getslotmigrations-import.json");
@@ -235,6 +236,29 @@ fn server_info_reports_the_valkey_version() {
     );
     let aof_off = format!("{SERVER}\r\n# Persistence\r\naof_enabled:0\r\n");
     assert_eq!(parse_server_info(&aof_off).unwrap().aof_bytes, None);
+}
+
+#[test]
+fn server_info_reports_what_the_member_uses() {
+    let s = parse_server_info(&format!("{SERVER}\r\n{USAGE}")).unwrap();
+    assert_eq!(
+        s.usage,
+        Usage {
+            used_memory: 2625688,
+            not_counted_for_evict: 0,
+            maxmemory: 100 << 20,
+            cpu_micros: 5974,
+            net_bytes: 73 + 35,
+        }
+    );
+    // Replication buffers are not held against maxmemory.
+    let buffered = Usage {
+        used_memory: 1000,
+        not_counted_for_evict: 300,
+        ..Usage::default()
+    };
+    assert_eq!(buffered.counted_memory(), 700);
+    assert_eq!(parse_server_info(SERVER).unwrap().usage.maxmemory, 0);
 }
 
 #[test]

@@ -25,6 +25,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{MenuSnapshot, allow_with_warnings, deny, lookup_warning};
 use crate::api::ValkeyCluster;
+use crate::api::autoscaling::{range_problem, shape_warnings};
 use crate::api::validation::check_member_count;
 use crate::resolve::{MenuMap, ResolveError, merge_bindings, resolve_config, resolve_roles};
 
@@ -49,8 +50,12 @@ pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &MenuSnapshot) -> A
     if let Some(problem) = too_many_members(old, cluster) {
         return deny(req, problem, vec![]);
     }
+    if let Some(problem) = cluster.spec.autoscaling.as_ref().and_then(range_problem) {
+        return deny(req, problem, vec![]);
+    }
 
     let mut warnings: Vec<String> = replicas_warning(cluster).into_iter().collect();
+    warnings.extend(autoscaling_warnings(old, cluster));
     let listed = match menu {
         Ok(listed) => listed,
         Err(error) => {
@@ -87,6 +92,55 @@ fn too_many_members(old: Option<&ValkeyCluster>, cluster: &ValkeyCluster) -> Opt
         return None;
     }
     check_member_count(cluster.spec.shards, cluster.spec.replicas_per_shard).err()
+}
+
+/// What `spec.autoscaling` (or its removal) means that a reader may not expect (MOMENTO-V09.md
+/// section 1.2): said when it is set or changed, never on unrelated edits.
+fn autoscaling_warnings(old: Option<&ValkeyCluster>, cluster: &ValkeyCluster) -> Vec<String> {
+    let before = old.and_then(|o| o.spec.autoscaling.as_ref());
+    let target = old.map(ValkeyCluster::target_shards);
+    match (&cluster.spec.autoscaling, before) {
+        (None, Some(_)) => {
+            let target = target.unwrap_or(cluster.spec.shards);
+            (target != cluster.spec.shards)
+                .then(|| {
+                    format!(
+                        "autoscaling removed: the cluster goes from {target} shards (status.autoscaling.desiredShards) to {} (spec.shards); set spec.shards to {target} first to keep the current size",
+                        cluster.spec.shards
+                    )
+                })
+                .into_iter()
+                .collect()
+        }
+        (None, None) => vec![],
+        (Some(autoscaling), before) => {
+            let mut warnings = Vec::new();
+            if before != Some(autoscaling) {
+                warnings.extend(shape_warnings(autoscaling, cluster.spec.shards));
+            }
+            let old_shards = old.map(|o| o.spec.shards);
+            if before.is_some() && old_shards.is_some_and(|s| s != cluster.spec.shards) {
+                warnings.push(format!(
+                    "spec.shards is only the starting count while spec.autoscaling is set; change minShards/maxShards to move the range (current target: status.autoscaling.desiredShards = {})",
+                    target.unwrap_or(cluster.spec.shards)
+                ));
+            }
+            if let (Some(before), Some(target)) = (before, target)
+                && before != autoscaling
+            {
+                let policy = autoscaling.policy(cluster.spec.replicas_per_shard);
+                let next =
+                    crate::plan::autoscale::initial_target(&policy, target.max(1) as usize) as i32;
+                if next != target {
+                    warnings.push(format!(
+                        "the autoscaling range is now [{}, {}]: the cluster goes from {target} to {next} shards",
+                        autoscaling.min_shards, autoscaling.max_shards
+                    ));
+                }
+            }
+            warnings
+        }
+    }
 }
 
 /// More than 5 replicas per shard: allowed (Momento's API has no bound), but costly.
@@ -239,6 +293,58 @@ mod tests {
         );
         assert!(
             warnings.contains("ValkeyRole \"readwrite\", which does not exist"),
+            "{warnings}"
+        );
+    }
+
+    #[test]
+    fn autoscaling_refuses_an_inverted_range_and_warns_where_it_surprises() {
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+            v["request"]["object"]["spec"]["autoscaling"] =
+                serde_json::json!({"minShards": 6, "maxShards": 4});
+        });
+        let resp = validate(&req, &Ok(menu()));
+        assert!(!resp.allowed);
+        assert_eq!(
+            resp.result.message,
+            "spec.autoscaling.maxShards (4) must be at least minShards (6)"
+        );
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+            v["request"]["object"]["spec"]["shards"] = 1.into();
+            v["request"]["object"]["spec"]["autoscaling"] =
+                serde_json::json!({"minShards": 2, "maxShards": 4});
+        });
+        let resp = validate(&req, &Ok(menu()));
+        assert!(resp.allowed);
+        let warnings = resp.warnings.unwrap().join("\n");
+        assert!(
+            warnings.contains("no scaleOut trigger: shards are never added automatically"),
+            "{warnings}"
+        );
+        assert!(
+            warnings.contains(
+                "spec.shards (1) is outside [2, 4]: the cluster is created with 2 shards"
+            ),
+            "{warnings}"
+        );
+    }
+
+    #[test]
+    fn removing_autoscaling_says_where_the_shard_count_goes() {
+        let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
+            let r = &mut v["request"];
+            r["operation"] = "UPDATE".into();
+            let mut old = r["object"].clone();
+            old["spec"]["autoscaling"] = serde_json::json!({"minShards": 1, "maxShards": 8,
+                "scaleOut": {"memoryPercent": 80}});
+            old["status"] = serde_json::json!({"autoscaling": {"desiredShards": 7}});
+            r["oldObject"] = old;
+        });
+        let resp = validate(&req, &Ok(menu()));
+        assert!(resp.allowed);
+        let warnings = resp.warnings.unwrap().join("\n");
+        assert!(
+            warnings.starts_with("autoscaling removed: the cluster goes from 7 shards"),
             "{warnings}"
         );
     }
