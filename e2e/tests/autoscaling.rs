@@ -1,0 +1,295 @@
+//! Shard autoscaling on the local cluster (Momento v0.9, issue 30): a 2-shard cluster with
+//! `minShards 2, maxShards 3`, memory thresholds 50 % out / 20 % in of a 64 MB `maxmemory`,
+//! and the short windows the issue allows (60 s quiet window and cooldowns). Load past the
+//! threshold adds exactly one shard (a `ScaleOut` Event), none while it moves or during the
+//! cooldown; once the load is gone one shard is removed after the quiet window, never below
+//! `minShards`; a writer through all of it loses no acknowledged write. ValkeyNode status shows
+//! utilization that changes every ~30 s. Also: the spec is frozen while the cluster is
+//! `Creating`. Real API server, kubelet pods, valkey-server.
+#![cfg(feature = "e2e")]
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure};
+use fred::prelude::*;
+use k8s_openapi::api::core::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, wait_for};
+use valkey_e2e::valkey::wait_state;
+use valkey_e2e::workload::{Writer, apply, cluster, cluster_client, config, image};
+use valkey_operator::api::validation::FROZEN_WHILE_CREATING;
+use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
+
+const NAME: &str = "auto";
+/// Keys of 100 kB the load writes: about 80 MB, 62 % of each of two 64 MB primaries.
+const LOAD_KEYS: usize = 800;
+const VALUE_BYTES: usize = 100_000;
+
+/// Events of `reason` published for the cluster.
+async fn events(client: &Client, ns: &str, reason: &str) -> anyhow::Result<Vec<String>> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let fields = format!("reason={reason},involvedObject.name={NAME}");
+    Ok(api
+        .list(&ListParams::default().fields(&fields))
+        .await?
+        .items
+        .into_iter()
+        .map(|e| e.message.unwrap_or_default())
+        .collect())
+}
+
+fn desired(cluster: &ValkeyCluster) -> Option<i32> {
+    cluster
+        .status
+        .as_ref()?
+        .autoscaling
+        .as_ref()?
+        .desired_shards
+}
+
+/// Polls the cluster every half second until `done` holds for its status, recording each new
+/// `desiredShards` (and when) in `seen`.
+async fn watch_desired(
+    api: &Api<ValkeyCluster>,
+    seen: &mut Vec<(i32, Duration)>,
+    started: Instant,
+    timeout: Duration,
+    done: impl Fn(&ValkeyCluster) -> bool,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let c = api.get(NAME).await?;
+        if let Some(d) = desired(&c)
+            && seen.last().map(|(s, _)| *s) != Some(d)
+        {
+            println!("desiredShards {d} at {:?}", started.elapsed());
+            seen.push((d, started.elapsed()));
+        }
+        if done(&c) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let status = serde_json::to_string(&c.status)?;
+            bail!("timed out; desired so far {seen:?}; status {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn active_with(c: &ValkeyCluster, shards: usize) -> bool {
+    let s = c.status.clone().unwrap_or_default();
+    s.state == Some(ClusterState::Active)
+        && s.observed_generation == c.metadata.generation
+        && s.nodes.iter().filter(|n| n.slots.is_some()).count() == shards
+        && desired(c) == Some(shards as i32)
+}
+
+#[tokio::test]
+async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-autoscale").await?;
+    let suffix = valkey_e2e::harness::random_suffix(4);
+    let (img, cfg) = (
+        format!("e2e-auto-{suffix}-img"),
+        format!("e2e-auto-{suffix}-cfg"),
+    );
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    let mut menu_config = config(&cfg, &img);
+    menu_config["spec"]["valkey"]["maxmemory"] = json!("64mb");
+    apply(&client, "config", menu_config).await?;
+
+    let mut spec = cluster(&ns.name, NAME, &cfg, 2, 1);
+    spec["spec"]["autoscaling"] = json!({
+        "minShards": 2, "maxShards": 3,
+        "scaleOut": {"memoryPercent": 50}, "scaleIn": {"memoryPercent": 20},
+        "scaleInWindowSeconds": 60, "scaleOutCooldownSeconds": 60, "scaleInCooldownSeconds": 60
+    });
+    apply(&client, &ns.name, spec).await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let active = wait_state(
+        &client,
+        &ns.name,
+        NAME,
+        ClusterState::Active,
+        Duration::from_secs(300),
+    )
+    .await?;
+    ensure!(desired(&active) == Some(2), "{:?}", active.status);
+
+    // Utilization on every member's ValkeyNode, sampled again ~30 s later.
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns.name);
+    let member = format!("{NAME}-0-0");
+    let first = wait_for(
+        "utilization on the ValkeyNode",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || {
+            let nodes = nodes.clone();
+            let member = member.clone();
+            async move {
+                match nodes.get(&member).await?.status.and_then(|s| s.utilization) {
+                    Some(u) => Ok(Some(u)),
+                    None => bail!("no utilization yet"),
+                }
+            }
+        },
+    )
+    .await?;
+    println!("utilization of {member}: {first:?}");
+    ensure!(
+        first.memory_budget == "MaxMemory" && first.memory_percent.is_some(),
+        "{first:?}"
+    );
+    let sampled = Instant::now();
+    let next = wait_for(
+        "the next sample",
+        Duration::from_secs(75),
+        Duration::from_secs(1),
+        || {
+            let nodes = nodes.clone();
+            let member = member.clone();
+            let before = first.sampled_at.clone();
+            async move {
+                let u = nodes.get(&member).await?.status.and_then(|s| s.utilization);
+                match u {
+                    Some(u) if u.sampled_at != before => Ok(Some(u)),
+                    _ => bail!("same sample"),
+                }
+            }
+        },
+    )
+    .await?;
+    println!("next sample after {:?}: {next:?}", sampled.elapsed());
+    ensure!(
+        next.bandwidth_mbps.is_some(),
+        "a second sample has a rate: {next:?}"
+    );
+
+    let writer = Writer::start(&client, &ns.name, NAME).await?;
+    let started = Instant::now();
+    let valkey = cluster_client(&client, &ns.name, NAME).await?;
+    let value = "x".repeat(VALUE_BYTES);
+    for i in 0..LOAD_KEYS {
+        let _: () = valkey
+            .set(format!("load:{i}"), value.as_str(), None, None, false)
+            .await?;
+    }
+    println!(
+        "loaded {LOAD_KEYS} x {VALUE_BYTES} B in {:?}",
+        started.elapsed()
+    );
+
+    let mut seen = vec![(2, Duration::ZERO)];
+    watch_desired(&api, &mut seen, started, Duration::from_secs(240), |c| {
+        active_with(c, 3)
+    })
+    .await?;
+    let out_at = seen.iter().find(|(d, _)| *d == 3).map(|(_, t)| *t);
+    println!(
+        "scale-out decided {out_at:?} after the load began; 3 shards serving at {:?}",
+        started.elapsed()
+    );
+    // The cooldown and the move: no second shard (maxShards 3 caps it anyway, but the
+    // decision must not even be attempted twice).
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    ensure!(
+        events(&client, &ns.name, "ScaleOut").await?.len() == 1,
+        "exactly one ScaleOut"
+    );
+
+    // The load goes; after the quiet window and the cooldown one shard is removed.
+    let unloaded = Instant::now();
+    for i in 0..LOAD_KEYS {
+        let _: i64 = valkey.del(format!("load:{i}")).await?;
+    }
+    let _ = valkey.quit().await;
+    watch_desired(&api, &mut seen, started, Duration::from_secs(420), |c| {
+        active_with(c, 2)
+    })
+    .await?;
+    println!(
+        "scale-in done {:?} after the load was removed",
+        unloaded.elapsed()
+    );
+    let shards: Vec<i32> = seen.iter().map(|(d, _)| *d).collect();
+    ensure!(
+        shards == [2, 3, 2],
+        "one shard out, one in, never below minShards: {shards:?}"
+    );
+    let scale_in = events(&client, &ns.name, "ScaleIn").await?;
+    ensure!(scale_in.len() == 1, "{scale_in:?}");
+    println!("ScaleIn: {}", scale_in[0]);
+
+    let report = writer.finish(&client, &ns.name, NAME).await?;
+    println!(
+        "writer: {} acknowledged, longest pause {:?}",
+        report.acknowledged.len(),
+        report.longest_pause
+    );
+    api.delete(NAME, &Default::default()).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// Momento v0.9: the spec cannot change while the cluster is created (no status yet, or
+/// `Creating`), with a message saying why and what to do; labels can; once Active the same
+/// patch is accepted.
+#[tokio::test]
+async fn the_spec_is_frozen_while_creating_and_free_once_active() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-frozen").await?;
+    let suffix = valkey_e2e::harness::random_suffix(4);
+    let (img, cfg) = (
+        format!("e2e-frz-{suffix}-img"),
+        format!("e2e-frz-{suffix}-cfg"),
+    );
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    apply(&client, &ns.name, cluster(&ns.name, "frozen", &cfg, 1, 0)).await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let shards = Patch::Merge(json!({"spec": {"shards": 2}}));
+    match api.patch("frozen", &PatchParams::default(), &shards).await {
+        Err(kube::Error::Api(e)) => ensure!(
+            e.message.contains(FROZEN_WHILE_CREATING),
+            "refused with the freeze message: {}",
+            e.message
+        ),
+        other => bail!("a spec patch while Creating must be refused: {other:?}"),
+    }
+    let labels = Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}}));
+    api.patch("frozen", &PatchParams::default(), &labels)
+        .await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "frozen",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    api.patch("frozen", &PatchParams::default(), &shards)
+        .await?;
+    api.delete("frozen", &Default::default()).await?;
+    wait_for(
+        "the cluster gone",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || {
+            let api = api.clone();
+            async move {
+                match api.get_opt("frozen").await? {
+                    None => Ok(Some(())),
+                    Some(_) => bail!("still there"),
+                }
+            }
+        },
+    )
+    .await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
