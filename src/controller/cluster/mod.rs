@@ -127,8 +127,7 @@ pub async fn reconcile(
     let observed = observe::members(driver.as_ref(), &members, &cctx, &desired_hash).await;
     pods::sync(ctx, &cluster, &observed, &cctx.pods).await;
 
-    // Plan the next step. A rolling-replacement step waits for a slot under
-    // maxConcurrentRollouts.
+    // Plan the next step (a rolling replacement waits for a maxConcurrentRollouts slot).
     let topology = observe::topology(&cluster, &observed);
     let (topology, plan) = plan_off_the_runtime(topology).await;
     or_stop!(rollout::admit(ctx, &cluster, &topology, &plan).await?);
@@ -144,10 +143,8 @@ pub async fn reconcile(
     // Volumes (configs with storage): retention and size of every member's claim.
     let volumes = volumes::sync(ctx, &cluster, resolved.config.storage.as_ref(), &members).await;
 
-    // Status: each member's (its utilization when its period is due), then the cluster's,
-    // with what autoscaling decided on this round's samples.
-    status::update_node_statuses(ctx, &node_api, &observed).await?;
-    sample_utilization(&cctx, &cluster, &resolved, &observed, &node_api).await;
+    // Status: each member's (utilization when due), then the cluster's (with autoscaling's).
+    member_statuses(&cctx, &cluster, &resolved, &observed, &node_api).await?;
     let mut new_status = status::from_plan(
         &cluster,
         &plan,
@@ -171,17 +168,18 @@ pub async fn reconcile(
     ))
 }
 
-/// Records this round's utilization samples of the members whose period is due and writes
-/// them onto their ValkeyNodes (unless sampling is switched off).
-async fn sample_utilization(
+/// Records each member's observed role, node id and pod on its ValkeyNode, then this round's
+/// utilization samples of the members whose period is due (unless sampling is switched off).
+async fn member_statuses(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
     resolved: &Resolved,
     observed: &[observe::Observed],
     node_api: &Api<ValkeyNode>,
-) {
+) -> Result<(), Error> {
+    status::update_node_statuses(&cctx.ctx, node_api, observed).await?;
     if !cctx.ctx.settings.utilization_sampling {
-        return;
+        return Ok(());
     }
     let window = cluster
         .spec
@@ -199,6 +197,7 @@ async fn sample_utilization(
         now_ms,
     );
     utilization::publish(node_api, statuses).await;
+    Ok(())
 }
 
 /// Clusters with at least this many members are planned on a blocking thread. Planning is
