@@ -387,6 +387,9 @@ fn tls_cannot_be_added_or_removed_and_valkey_node_spec_is_immutable_on_the_serve
             out.stderr
         );
     }
+    // Edits are refused until the cluster is past Creating (Momento v0.9): its Secret is
+    // missing, so it goes Blocked.
+    wait_for_state(&ns.0, "secure", "Blocked");
     // Another Secret is a rotation (as in Momento's operator): accepted.
     let out = kubectl(
         &[
@@ -437,6 +440,27 @@ fn tls_cannot_be_added_or_removed_and_valkey_node_spec_is_immutable_on_the_serve
         "node spec edit: {}",
         out.stderr
     );
+}
+
+/// Waits up to 90 s for the cluster's `status.state` to be `state`.
+fn wait_for_state(ns: &str, name: &str, state: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let out = kubectl(
+            &["-n", ns, "get", "valkeycluster", name, "-o", "jsonpath={.status.state}"],
+            None,
+        );
+        if out.ok && out.stdout.trim() == state {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{ns}/{name} never reached {state}: {} {}",
+            out.stdout,
+            out.stderr
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }
 
 const PRODUCT_USER: (&str, &[&str]) = ("alice", &["team-a"]);
@@ -496,7 +520,7 @@ fn product_team_manages_valkey_clusters_in_its_own_namespace_only() {
             "mine",
             "--type=merge",
             "-p",
-            r#"{"spec":{"shards":5}}"#,
+            r#"{"metadata":{"labels":{"team":"a"}}}"#,
         ],
         None,
     );

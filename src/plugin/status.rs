@@ -70,6 +70,10 @@ pub struct StatusReport {
     /// What members keep across the loss of a pod (the cluster's `status.persistence`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub persistence: Option<String>,
+    /// Clusters with `spec.autoscaling`: the range, the target, the last decision and why
+    /// it holds, in one line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<String>,
     /// `type=status (reason): message` of each condition.
     pub conditions: Vec<String>,
     /// Members on the desired spec, of all members (a rollout in progress when lower).
@@ -139,6 +143,7 @@ pub fn report(inputs: &Inputs<'_>) -> StatusReport {
         shards_wanted: cluster.target_shards(),
         replicas_per_shard: cluster.spec.replicas_per_shard,
         persistence: status.persistence.clone(),
+        autoscaling: autoscaling_line(cluster),
         conditions: status
             .conditions
             .iter()
@@ -148,6 +153,37 @@ pub fn report(inputs: &Inputs<'_>) -> StatusReport {
         shards: shard_rows(cluster, &rows),
         events: recent_events(inputs),
     }
+}
+
+/// `shards 2..4, target 3; last Out 2 -> 3 (memory) at <time>; holding OutCooldown`.
+fn autoscaling_line(cluster: &ValkeyCluster) -> Option<String> {
+    let spec = cluster.spec.autoscaling.as_ref()?;
+    let status = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.autoscaling.clone())
+        .unwrap_or_default();
+    let mut line = format!(
+        "shards {}..{}, target {}",
+        spec.min_shards,
+        spec.max_shards,
+        cluster.target_shards()
+    );
+    if let Some(d) = &status.last_decision {
+        let trigger = d
+            .trigger
+            .as_ref()
+            .map(|t| format!(" ({t})"))
+            .unwrap_or_default();
+        line += &format!(
+            "; last {} {} -> {}{trigger} at {}",
+            d.direction, d.from, d.to, d.time
+        );
+    }
+    if let Some(holding) = &status.holding {
+        line += &format!("; holding {holding}");
+    }
+    Some(line)
 }
 
 /// One row per ValkeyNode: what the cluster's status publishes about it (role, lifecycle,
@@ -291,6 +327,9 @@ pub fn text(r: &StatusReport) -> String {
     if let Some(persistence) = &r.persistence {
         let _ = writeln!(out, "persistence: {persistence}");
     }
+    if let Some(autoscaling) = &r.autoscaling {
+        let _ = writeln!(out, "autoscaling: {autoscaling}");
+    }
     for c in &r.conditions {
         let _ = writeln!(out, "  {c}");
     }
@@ -433,5 +472,55 @@ mod tests {
         assert_eq!(r.events.last().unwrap().age, "89s");
         let out = text(&r);
         assert!(out.contains("8192 slot(s) left to move"), "{out}");
+    }
+}
+
+#[cfg(test)]
+mod autoscaling_tests {
+    use super::*;
+    use crate::api::autoscaling::{Autoscaling, AutoscalingStatus, ScalingDecision};
+    use crate::api::{ValkeyClusterSpec, ValkeyClusterStatus};
+
+    #[test]
+    fn the_autoscaling_line_shows_range_target_last_decision_and_holding() {
+        let mut cluster = ValkeyCluster::new(
+            "c",
+            ValkeyClusterSpec {
+                config_ref: "standard".into(),
+                shards: 2,
+                replicas_per_shard: 1,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: Default::default(),
+                autoscaling: None,
+            },
+        );
+        assert_eq!(autoscaling_line(&cluster), None);
+        cluster.spec.autoscaling = Some(
+            serde_json::from_value::<Autoscaling>(
+                serde_json::json!({"minShards": 2, "maxShards": 4}),
+            )
+            .unwrap(),
+        );
+        cluster.status = Some(ValkeyClusterStatus {
+            autoscaling: Some(AutoscalingStatus {
+                desired_shards: Some(3),
+                holding: Some("OutCooldown".into()),
+                last_decision: Some(ScalingDecision {
+                    direction: "Out".into(),
+                    from: 2,
+                    to: 3,
+                    trigger: Some("memory".into()),
+                    time: "2026-12-05T10:00:00Z".into(),
+                }),
+                ..AutoscalingStatus::default()
+            }),
+            ..ValkeyClusterStatus::default()
+        });
+        assert_eq!(
+            autoscaling_line(&cluster).unwrap(),
+            "shards 2..4, target 3; last Out 2 -> 3 (memory) at 2026-12-05T10:00:00Z; holding OutCooldown"
+        );
     }
 }
