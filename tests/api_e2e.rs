@@ -447,7 +447,15 @@ fn wait_for_state(ns: &str, name: &str, state: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     loop {
         let out = kubectl(
-            &["-n", ns, "get", "valkeycluster", name, "-o", "jsonpath={.status.state}"],
+            &[
+                "-n",
+                ns,
+                "get",
+                "valkeycluster",
+                name,
+                "-o",
+                "jsonpath={.status.state}",
+            ],
             None,
         );
         if out.ok && out.stdout.trim() == state {

@@ -4,8 +4,7 @@
 //! threshold adds exactly one shard (a `ScaleOut` Event), none while it moves or during the
 //! cooldown; once the load is gone one shard is removed after the quiet window, never below
 //! `minShards`; a writer through all of it loses no acknowledged write. ValkeyNode status shows
-//! utilization that changes every ~30 s. Also: the spec is frozen while the cluster is
-//! `Creating`. Real API server, kubelet pods, valkey-server.
+//! utilization that changes every ~30 s. Real API server, kubelet pods, valkey-server.
 #![cfg(feature = "e2e")]
 
 use std::time::{Duration, Instant};
@@ -14,13 +13,12 @@ use anyhow::{bail, ensure};
 use fred::prelude::*;
 use k8s_openapi::api::core::v1::Event;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use serde_json::json;
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, wait_for};
 use valkey_e2e::valkey::wait_state;
 use valkey_e2e::workload::{Writer, apply, cluster, cluster_client, config, image};
-use valkey_operator::api::validation::FROZEN_WHILE_CREATING;
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
 
 const NAME: &str = "auto";
@@ -230,65 +228,6 @@ async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> an
         report.longest_pause
     );
     api.delete(NAME, &Default::default()).await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
-    Ok(())
-}
-
-/// Momento v0.9: the spec cannot change while the cluster is created (no status yet, or
-/// `Creating`), with a message saying why and what to do; labels can; once Active the same
-/// patch is accepted.
-#[tokio::test]
-async fn the_spec_is_frozen_while_creating_and_free_once_active() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "e2e-frozen").await?;
-    let suffix = valkey_e2e::harness::random_suffix(4);
-    let (img, cfg) = (
-        format!("e2e-frz-{suffix}-img"),
-        format!("e2e-frz-{suffix}-cfg"),
-    );
-    apply(&client, "image", image(&img, "9.0.0")).await?;
-    apply(&client, "config", config(&cfg, &img)).await?;
-    apply(&client, &ns.name, cluster(&ns.name, "frozen", &cfg, 1, 0)).await?;
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
-    let shards = Patch::Merge(json!({"spec": {"shards": 2}}));
-    match api.patch("frozen", &PatchParams::default(), &shards).await {
-        Err(kube::Error::Api(e)) => ensure!(
-            e.message.contains(FROZEN_WHILE_CREATING),
-            "refused with the freeze message: {}",
-            e.message
-        ),
-        other => bail!("a spec patch while Creating must be refused: {other:?}"),
-    }
-    let labels = Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}}));
-    api.patch("frozen", &PatchParams::default(), &labels)
-        .await?;
-    wait_state(
-        &client,
-        &ns.name,
-        "frozen",
-        ClusterState::Active,
-        Duration::from_secs(180),
-    )
-    .await?;
-    api.patch("frozen", &PatchParams::default(), &shards)
-        .await?;
-    api.delete("frozen", &Default::default()).await?;
-    wait_for(
-        "the cluster gone",
-        Duration::from_secs(120),
-        Duration::from_secs(1),
-        || {
-            let api = api.clone();
-            async move {
-                match api.get_opt("frozen").await? {
-                    None => Ok(Some(())),
-                    Some(_) => bail!("still there"),
-                }
-            }
-        },
-    )
-    .await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())

@@ -39,7 +39,7 @@ use super::validation::{
     validation = Rule::new(CLUSTER_NAME.cel("self.metadata.name"))
         .msg(format!("metadata.name of a ValkeyCluster must be {}", CLUSTER_NAME.describe)),
     validation = frozen_while_creating_rule(),
-    printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Active, Updating, Blocked, Degraded or Deleting"),
+    printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Active, Updating, Blocked, Degraded, Invalid, Failed or Deleting"),
     printcolumn(name = "READY", type_ = "string", json_path = ".status.ready", description = "Members ready / members the spec asks for"),
     printcolumn(name = "VERSION", type_ = "string", json_path = ".status.version", description = "Valkey version the members run (old -> new during a rollout)"),
     printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.topology.shards", description = "Number of shards (primaries); with spec.topology.autoscaling, the starting count"),

@@ -28,6 +28,10 @@ pub async fn may_proceed(
         return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(1))));
     }
     ctx.confirm_leading().await?;
+    // Failed is terminal: delete and create again (the spec is frozen).
+    if cluster.status.as_ref().and_then(|s| s.state) == Some(crate::api::ClusterState::Failed) {
+        return Ok(ControlFlow::Break(Action::await_change()));
+    }
     // Paused by annotation: say so and touch nothing until it goes (removing it is a change
     // that reconciles at once).
     if status::is_paused(cluster) {

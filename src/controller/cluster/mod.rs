@@ -21,6 +21,7 @@ mod autoscale;
 mod blocked;
 pub mod build;
 mod cadence;
+mod creation;
 mod credentials;
 mod gate;
 pub mod observe;
@@ -126,6 +127,7 @@ pub async fn reconcile(
     let desired_hash = build::spec_hash(&desired_spec);
     let observed = observe::members(driver.as_ref(), &members, &cctx, &desired_hash).await;
     pods::sync(ctx, &cluster, &observed, &cctx.pods).await;
+    or_stop!(creation::fail_below_floor(ctx, &cluster, &resolved, &observed).await?);
 
     // Plan the next step (a rolling replacement waits for a maxConcurrentRollouts slot).
     let topology = observe::topology(&cluster, &observed);

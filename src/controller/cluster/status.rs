@@ -176,6 +176,30 @@ pub fn paused(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
     status
 }
 
+/// Status of a cluster whose creation cannot succeed (`cause`): `Failed`, `Ready=False,
+/// CreationFailed`, members as last observed; the message says the way out.
+pub fn failed(cluster: &ValkeyCluster, cause: &str) -> ValkeyClusterStatus {
+    let previous = previous_conditions(cluster);
+    let generation = cluster.metadata.generation;
+    let message = format!(
+        "creation failed: {cause}; fix the cause, then delete this ValkeyCluster and create it again (the spec cannot change now)"
+    );
+    let mut status = cluster.status.clone().unwrap_or_default();
+    status.state = Some(ClusterState::Failed);
+    status.message = Some(message.clone());
+    status.observed_generation = generation;
+    status.conditions.retain(|c| c.type_ != "Ready");
+    status.conditions.push(condition(
+        "Ready",
+        false,
+        "CreationFailed",
+        &message,
+        generation,
+        &previous,
+    ));
+    status
+}
+
 /// Status of a cluster whose rollout waits for one of the `maxConcurrentRollouts` slots: state,
 /// members and `Ready` as last observed (nothing changes yet: it serves as before), the
 /// message and `Progressing=True, WaitingForRolloutSlot`.
@@ -754,7 +778,10 @@ pub async fn publish(
         && let Some(state) = status.state
     {
         let reason = format!("{state:?}");
-        let type_ = if matches!(state, ClusterState::Blocked | ClusterState::Degraded) {
+        let type_ = if matches!(
+            state,
+            ClusterState::Blocked | ClusterState::Degraded | ClusterState::Failed
+        ) {
             EventType::Warning
         } else {
             EventType::Normal

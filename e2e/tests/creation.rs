@@ -1,0 +1,159 @@
+//! Creating a cluster, Momento v0.9's rules (issue 30): the spec is frozen while the cluster
+//! is created; a mislabelled image (declares 9.0.1, runs an older binary) ends the creation
+//! `Failed`, naming both versions, and nothing more is done to it. Real API server, kubelet
+//! pods, valkey-server.
+#![cfg(feature = "e2e")]
+
+use std::time::Duration;
+
+use anyhow::{bail, ensure};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, wait_for};
+use valkey_e2e::valkey::wait_state;
+use valkey_e2e::workload::{apply, cluster, config, image};
+use valkey_operator::api::validation::FROZEN_WHILE_CREATING;
+use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage};
+
+/// Momento v0.9: the spec cannot change while the cluster is created (no status yet, or
+/// `Creating`), with a message saying why and what to do; labels can; once Active the same
+/// patch is accepted.
+#[tokio::test]
+async fn the_spec_is_frozen_while_creating_and_free_once_active() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-frozen").await?;
+    let suffix = valkey_e2e::harness::random_suffix(4);
+    let (img, cfg) = (
+        format!("e2e-frz-{suffix}-img"),
+        format!("e2e-frz-{suffix}-cfg"),
+    );
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    apply(&client, &ns.name, cluster(&ns.name, "frozen", &cfg, 1, 0)).await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let shards = Patch::Merge(json!({"spec": {"shards": 2}}));
+    match api.patch("frozen", &PatchParams::default(), &shards).await {
+        Err(kube::Error::Api(e)) => ensure!(
+            e.message.contains(FROZEN_WHILE_CREATING),
+            "refused with the freeze message: {}",
+            e.message
+        ),
+        other => bail!("a spec patch while Creating must be refused: {other:?}"),
+    }
+    let labels = Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}}));
+    api.patch("frozen", &PatchParams::default(), &labels)
+        .await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "frozen",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    api.patch("frozen", &PatchParams::default(), &shards)
+        .await?;
+    api.delete("frozen", &Default::default()).await?;
+    wait_for(
+        "the cluster gone",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || {
+            let api = api.clone();
+            async move {
+                match api.get_opt("frozen").await? {
+                    None => Ok(Some(())),
+                    Some(_) => bail!("still there"),
+                }
+            }
+        },
+    )
+    .await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// An image declaring 9.0.1 that runs Valkey 9.0.0: the first member to answer shows it, and the
+/// cluster ends `Failed` (Ready False, CreationFailed, a Warning Event) with a message naming
+/// the member, both versions and the way out; the spec stays frozen.
+#[tokio::test]
+async fn a_mislabelled_image_fails_creation_naming_both_versions() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-mislabelled").await?;
+    let suffix = valkey_e2e::harness::random_suffix(4);
+    let (img, cfg) = (
+        format!("e2e-mis-{suffix}-img"),
+        format!("e2e-mis-{suffix}-cfg"),
+    );
+    let mut mislabelled = image(&img, "9.0.0");
+    mislabelled["spec"]["version"] = json!("9.0.1");
+    apply(&client, "image", mislabelled).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    apply(&client, &ns.name, cluster(&ns.name, "mis", &cfg, 1, 1)).await?;
+    let failed = wait_state(
+        &client,
+        &ns.name,
+        "mis",
+        ClusterState::Failed,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let status = failed.status.clone().unwrap_or_default();
+    let message = status.message.clone().unwrap_or_default();
+    println!("Failed: {message}");
+    ensure!(
+        message.contains("runs Valkey 9.0.0, below the supported floor 9.0.1")
+            && message.contains(&format!("ValkeyImage \"{img}\" declares 9.0.1"))
+            && message.contains("delete this ValkeyCluster and create it again"),
+        "{message}"
+    );
+    ensure!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "CreationFailed"),
+        "{:?}",
+        status.conditions
+    );
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let edit = Patch::Merge(json!({"spec": {"replicasPerShard": 0}}));
+    ensure!(
+        api.patch("mis", &PatchParams::default(), &edit)
+            .await
+            .is_err(),
+        "a Failed cluster's spec is frozen"
+    );
+    // Terminal: still Failed a while later (nothing formed it meanwhile).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let later = api.get("mis").await?;
+    ensure!(
+        later.status.and_then(|s| s.state) == Some(ClusterState::Failed),
+        "Failed stays"
+    );
+    api.delete("mis", &Default::default()).await?;
+    wait_gone(&api, "mis").await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+async fn wait_gone(api: &Api<ValkeyCluster>, name: &str) -> anyhow::Result<()> {
+    wait_for(
+        "the cluster gone",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || {
+            let api = api.clone();
+            let name = name.to_owned();
+            async move {
+                match api.get_opt(&name).await? {
+                    None => Ok(Some(())),
+                    Some(_) => bail!("still there"),
+                }
+            }
+        },
+    )
+    .await
+}
