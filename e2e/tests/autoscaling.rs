@@ -1,5 +1,5 @@
 //! Shard autoscaling on the local cluster (Momento v0.9, issue 30): a 2-shard cluster with
-//! `minShards 2, maxShards 3`, memory thresholds 50 % out / 20 % in of a 64 MB `maxmemory`,
+//! `minShards 2, maxShards 3`, memory thresholds 50 % out / 25 % in of a 128 MB `maxmemory`,
 //! and the short windows the issue allows (60 s quiet window and cooldowns). Load past the
 //! threshold adds exactly one shard (a `ScaleOut` Event), none while it moves or during the
 //! cooldown; once the load is gone one shard is removed after the quiet window, never below
@@ -22,8 +22,10 @@ use valkey_e2e::workload::{Writer, apply, cluster, cluster_client, config, image
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
 
 const NAME: &str = "auto";
-/// Keys of 100 kB the load writes: about 80 MB, 62 % of each of two 64 MB primaries.
-const LOAD_KEYS: usize = 800;
+/// Keys of 100 kB the load writes: about 160 MB, 62 % of each of two 128 MB primaries (42 % of
+/// three: above the scale-in threshold, below the scale-out one). The writer's own keys stay a
+/// few percent (they grow by about 15 MB per shard in 5 minutes).
+const LOAD_KEYS: usize = 1600;
 const VALUE_BYTES: usize = 100_000;
 
 /// Events of `reason` published for the cluster.
@@ -96,13 +98,13 @@ async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> an
     );
     apply(&client, "image", image(&img, "9.0.0")).await?;
     let mut menu_config = config(&cfg, &img);
-    menu_config["spec"]["valkey"]["maxmemory"] = json!("64mb");
+    menu_config["spec"]["valkey"]["maxmemory"] = json!("128mb");
     apply(&client, "config", menu_config).await?;
 
     let mut spec = cluster(&ns.name, NAME, &cfg, 2, 1);
     spec["spec"]["autoscaling"] = json!({
         "minShards": 2, "maxShards": 3,
-        "scaleOut": {"memoryPercent": 50}, "scaleIn": {"memoryPercent": 20},
+        "scaleOut": {"memoryPercent": 50}, "scaleIn": {"memoryPercent": 25},
         "scaleInWindowSeconds": 60, "scaleOutCooldownSeconds": 60, "scaleInCooldownSeconds": 60
     });
     apply(&client, &ns.name, spec).await?;
