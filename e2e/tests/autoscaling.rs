@@ -202,6 +202,7 @@ async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> an
 
     // The load goes; after the quiet window and the cooldown one shard is removed.
     let unloaded = Instant::now();
+    let unloaded_at = started.elapsed();
     for i in 0..LOAD_KEYS {
         let _: i64 = valkey.del(format!("load:{i}")).await?;
     }
@@ -213,6 +214,16 @@ async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> an
     println!(
         "scale-in done {:?} after the load was removed",
         unloaded.elapsed()
+    );
+    let in_at = seen.last().map(|(_, t)| *t).unwrap_or_default();
+    println!(
+        "scale-in decided {:?} after the load began to be removed",
+        in_at.saturating_sub(unloaded_at)
+    );
+    // The whole 60 s quiet window (less the second a sample's time is rounded to).
+    ensure!(
+        in_at.saturating_sub(unloaded_at) >= Duration::from_secs(58),
+        "scale-in before a whole quiet window: {seen:?}, load removed at {unloaded_at:?}"
     );
     let shards: Vec<i32> = seen.iter().map(|(d, _)| *d).collect();
     ensure!(

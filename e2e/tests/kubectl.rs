@@ -158,7 +158,8 @@ async fn the_documented_scaling_commands_scale_the_cluster_with_no_version_named
     )
     .await?;
     // What `kubectl get` shows a product team: state, members ready of those asked for, the
-    // Valkey version, the shape and what the operator is doing.
+    // Valkey version, the shape (DESIRED SHARDS: empty without autoscaling) and what the
+    // operator is doing.
     let table = kubectl_run(&["get", "valkeycluster", name, "-n", &ns.name])?;
     let header: Vec<&str> = table
         .lines()
@@ -168,7 +169,8 @@ async fn the_documented_scaling_commands_scale_the_cluster_with_no_version_named
         .collect();
     ensure!(
         header.starts_with(&[
-            "NAME", "STATE", "READY", "VERSION", "SHARDS", "REPLICAS", "CONFIG", "PROGRESS"
+            "NAME", "STATE", "READY", "VERSION", "SHARDS", "DESIRED", "SHARDS", "REPLICAS",
+            "CONFIG", "PROGRESS"
         ]),
         "columns: {table}"
     );

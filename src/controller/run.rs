@@ -412,6 +412,8 @@ async fn reconcile_cluster(
 ) -> Result<Action, Error> {
     let key = format!("cluster/{}", object_key(cluster.as_ref()));
     let started = Instant::now();
+    // With autoscaling's own latest decision, should the watch not have shown it yet.
+    let cluster = cctx.episodes.freshest(cluster);
     let result = cluster::reconcile(cluster, cctx.clone()).await;
     cctx.ctx
         .metrics

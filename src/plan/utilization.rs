@@ -144,7 +144,12 @@ impl History {
             cpu_percent: Some(0.0),
             bandwidth_mbps: Some(0.0),
         };
-        for (_, load) in self.entries.iter().filter(|(t, _)| *t >= start) {
+        // The sample taken at or just before the window's start stands for the period the start
+        // falls in: without it, a 60 s window on 30 s samples would see only the two samples
+        // after the start and could call a cluster quiet 31 s after its load went.
+        let from = self.entries.iter().rposition(|(t, _)| *t <= start)?;
+        let window_entries = self.entries.iter().skip(from);
+        for (_, load) in window_entries.take_while(|(t, _)| *t <= now) {
             let load = (*load)?;
             peak.memory_percent = max(peak.memory_percent, load.memory_percent);
             peak.cpu_percent = max(peak.cpu_percent, load.cpu_percent);
@@ -251,7 +256,13 @@ mod tests {
         assert_eq!(h.latest(), None);
         assert_eq!(h.peak(1120, 90), None);
         h.record(1150, l(10.0));
-        assert_eq!(h.peak(1150, 20).unwrap().memory_percent, Some(10.0));
+        // The unanswered period (1120-1150) overlaps a window starting at 1130.
+        assert_eq!(h.peak(1150, 20), None);
+        h.record(1180, l(10.0));
+        assert_eq!(h.peak(1180, 20).unwrap().memory_percent, Some(10.0));
+        // A window starting between two samples includes the earlier one: the load it saw
+        // lasted into the window.
+        assert_eq!(h.peak(1100, 25).unwrap().memory_percent, Some(40.0));
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! ([`ValkeyCluster::target_shards`]); the next round plans towards it by the ordinary scaling
 //! path, exactly as for a `spec.shards` edit. Every decision is an Event and a metric.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 
@@ -17,14 +17,49 @@ use crate::controller::object_key;
 use crate::plan::autoscale::{ClusterNow, Direction, Holding, MemberLoad, Outcome, decide};
 use crate::plan::{Phase, Plan, Topology};
 
-/// Clusters whose `ScaleOutLimited` warning was recorded for the episode under way (the
-/// trigger has not cleared since): one warning per episode, not one per round.
+/// What autoscaling remembers between rounds: the clusters whose `ScaleOutLimited` warning was
+/// recorded for the episode under way (the trigger has not cleared since: one warning per
+/// episode, not one per round), and each cluster's latest decision until the watch shows it.
 #[derive(Default)]
 pub struct Episodes {
     limited: Mutex<HashSet<String>>,
+    decided: Mutex<HashMap<String, AutoscalingStatus>>,
 }
 
 impl Episodes {
+    /// The cluster with the operator's own latest decision: a round that starts between the
+    /// status write of a decision and its watch event (another event triggered it) would
+    /// otherwise plan toward the old shard count, and could retire the new, still empty shard.
+    pub fn freshest(&self, cluster: Arc<ValkeyCluster>) -> Arc<ValkeyCluster> {
+        let key = object_key(cluster.as_ref());
+        let mut decided = self.decided.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(ours) = decided.get(&key) else {
+            return cluster;
+        };
+        let seen = cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.autoscaling.as_ref())
+            .and_then(|a| a.last_decision.as_ref());
+        if cluster.spec.autoscaling.is_none() || seen == ours.last_decision.as_ref() {
+            decided.remove(&key);
+            return cluster;
+        }
+        let mut fresher = (*cluster).clone();
+        fresher
+            .status
+            .get_or_insert_with(Default::default)
+            .autoscaling = Some(ours.clone());
+        Arc::new(fresher)
+    }
+
+    fn decided(&self, key: &str, status: &AutoscalingStatus) {
+        self.decided
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_owned(), status.clone());
+    }
+
     fn recorded(&self, key: &str) -> bool {
         self.limited
             .lock()
@@ -90,7 +125,11 @@ pub async fn step(
             Direction::In => "autoscale_in",
         });
     }
-    Some(next_status(previous, &outcome, now))
+    let status = next_status(previous, &outcome, now);
+    if outcome.decision.is_some() {
+        cctx.episodes.decided(&key, &status);
+    }
+    Some(status)
 }
 
 /// The status after this round's outcome: the target, the decision's time and figures, why it
@@ -165,6 +204,43 @@ fn seconds(time: Option<&str>) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::plan::autoscale::{Decision, Trigger};
+
+    #[test]
+    fn a_round_on_a_stale_watch_plans_toward_the_latest_decision() {
+        let mut cluster: ValkeyCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": "c", "namespace": "n"},
+            "spec": {"configRef": "s", "shards": 2, "replicasPerShard": 1,
+                     "autoscaling": {"minShards": 2, "maxShards": 4}},
+            "status": {"autoscaling": {"desiredShards": 2}}
+        }))
+        .unwrap();
+        let episodes = Episodes::default();
+        let stale = Arc::new(cluster.clone());
+        assert_eq!(
+            episodes.freshest(stale.clone()).target_shards(),
+            2,
+            "nothing decided"
+        );
+        let ours = AutoscalingStatus {
+            desired_shards: Some(3),
+            last_decision: Some(ScalingDecision {
+                direction: "Out".into(),
+                from: 2,
+                to: 3,
+                trigger: Some("memory".into()),
+                time: "2026-12-05T10:00:00Z".into(),
+            }),
+            ..AutoscalingStatus::default()
+        };
+        episodes.decided("n/c", &ours);
+        assert_eq!(episodes.freshest(stale.clone()).target_shards(), 3);
+        // Once the watch shows it, the memory goes.
+        cluster.status.as_mut().unwrap().autoscaling = Some(ours);
+        let seen = Arc::new(cluster);
+        assert_eq!(episodes.freshest(seen).target_shards(), 3);
+        assert_eq!(episodes.freshest(stale).target_shards(), 2, "forgotten");
+    }
 
     #[test]
     fn a_decision_is_recorded_with_its_time_and_trigger() {

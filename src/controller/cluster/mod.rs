@@ -112,8 +112,7 @@ pub async fn reconcile(
     let (credentials, acl_file) =
         or_stop!(apply::cluster_objects(&cctx, &cluster, &resolved).await?);
 
-    // Observe: members from the store, their pods, and what each Valkey says; then the pods
-    // carry what was seen (holds-data gate) and the annotations the spec asks for.
+    // Observe members (store, pods, what Valkey says; pods carry it); a creation may fail here.
     let desired_spec =
         build::desired_node_spec(&cluster, &resolved.config, ctx.settings.default_zone_spread);
     let members = cluster_nodes(&cctx.nodes, &namespace, &name);
