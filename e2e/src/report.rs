@@ -407,6 +407,30 @@ pub struct Fleet {
     pub parallelism: u32,
     pub reconciles_per_minute_at_rest: f64,
     pub rss_at_rest_mib: f64,
+    /// Utilization sampling's cost with the fleet at rest: the operator restarted with
+    /// `utilizationSampling` off, then on (issue 30: at most 10 % more either way).
+    #[serde(default)]
+    pub sampling: Vec<SamplingCost>,
+}
+
+/// The operator at rest with the fleet, restarted with utilization sampling on or off.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplingCost {
+    pub sampling: bool,
+    pub reconciles_per_minute: f64,
+    pub operator_rss_mib: f64,
+}
+
+impl Fleet {
+    /// (RSS, reconciles per minute) with sampling on over off, when both were measured.
+    pub fn sampling_ratios(&self) -> Option<(f64, f64)> {
+        let of = |on: bool| self.sampling.iter().find(|s| s.sampling == on);
+        let (on, off) = (of(true)?, of(false)?);
+        Some((
+            on.operator_rss_mib / off.operator_rss_mib.max(f64::MIN_POSITIVE),
+            on.reconciles_per_minute / off.reconciles_per_minute.max(1.0),
+        ))
+    }
 }
 
 /// The fleet size the goals are set for.

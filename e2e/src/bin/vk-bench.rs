@@ -607,7 +607,81 @@ async fn fleet(
         "fleet clusters={created} at rest: reconciles_per_minute={:.0} operator_rss_mib={:.1}",
         measured.reconciles_per_minute_at_rest, measured.rss_at_rest_mib
     );
+    measured.sampling = sampling_cost(client).await?;
     Ok((measured, ns, menu))
+}
+
+/// Utilization sampling's cost with the fleet at rest (issue 30): the operator restarted with
+/// `utilizationSampling` off, then on again; after each restart its resync (every cluster
+/// reconciled once) is let pass, then reconciles are counted for a minute and RSS read.
+async fn sampling_cost(client: &Client) -> anyhow::Result<Vec<report::SamplingCost>> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let settings: Api<ConfigMap> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let mut costs = Vec::new();
+    for on in [false, true] {
+        let value = if on { "on" } else { "off" };
+        let patch = json!({"data": {"utilizationSampling": value}});
+        settings
+            .patch(
+                valkey_operator::settings::SETTINGS_CONFIGMAP,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        restart_operator_pods(client).await?;
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        let before = reconciles_so_far(client).await?;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let cost = report::SamplingCost {
+            sampling: on,
+            reconciles_per_minute: reconciles_so_far(client).await? - before,
+            operator_rss_mib: operator_rss_mib(client).await?,
+        };
+        println!(
+            "fleet utilizationSampling={value}: reconciles_per_minute={:.0} operator_rss_mib={:.1}",
+            cost.reconciles_per_minute, cost.operator_rss_mib
+        );
+        costs.push(cost);
+    }
+    Ok(costs)
+}
+
+/// Deletes the operator's pods and waits until a new one is Ready (settings are read at
+/// startup).
+async fn restart_operator_pods(client: &Client) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let selector =
+        kube::api::ListParams::default().labels("app.kubernetes.io/name=valkey-operator");
+    let old: Vec<String> = pods
+        .list(&selector)
+        .await?
+        .items
+        .iter()
+        .map(kube::ResourceExt::name_any)
+        .collect();
+    for name in &old {
+        pods.delete(name, &Default::default()).await?;
+    }
+    wait_for(
+        "a new operator pod Ready",
+        Duration::from_secs(180),
+        Duration::from_secs(1),
+        || {
+            let (pods, selector, old) = (pods.clone(), selector.clone(), old.clone());
+            async move {
+                let list = pods.list(&selector).await?.items;
+                let ready = list.iter().any(|p| {
+                    !old.contains(&kube::ResourceExt::name_any(p))
+                        && valkey_e2e::valkey::pod_ready(p)
+                });
+                let gone = list
+                    .iter()
+                    .all(|p| !old.contains(&kube::ResourceExt::name_any(p)));
+                Ok((ready && gone).then_some(()))
+            }
+        },
+    )
+    .await
 }
 
 /// Waits until each of the `n` clusters is Active or waits only for room on the nodes (the

@@ -235,9 +235,26 @@ impl Benchmark for Fleet {
             "Waiting for room",
             "Operator RSS (MiB)",
         ];
+        let sampling: String = self
+            .sampling
+            .iter()
+            .map(|s| {
+                format!(
+                    "* Restarted with utilizationSampling {}: {:.0} reconciles per minute, operator RSS {:.1} MiB.\n",
+                    if s.sampling { "on" } else { "off" },
+                    s.reconciles_per_minute,
+                    s.operator_rss_mib
+                )
+            })
+            .chain(self.sampling_ratios().map(|(rss, rpm)| {
+                format!(
+                    "* Sampling on over off: RSS x{rss:.2}, reconciles per minute x{rpm:.2} (goal: at most x1.10 each).\n"
+                )
+            }))
+            .collect();
         format!(
             "{}\n* One cluster alone: Active in {} s (parallelism {}).\n\
-             * At rest with {} clusters: {:.0} reconciles per minute, operator RSS {:.1} MiB.\n",
+             * At rest with {} clusters: {:.0} reconciles per minute, operator RSS {:.1} MiB.\n{sampling}",
             table(headers, rows),
             seconds(self.one_cluster_active_seconds),
             self.parallelism,

@@ -40,7 +40,28 @@ fn fleet(one_cluster: f64, parallelism: u32, settled_200: f64, rss_200: f64) -> 
         parallelism,
         reconciles_per_minute_at_rest: 3.0,
         rss_at_rest_mib: 30.0,
+        sampling: vec![],
     }
+}
+
+#[test]
+fn sampling_cost_is_reported_as_on_over_off() {
+    let mut f = fleet(4.0, 2, 300.0, 40.0);
+    assert_eq!(f.sampling_ratios(), None);
+    f.sampling = vec![
+        SamplingCost {
+            sampling: false,
+            reconciles_per_minute: 400.0,
+            operator_rss_mib: 40.0,
+        },
+        SamplingCost {
+            sampling: true,
+            reconciles_per_minute: 410.0,
+            operator_rss_mib: 42.0,
+        },
+    ];
+    let (rss, rpm) = f.sampling_ratios().unwrap();
+    assert!((rss - 1.05).abs() < 1e-9 && (rpm - 1.025).abs() < 1e-9);
 }
 
 fn webhook_kind(name: &str, p99_ms: f64, rate: f64, clusters: usize, failed: usize) -> WebhookKind {
