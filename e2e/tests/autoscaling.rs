@@ -1,6 +1,7 @@
 //! Shard autoscaling on the local cluster (Momento v0.9, issue 30): a 2-shard cluster with
 //! `minShards 2, maxShards 3`, memory thresholds 50 % out / 25 % in of a 128 MB `maxmemory`,
-//! and the short windows the issue allows (60 s quiet window and cooldowns). Load past the
+//! a bandwidth trigger of 20 Mbps, and the short windows the issue allows (60 s quiet window and
+//! cooldowns). Reads on a replica past the bandwidth threshold add none; load past the
 //! threshold adds exactly one shard (a `ScaleOut` Event), none while it moves or during the
 //! cooldown; once the load is gone one shard is removed after the quiet window, never below
 //! `minShards`; a writer through all of it loses no acknowledged write. ValkeyNode status shows
@@ -17,9 +18,11 @@ use kube::api::{Api, ListParams};
 use serde_json::json;
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, wait_for};
-use valkey_e2e::valkey::wait_state;
-use valkey_e2e::workload::{Writer, apply, cluster, cluster_client, config, image};
-use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
+use valkey_e2e::valkey::{member_pods, wait_state};
+use valkey_e2e::workload::{PASSWORD, Writer, apply, cluster, cluster_client, config, image};
+use valkey_operator::api::{
+    ClusterState, NodeRole, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode,
+};
 
 const NAME: &str = "auto";
 /// Keys of 100 kB the load writes: about 160 MB, 62 % of each of two 128 MB primaries (42 % of
@@ -79,6 +82,104 @@ async fn watch_desired(
     }
 }
 
+/// Reads of a 100 kB key on one replica (READONLY) for 70 s, far past the 20 Mbps bandwidth
+/// threshold on that replica while the primaries stay quiet: its ValkeyNode shows the traffic,
+/// and no shard is added (only primaries add shards).
+async fn replica_load_adds_no_shard(
+    client: &Client,
+    ns: &str,
+    api: &Api<ValkeyCluster>,
+    nodes: &Api<ValkeyNode>,
+) -> anyhow::Result<()> {
+    let valkey = cluster_client(client, ns, NAME).await?;
+    let _: () = valkey
+        .set("replica-read", "r".repeat(VALUE_BYTES), None, None, false)
+        .await?;
+    let _ = valkey.quit().await;
+    // The replica serving that key's slot: READONLY GET answers there, MOVED elsewhere.
+    let replica_pods: Vec<String> = nodes
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.status)
+        .filter(|s| s.role == Some(NodeRole::Replica))
+        .filter_map(|s| s.pod)
+        .collect();
+    let mut reader = None;
+    for pod in member_pods(client, ns, NAME).await? {
+        if !replica_pods.contains(&pod.metadata.name.clone().unwrap_or_default()) {
+            continue;
+        }
+        let Some(ip) = pod.status.and_then(|s| s.pod_ip) else {
+            continue;
+        };
+        let config = Config {
+            server: ServerConfig::new_centralized(ip, 6379),
+            username: Some("app".into()),
+            password: Some(PASSWORD.into()),
+            ..Default::default()
+        };
+        let member = Builder::from_config(config).build()?;
+        member.init().await?;
+        let _: () = member
+            .custom(fred::cmd!("READONLY"), Vec::<String>::new())
+            .await?;
+        let got: Result<Option<String>, _> = member.get("replica-read").await;
+        if matches!(got, Ok(Some(_))) {
+            reader = Some(member);
+            break;
+        }
+        let _ = member.quit().await;
+    }
+    let Some(reader) = reader else {
+        bail!("no replica serves the key's slot with READONLY");
+    };
+    let started = Instant::now();
+    let mut bytes = 0usize;
+    while started.elapsed() < Duration::from_secs(70) {
+        let gets = (0..10).map(|_| reader.get::<String, _>("replica-read"));
+        for value in futures::future::join_all(gets).await {
+            bytes += value?.len();
+        }
+    }
+    let _ = reader.quit().await;
+    println!(
+        "replica reads: {:.0} Mbps over {:?}",
+        bytes as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e6,
+        started.elapsed()
+    );
+    let mut replica_peak = 0.0f64;
+    for node in nodes.list(&Default::default()).await? {
+        let Some(status) = node.status else {
+            continue;
+        };
+        let mbps = status
+            .utilization
+            .and_then(|u| u.bandwidth_mbps)
+            .unwrap_or(0.0);
+        println!("{:?} {:?}: {mbps} Mbps", node.metadata.name, status.role);
+        if status.role == Some(NodeRole::Replica) {
+            replica_peak = replica_peak.max(mbps);
+        }
+    }
+    ensure!(
+        replica_peak >= 20.0,
+        "a replica's sample shows the reads ({replica_peak} Mbps)"
+    );
+    let c = api.get(NAME).await?;
+    ensure!(
+        desired(&c) == Some(2),
+        "load on a replica added a shard: {:?}",
+        c.status
+    );
+    ensure!(
+        events(client, ns, "ScaleOut").await?.is_empty(),
+        "no ScaleOut"
+    );
+    Ok(())
+}
+
 fn active_with(c: &ValkeyCluster, shards: usize) -> bool {
     let s = c.status.clone().unwrap_or_default();
     s.state == Some(ClusterState::Active)
@@ -104,7 +205,7 @@ async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> an
     let mut spec = cluster(&ns.name, NAME, &cfg, 2, 1);
     spec["spec"]["autoscaling"] = json!({
         "minShards": 2, "maxShards": 3,
-        "scaleOut": {"memoryPercent": 50}, "scaleIn": {"memoryPercent": 25},
+        "scaleOut": {"memoryPercent": 50, "bandwidthMbps": 20}, "scaleIn": {"memoryPercent": 25},
         "scaleInWindowSeconds": 60, "scaleOutCooldownSeconds": 60, "scaleInCooldownSeconds": 60
     });
     apply(&client, &ns.name, spec).await?;
@@ -167,6 +268,8 @@ async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> an
         next.bandwidth_mbps.is_some(),
         "a second sample has a rate: {next:?}"
     );
+
+    replica_load_adds_no_shard(&client, &ns.name, &api, &nodes).await?;
 
     let writer = Writer::start(&client, &ns.name, NAME).await?;
     let started = Instant::now();
