@@ -439,6 +439,54 @@ fn three_to_five_to_three_shards() {
     );
 }
 
+/// A new shard's primary whose view still misses some primary's slots (it has not heard that
+/// primary's heartbeat yet) receives no slots until its view is whole; the others do.
+#[test]
+fn a_new_primary_receives_slots_only_once_it_knows_every_owner() {
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    // Run the scale-out until its first round of slot moves.
+    let moving = |p: &Plan| p.steps.iter().any(|s| matches!(s, Step::MoveSlots { .. }));
+    for _ in 0..100 {
+        let p = plan(&sim.topology(5, 1));
+        if moving(&p) {
+            break;
+        }
+        for step in &p.steps {
+            sim.apply(step);
+        }
+        sim.gossip();
+    }
+    let mut t = sim.topology(5, 1);
+    assert!(moving(&plan(&t)), "the scale-out moves slots");
+    let new_primary = sim.nodes["c-3-0"].id.clone();
+    let first_primary = sim.nodes["c-0-0"].id.clone();
+    for m in t.members.iter_mut().filter(|m| m.name == "c-3-0") {
+        m.view.as_mut().unwrap().owned_by.remove(&first_primary);
+    }
+    let p = plan(&t);
+    let targets: Vec<&NodeId> = p
+        .steps
+        .iter()
+        .flat_map(|s| match s {
+            Step::MoveSlots { targets, .. } => targets.iter().map(|t| &t.id).collect(),
+            _ => vec![],
+        })
+        .collect();
+    assert!(!targets.contains(&&new_primary), "{targets:?}");
+    assert!(
+        moving(&p),
+        "the other new shard still receives: {}",
+        p.message
+    );
+    assert!(
+        p.message
+            .contains("c-3-0 receives slots once it has learned every slot's owner"),
+        "{}",
+        p.message
+    );
+}
+
 /// The `MoveSlots` steps of `plan` from the member owning `source_id`, with their targets.
 fn moves_from<'p>(p: &'p Plan, source_id: &NodeId) -> Vec<&'p [MoveTarget]> {
     p.steps
