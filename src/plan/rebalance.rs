@@ -156,7 +156,7 @@ fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<Batches> {
         let (Some(_), Some(target)) = (leader(m.from), leader(m.to)) else {
             continue;
         };
-        if !knows_every_owner(&target.view) {
+        if !knows_every_owner(target.view) {
             unaware.insert(target.name.clone());
             continue;
         }
