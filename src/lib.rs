@@ -7,5 +7,6 @@ pub mod plugin;
 pub mod resolve;
 pub mod settings;
 pub mod telemetry;
+pub mod time;
 pub mod topology;
 pub mod webhook;

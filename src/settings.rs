@@ -26,7 +26,14 @@ pub struct Settings {
     /// Whether each member's utilization is sampled every 30 s (ValkeyNode
     /// `status.utilization`; autoscaling needs it and holds without it).
     pub utilization_sampling: bool,
+    /// How long a TLS cluster may wait for its certificate Secret while it is created before
+    /// creation fails (Momento v0.9 fails at once: 0); the Secret of a cluster applied with its
+    /// cert-manager Certificate shows up seconds later.
+    pub tls_secret_grace: std::time::Duration,
 }
+
+/// The default `tlsSecretGracePeriod`: 120 s.
+pub const DEFAULT_TLS_SECRET_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// `versionFloor`: Momento's operator v0.9 refuses a ValkeyImage whose `version` is not
 /// `MAJOR.MINOR.PATCH` at least 9.0.1; v0.6 manifests (and Momento's own v0.6 samples) declare
@@ -104,6 +111,10 @@ pub enum SettingsError {
         "{SETTINGS_CONFIGMAP}: key utilizationSampling: {value:?} is not one of on, off; fix the ConfigMap and restart"
     )]
     UtilizationSampling { value: String },
+    #[error(
+        "{SETTINGS_CONFIGMAP}: key tlsSecretGracePeriod: {value:?} is not a whole number of seconds, optionally followed by s (\"120\", \"120s\"; \"0\" fails creation at once, as Momento v0.9); fix the ConfigMap and restart"
+    )]
+    TlsSecretGracePeriod { value: String },
     /// Unknown keys are errors too: a typo must not silently fall back to a default.
     #[error("{SETTINGS_CONFIGMAP}: unknown key {key:?}; known keys: {known}", known = KNOWN_KEYS.join(", "))]
     UnknownKey { key: String },
@@ -137,6 +148,7 @@ impl Default for Settings {
             max_concurrent_rollouts: None,
             version_floor: VersionFloor::Warn,
             utilization_sampling: true,
+            tls_secret_grace: DEFAULT_TLS_SECRET_GRACE,
         }
     }
 }
@@ -148,6 +160,7 @@ const KNOWN_KEYS: &[&str] = &[
     "maxConcurrentRollouts",
     "versionFloor",
     "utilizationSampling",
+    "tlsSecretGracePeriod",
 ];
 
 impl Settings {
@@ -193,6 +206,15 @@ impl Settings {
                             });
                         }
                     };
+                }
+                "tlsSecretGracePeriod" => {
+                    let seconds: u64 =
+                        value.trim().trim_end_matches('s').parse().map_err(|_| {
+                            SettingsError::TlsSecretGracePeriod {
+                                value: value.clone(),
+                            }
+                        })?;
+                    settings.tls_secret_grace = std::time::Duration::from_secs(seconds);
                 }
                 other => {
                     return Err(SettingsError::UnknownKey {
@@ -278,6 +300,21 @@ mod tests {
     }
 
     #[test]
+    fn tls_secret_grace_is_whole_seconds() {
+        assert_eq!(Settings::default().tls_secret_grace.as_secs(), 120);
+        for (text, secs) in [("0", 0), ("30", 30), ("300s", 300), (" 45s ", 45)] {
+            let s = Settings::from_data(&data(&[("tlsSecretGracePeriod", text)])).unwrap();
+            assert_eq!(s.tls_secret_grace.as_secs(), secs, "{text}");
+        }
+        for bad in ["-1", "2m", "", "1.5"] {
+            let err = Settings::from_data(&data(&[("tlsSecretGracePeriod", bad)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("tlsSecretGracePeriod"), "{err}");
+        }
+    }
+
+    #[test]
     fn default_zone_spread_parses() {
         let s = Settings::from_data(&data(&[("defaultZoneSpread", "required")])).unwrap();
         assert_eq!(s.default_zone_spread, ZoneSpread::Required);
@@ -319,7 +356,7 @@ mod tests {
         let err = Settings::from_data(&data(&[("x", "1")])).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "valkey-operator-config: unknown key \"x\"; known keys: defaultZoneSpread, clientsFrom, maxConcurrentRollouts, versionFloor, utilizationSampling"
+            "valkey-operator-config: unknown key \"x\"; known keys: defaultZoneSpread, clientsFrom, maxConcurrentRollouts, versionFloor, utilizationSampling, tlsSecretGracePeriod"
         );
         let err = Settings::from_data(&data(&[("versionFloor", "strict")])).unwrap_err();
         assert_eq!(

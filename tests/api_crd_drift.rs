@@ -52,13 +52,14 @@ fn check_dir(relative: &str) {
 #[test]
 fn crd_subcommand_output_is_all_crds() {
     let all = crd::all_yaml();
-    assert_eq!(all.matches("kind: CustomResourceDefinition").count(), 5);
+    assert_eq!(all.matches("kind: CustomResourceDefinition").count(), 6);
     for name in [
         "valkeyimages",
         "valkeyconfigs",
         "valkeyroles",
         "valkeyclusters",
         "valkeynodes",
+        "valkeymeteringrecords",
     ] {
         assert!(
             all.contains(&format!("name: {name}.valkey.gomomento.com")),

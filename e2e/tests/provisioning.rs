@@ -1,7 +1,8 @@
 //! Provisioning on the local cluster (issue: a ValkeyCluster becomes a working Valkey
 //! cluster): the seed's sample goes Active and serves, broken references block and unblock by
 //! themselves, an operator killed mid-provisioning finishes without duplicates, and delete
-//! removes everything. Real API server, real kubelet pods, real valkey-server.
+//! removes everything; an image a config names survives delete until no config names it. Real
+//! API server, real kubelet pods, real valkey-server.
 #![cfg(feature = "e2e")]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -576,4 +577,83 @@ async fn delete_removes_everything_within_60_seconds() -> anyhow::Result<()> {
         },
     )
     .await
+}
+
+/// Momento v0.9: a ValkeyImage a ValkeyConfig names survives `kubectl delete` (terminating,
+/// kept by the image-in-use finalizer) until no config names it; an image no config names is
+/// deleted at once.
+#[tokio::test]
+async fn an_image_in_use_survives_delete_until_no_config_names_it() -> anyhow::Result<()> {
+    use valkey_operator::controller::image_protection::IMAGE_IN_USE_FINALIZER;
+    let client = client().await?;
+    let suffix = random_suffix(4);
+    let (img, cfg, spare) = (
+        format!("e2e-prot-{suffix}-img"),
+        format!("e2e-prot-{suffix}-cfg"),
+        format!("e2e-prot-{suffix}-spare"),
+    );
+    let images: Api<ValkeyImage> = Api::all(client.clone());
+    let image = |name: &str| {
+        json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyImage",
+               "metadata": {"name": name},
+               "spec": {"repository": "valkey/valkey", "tag": "9.0.0", "version": "9.0.0"}})
+    };
+    for name in [&img, &spare] {
+        images
+            .create(&Default::default(), &serde_json::from_value(image(name))?)
+            .await?;
+    }
+    let config: ValkeyConfig = serde_json::from_value(json!({
+        "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyConfig",
+        "metadata": {"name": cfg}, "spec": {"imageRef": img}}))?;
+    Api::<ValkeyConfig>::all(client.clone())
+        .create(&Default::default(), &config)
+        .await?;
+    wait_for(
+        "the named image protected",
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        || {
+            let images = images.clone();
+            let img = img.clone();
+            async move {
+                let image = images.get(&img).await?;
+                Ok(image
+                    .finalizers()
+                    .iter()
+                    .any(|f| f == IMAGE_IN_USE_FINALIZER)
+                    .then_some(()))
+            }
+        },
+    )
+    .await?;
+    // Deleted while named: only marked.
+    images.delete(&img, &DeleteParams::default()).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let kept = images.get(&img).await?;
+    assert!(
+        kept.metadata.deletion_timestamp.is_some(),
+        "terminating, kept by {IMAGE_IN_USE_FINALIZER}"
+    );
+    // Unnamed: gone at once, no finalizer ever added.
+    assert!(
+        images.get(&spare).await?.finalizers().is_empty(),
+        "an image no config names carries no finalizer"
+    );
+    images.delete(&spare, &DeleteParams::default()).await?;
+    assert!(images.get_opt(&spare).await?.is_none(), "deleted at once");
+    // The config gone: the image follows.
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    wait_for(
+        "the image deleted once no config names it",
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        || {
+            let images = images.clone();
+            let img = img.clone();
+            async move { Ok(images.get_opt(&img).await?.is_none().then_some(())) }
+        },
+    )
+    .await?;
+    Ok(())
 }

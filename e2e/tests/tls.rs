@@ -4,8 +4,9 @@
 //!   cluster client writes and reads 10,000 keys following MOVED to the members' hostnames;
 //! - a forced cert-manager renewal is served by every member (bound printed), with pod UIDs
 //!   and restart counts unchanged;
-//! - a missing Secret blocks the cluster naming it; creating it makes the cluster Active
-//!   without editing it; `CertificateExpiringSoon` follows the certificate cert-manager issues
+//! - a cluster created before its Secret waits (`Creating`, naming the Secret and the deadline);
+//!   creating the Secret makes it Active without editing it; one whose Secret never comes ends
+//!   `Failed` once the 120 s grace is over, and stays Failed when the Secret appears; `CertificateExpiringSoon` follows the certificate cert-manager issues
 //!   (90 days: False; 20 days: True, the cluster staying Active; renewed: False again).
 //!
 //! Needs cluster DNS (CoreDNS) and cert-manager in the local cluster. The test process runs on
@@ -335,7 +336,7 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow::Result<()> {
+async fn a_missing_tls_secret_is_waited_for_while_the_cluster_is_created() -> anyhow::Result<()> {
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-tls-missing").await?;
     let ns = ns.name.as_str();
@@ -353,19 +354,18 @@ async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow
         "no word about the Secret: {}",
         out.stderr
     );
-    let blocked = wait_state(
-        &client,
-        ns,
-        cluster,
-        ClusterState::Blocked,
-        Duration::from_secs(60),
-    )
-    .await?;
-    let message = blocked
+    let waiting = waiting_for_secret(&client, ns, cluster).await?;
+    let message = waiting
         .status
         .as_ref()
         .and_then(|s| s.message.clone())
         .unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "waiting for TLS Secret \"{secret_name}\" (Failed after "
+        )),
+        "{message}"
+    );
     assert!(
         message.contains(&format!("{ns}/{secret_name}")),
         "{message}"
@@ -377,7 +377,7 @@ async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow
     );
 
     // Creating the Secret (through cert-manager) is enough: the cluster is not edited.
-    let generation = blocked.metadata.generation;
+    let generation = waiting.metadata.generation;
     apply_yaml(&client, &cert_manager_objects(ns, cluster, secret_name)).await?;
     certs::wait_ready(&client, ns, secret_name).await?;
     let active = wait_state(
@@ -430,6 +430,95 @@ async fn a_missing_tls_secret_blocks_the_cluster_until_it_is_created() -> anyhow
 }
 
 /// The cluster's `CertificateExpiringSoon` condition, once it has (status, reason) `want`.
+/// The cluster once it says it waits for its TLS Secret (state `Creating`).
+async fn waiting_for_secret(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<ValkeyCluster> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        "the cluster waiting for its TLS Secret",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || {
+            let api = api.clone();
+            async move {
+                let cluster = api.get(name).await?;
+                let status = cluster.status.clone().unwrap_or_default();
+                Ok((status.state == Some(ClusterState::Creating)
+                    && status
+                        .message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("waiting for TLS Secret")))
+                .then_some(cluster))
+            }
+        },
+    )
+    .await
+}
+
+/// Momento v0.9: a cluster whose TLS Secret does not come within the grace (120 s, the
+/// operator's `tlsSecretGracePeriod`) ends `Failed`, saying why and what to do; the Secret
+/// appearing afterwards does not resume the creation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_tls_secret_never_comes_fails_after_the_grace() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-tls-never").await?;
+    let ns = ns.name.as_str();
+    let (cluster, secret_name) = ("never", "never-cert");
+    let menu = Menu::publish(&client, "e2e-tls-never", TLS_TAG).await?;
+    let started = Instant::now();
+    let out = kubectl_input(
+        &["apply", "-f", "-"],
+        &serde_json::to_string(&tls_cluster(ns, cluster, &menu.config, secret_name))?,
+    )?;
+    assert!(out.ok, "accepted: {}", out.stderr);
+    waiting_for_secret(&client, ns, cluster).await?;
+    let failed = wait_state(
+        &client,
+        ns,
+        cluster,
+        ClusterState::Failed,
+        Duration::from_secs(200),
+    )
+    .await?;
+    let waited = started.elapsed();
+    let message = failed
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    println!("Failed after {:.1} s: {message}", waited.as_secs_f64());
+    assert!(
+        waited >= Duration::from_secs(115),
+        "not before the grace: {waited:?}"
+    );
+    assert!(
+        message.contains(&format!("{ns}/{secret_name}")),
+        "{message}"
+    );
+    assert!(message.contains("tlsSecretGracePeriod"), "{message}");
+    assert!(!message.contains("starts by itself"), "{message}");
+    assert!(
+        message.contains("delete this ValkeyCluster and create it again"),
+        "{message}"
+    );
+    assert!(
+        member_pods(&client, ns, cluster).await?.is_empty(),
+        "no member was started"
+    );
+    // The Secret coming late does not resume it.
+    issue(&client, ns, cluster, secret_name).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
+    let state = api.get(cluster).await?.status.and_then(|s| s.state);
+    assert_eq!(state, Some(ClusterState::Failed), "terminal");
+    api.delete(cluster, &Default::default()).await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
 async fn expiry_condition(
     client: &Client,
     ns: &str,

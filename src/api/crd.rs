@@ -10,7 +10,9 @@ use kube::CustomResourceExt;
 use kube::core::crd::merge_crds;
 
 use super::constants::{MAX_CLUSTER_NAME_LEN, VERSION};
-use super::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole, v1beta1};
+use super::{
+    ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyMeteringRecord, ValkeyNode, ValkeyRole, v1beta1,
+};
 
 /// Where the API server sends ConversionReviews: the operator's webhook Service.
 pub const CONVERSION_SERVICE_NAMESPACE: &str = "valkey-operator-system";
@@ -28,6 +30,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
             MAX_CLUSTER_NAME_LEN,
         ),
         ValkeyNode::crd(),
+        ValkeyMeteringRecord::crd(),
     ]
     .into_iter()
     .map(unwrap_descriptions)

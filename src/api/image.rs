@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use super::validation::{IMAGE_DIGEST, IMAGE_REPOSITORY, IMAGE_TAG};
 
+/// The finalizer on a ValkeyImage some ValkeyConfig names in `spec.imageRef` (Momento v0.9
+/// deletion protection): a delete waits until no config names it.
+pub const IMAGE_IN_USE_FINALIZER: &str = "valkey.gomomento.com/image-in-use";
+
 /// An allowlisted Valkey container image (platform team). ValkeyConfigs reference it by name
 /// in `spec.imageRef`; if no ValkeyImage of that name exists, clusters using the config cannot
 /// run. Repointing a name at a different image rolls every cluster that uses it.

@@ -1,4 +1,4 @@
-//! API group `valkey.gomomento.com`, version `v1alpha1`: the five custom resources, their
+//! API group `valkey.gomomento.com`, version `v1alpha1`: the six custom resources, their
 //! shared parts, validation rules and the generated CRDs.
 
 // Several `printcolumn(...)` entries legitimately repeat `type_ = "string"`; clippy reads the
@@ -12,6 +12,7 @@ pub mod config;
 pub mod constants;
 pub mod crd;
 pub mod image;
+pub mod metering;
 pub mod node;
 pub mod placement;
 pub mod role;
@@ -27,6 +28,7 @@ pub use cluster::{
 };
 pub use config::{Resources, ValkeyConfig, ValkeyConfigSpec, ValkeyConfigStatus};
 pub use image::{ValkeyImage, ValkeyImageSpec, ValkeyImageStatus};
+pub use metering::{ValkeyMeteringRecord, ValkeyMeteringRecordSpec, ValkeyMeteringRecordStatus};
 pub use node::{Lifecycle, NodePlacement, NodeRole, ValkeyNode, ValkeyNodeSpec, ValkeyNodeStatus};
 pub use placement::{Placement, ZoneSpread};
 pub use role::{

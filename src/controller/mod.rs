@@ -2,7 +2,9 @@
 //! ValkeyNode (ConfigMap + Pod per member). Shared context, error policy and wiring here.
 
 pub mod cluster;
+pub mod image_protection;
 pub mod leader;
+pub mod metering;
 pub mod names;
 pub mod node;
 pub mod owner;
@@ -27,6 +29,25 @@ use crate::driver::{Credentials, DriverConfig, TlsSettings};
 use crate::resolve::Menu;
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
+
+/// Resolves once `store` has listed, `false` if its writer went away first. Several tasks wait
+/// on the same stores: kube's `Store::wait_until_ready` wakes only the waiter that polled last
+/// (its one-shot receiver keeps a single waker), so an earlier waiter could sleep forever. Each
+/// waiter here polls again every second instead (a receiver that already has its value answers
+/// at once, without a wake-up).
+pub async fn until_ready<K>(store: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        if let Ok(listed) =
+            tokio::time::timeout(Duration::from_secs(1), store.wait_until_ready()).await
+        {
+            return listed.is_ok();
+        }
+    }
+}
 
 /// Field manager for server-side apply, one per controller.
 pub const CLUSTER_MANAGER: &str = "valkey-operator/cluster";

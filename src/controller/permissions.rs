@@ -27,6 +27,13 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
     },
     Permission {
         groups: &["valkey.gomomento.com"],
+        resources: &["valkeyimages"],
+        names: &[],
+        verbs: &["patch"],
+        why: "deletion protection: the image-in-use finalizer added to an image a ValkeyConfig names and removed once none does (controller/image_protection.rs)",
+    },
+    Permission {
+        groups: &["valkey.gomomento.com"],
         resources: &["valkeyclusters"],
         names: &[],
         verbs: &["get", "list", "watch"],
@@ -176,5 +183,19 @@ pub const OPERATOR_NAMESPACE_PERMISSIONS: &[Permission] = &[
         names: &[],
         verbs: &["get", "list", "create", "patch", "delete"],
         why: "the operator's credentials <namespace>.<cluster>.credentials: read, server-side applied (cluster/credentials.rs ensure_operator_secret), listed by label and deleted once their cluster is gone (sweep_credentials: no owner reference spans namespaces). The only Secrets the operator deletes",
+    },
+    Permission {
+        groups: &["valkey.gomomento.com"],
+        resources: &["valkeymeteringrecords"],
+        names: &[],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+        why: "usage metering: one ValkeyMeteringRecord per cluster, created when the cluster is first seen, its finalizer removed and the record deleted when released (controller/metering.rs)",
+    },
+    Permission {
+        groups: &["valkey.gomomento.com"],
+        resources: &["valkeymeteringrecords/status"],
+        names: &[],
+        verbs: &["patch"],
+        why: "the records' usage, advanced every minute by server-side apply (controller/metering.rs)",
     },
 ];

@@ -23,7 +23,7 @@ use tracing::info;
 use crate::api::constants::{LABEL_APP_MANAGED_BY, LABEL_CLUSTER, MANAGER};
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
 use crate::controller::cluster::{self, ClusterContext};
-use crate::controller::{Context, Error, MenuStores, node, object_key};
+use crate::controller::{Context, Error, MenuStores, node, object_key, until_ready};
 use crate::resolve::{MenuRef, menu_refs};
 use crate::settings::Settings;
 use crate::telemetry::{ClusterFigures, ClusterKey, ClusterLabel, Metrics, StateLabel};
@@ -69,19 +69,7 @@ pub async fn run(
     let clusters = cluster_controller.store();
     let node_controller = node_controller(&client);
 
-    tokio::spawn(mark_ready_once_synced(
-        ctx.clone(),
-        nodes.clone(),
-        pods.clone(),
-        hosts.clone(),
-    ));
-    tokio::spawn(sweep_gone_clusters(
-        ctx.clone(),
-        clusters.clone(),
-        nodes.clone(),
-    ));
-    tokio::spawn(cluster_gauges(metrics, clusters));
-    tokio::spawn(close_idle_connections(ctx.clone()));
+    beside_the_controllers(&ctx, &metrics, clusters, (&nodes, &pods, &hosts));
 
     let cluster_ctx = Arc::new(ClusterContext {
         ctx: ctx.clone(),
@@ -101,6 +89,45 @@ pub async fn run(
         .for_each(|_| futures::future::ready(()));
     tokio::join!(clusters_done, nodes_done);
     Ok(())
+}
+
+/// Starts the tasks that run beside the controllers while this replica leads: readiness once
+/// every cache is in, the sweep of what gone clusters left, image deletion protection, usage
+/// metering, the fleet gauges and the closing of idle Valkey connections.
+fn beside_the_controllers(
+    ctx: &Arc<Context>,
+    metrics: &Arc<Metrics>,
+    clusters: Store<ValkeyCluster>,
+    (nodes, pods, hosts): (
+        &Store<ValkeyNode>,
+        &Store<Pod>,
+        &Store<PartialObjectMeta<Node>>,
+    ),
+) {
+    tokio::spawn(mark_ready_once_synced(
+        ctx.clone(),
+        nodes.clone(),
+        pods.clone(),
+        hosts.clone(),
+    ));
+    tokio::spawn(sweep_gone_clusters(
+        ctx.clone(),
+        clusters.clone(),
+        nodes.clone(),
+    ));
+    tokio::spawn(crate::controller::image_protection::protect_images(
+        ctx.clone(),
+    ));
+    tokio::spawn(crate::controller::metering::meter(
+        ctx.clone(),
+        crate::controller::metering::Fleet {
+            clusters: clusters.clone(),
+            nodes: nodes.clone(),
+            pods: pods.clone(),
+        },
+    ));
+    tokio::spawn(cluster_gauges(metrics.clone(), clusters));
+    tokio::spawn(close_idle_connections(ctx.clone()));
 }
 
 /// Only objects labelled as the operator's: a watch of every pod, Service or Secret in the
@@ -448,12 +475,12 @@ async fn mark_ready_once_synced(
     let menu = &ctx.menu;
     // Before the Node list is in, every member would look bound to a deleted node.
     let _ = tokio::join!(
-        menu.configs.wait_until_ready(),
-        menu.images.wait_until_ready(),
-        menu.roles.wait_until_ready(),
-        nodes.wait_until_ready(),
-        pods.wait_until_ready(),
-        hosts.wait_until_ready()
+        until_ready(&menu.configs),
+        until_ready(&menu.images),
+        until_ready(&menu.roles),
+        until_ready(&nodes),
+        until_ready(&pods),
+        until_ready(&hosts)
     );
     ctx.menu_synced.store(true, Ordering::Release);
     ctx.metrics.ready.store(true, Ordering::Relaxed);
@@ -483,7 +510,7 @@ async fn sweep_gone_clusters(
     clusters: Store<ValkeyCluster>,
     nodes: Store<ValkeyNode>,
 ) {
-    if clusters.wait_until_ready().await.is_err() || nodes.wait_until_ready().await.is_err() {
+    if !until_ready(&clusters).await || !until_ready(&nodes).await {
         return;
     }
     loop {

@@ -92,7 +92,7 @@ pub fn expiring_soon(
     expiry: &CertificateExpiry,
     now: i64,
 ) -> (bool, &'static str, String) {
-    let at = rfc3339(expiry.not_after);
+    let at = crate::time::rfc3339(expiry.not_after);
     let left = expiry.not_after - now;
     let renew = "renew it (cert-manager: check the Certificate and its Issuer)";
     let which = &expiry.which;
@@ -130,13 +130,6 @@ fn days(seconds: i64) -> String {
         1 => "1 day".to_string(),
         n => format!("{n} days"),
     }
-}
-
-/// Seconds since the Unix epoch as `2027-03-01T00:00:00Z`.
-pub fn rfc3339(seconds: i64) -> String {
-    k8s_openapi::jiff::Timestamp::from_second(seconds)
-        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
-        .unwrap_or_else(|_| format!("{seconds} s after the Unix epoch"))
 }
 
 #[cfg(test)]

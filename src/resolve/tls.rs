@@ -42,11 +42,15 @@ impl std::fmt::Debug for ServedCertificate {
     }
 }
 
+/// How [`TlsSecretError::Missing`] ends: true of a Blocked cluster, not of one whose creation
+/// failed (which leaves it out).
+pub const STARTS_ONCE_IT_EXISTS: &str = "; the cluster starts by itself once it exists";
+
 /// What is wrong with the Secret `spec.tls.secretRef` names. Every message names the Secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TlsSecretError {
     #[error(
-        "TLS Secret {namespace}/{secret} (spec.tls.secretRef) does not exist; create it (with cert-manager: a Certificate with secretName {secret}, see docs/tls.md); the cluster starts by itself once it exists"
+        "TLS Secret {namespace}/{secret} (spec.tls.secretRef) does not exist; create it (with cert-manager: a Certificate with secretName {secret}, see docs/tls.md){STARTS_ONCE_IT_EXISTS}"
     )]
     Missing { namespace: String, secret: String },
     #[error(

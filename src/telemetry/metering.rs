@@ -7,6 +7,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::metering::{MeteredDay, MeteringGap, ValkeyMeteringRecordStatus};
+use crate::time::{rfc3339, unix_seconds};
+
+/// Operator downtime longer than this since a record's `accountedUntil` is accounted as a gap.
+pub const GAP_SECONDS: i64 = 120;
+
 /// The floor every member is raised to: 100 MB.
 pub const FLOOR_BYTES: u64 = 100_000_000;
 
@@ -27,6 +33,17 @@ pub enum Source {
 }
 
 impl Source {
+    pub const ALL: [Source; 4] = [
+        Source::Reserved,
+        Source::MaxMemory,
+        Source::Observed,
+        Source::Floor,
+    ];
+
+    pub fn parse(text: &str) -> Option<Source> {
+        Source::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Reserved => "Reserved",
@@ -163,6 +180,109 @@ pub fn gb_hours(byte_seconds: u128) -> String {
     format!("{}.{:06}", micro / 1_000_000, micro % 1_000_000)
 }
 
+impl Ledger {
+    /// The ledger a record's status holds, from its exact byte-seconds (the GB-hours strings
+    /// are derived and rounded, never read back).
+    pub fn from_status(status: &ValkeyMeteringRecordStatus) -> Ledger {
+        let days = status
+            .days
+            .iter()
+            .map(|day| Day {
+                date: day.date.clone(),
+                by_source: day
+                    .byte_seconds
+                    .iter()
+                    .filter_map(|(source, n)| Some((Source::parse(source)?, n.parse().ok()?)))
+                    .collect(),
+                peak_nodes: usize::try_from(day.peak_nodes).unwrap_or(0),
+            })
+            .collect();
+        Ledger {
+            days,
+            before_days: status.byte_seconds_before_days.parse().unwrap_or(0),
+        }
+    }
+
+    fn write_into(&self, status: &mut ValkeyMeteringRecordStatus) {
+        status.unit = "GB-hours".into();
+        status.total_byte_seconds = self.total().to_string();
+        status.total_gb_hours = gb_hours(self.total());
+        status.byte_seconds_before_days = self.before_days.to_string();
+        status.total_before_days = gb_hours(self.before_days);
+        status.days = self
+            .days
+            .iter()
+            .map(|day| MeteredDay {
+                date: day.date.clone(),
+                gb_hours: gb_hours(day.byte_seconds()),
+                peak_nodes: day.peak_nodes as i64,
+                by_source: day
+                    .by_source
+                    .iter()
+                    .map(|(s, n)| (s.as_str().to_string(), gb_hours(*n)))
+                    .collect(),
+                byte_seconds: day
+                    .by_source
+                    .iter()
+                    .map(|(s, n)| (s.as_str().to_string(), n.to_string()))
+                    .collect(),
+            })
+            .collect();
+    }
+}
+
+/// What one accounting round knows about a record's cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Round {
+    /// Now, Unix seconds.
+    pub now: i64,
+    /// Every member whose pod exists, by its figure.
+    pub members: Vec<(Source, u64)>,
+    /// When the cluster was deleted, once it is (nothing is added after it).
+    pub deleted_at: Option<i64>,
+}
+
+/// A record's status after a round: usage from `accountedUntil` (or `started_at` for a new
+/// record) to now, or to the cluster's deletion, which closes the record for good. A stretch
+/// longer than [`GAP_SECONDS`] (the operator was down) is accounted with the members of
+/// now and listed in `gaps`, so a bill never silently drops hours.
+pub fn advance(
+    status: &ValkeyMeteringRecordStatus,
+    started_at: i64,
+    round: &Round,
+) -> ValkeyMeteringRecordStatus {
+    let mut next = status.clone();
+    if status.cluster_deleted_at.is_some() {
+        return next;
+    }
+    let from = unix_seconds(&status.accounted_until).unwrap_or(started_at);
+    let to = round
+        .deleted_at
+        .map_or(round.now, |d| d.min(round.now))
+        .max(from);
+    let mut ledger = Ledger::from_status(status);
+    if to > from {
+        ledger.account(from, to, &round.members);
+    }
+    if to - from > GAP_SECONDS {
+        next.gaps.push(MeteringGap {
+            from: rfc3339(from),
+            to: rfc3339(to),
+        });
+    }
+    ledger.write_into(&mut next);
+    next.accounted_until = rfc3339(to);
+    next.cluster_deleted_at = round.deleted_at.map(|_| rfc3339(to));
+    next
+}
+
+/// The record's name: `<namespace>.<cluster>.<first 8 hex of its uid>.<sequence>`, so a
+/// cluster deleted and recreated under its name gets records of its own.
+pub fn record_name(namespace: &str, cluster: &str, uid: &str, sequence: i64) -> String {
+    let short: String = uid.chars().filter(|c| *c != '-').take(8).collect();
+    format!("{namespace}.{cluster}.{short}.{sequence}")
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -249,6 +369,95 @@ mod tests {
         assert_eq!(ledger.days.len(), MAX_DAYS);
         assert_eq!(ledger.before_days, 5 * FLOOR_BYTES as u128 * 3600);
         assert_eq!(gb_hours(ledger.total()), "40.500000");
+    }
+
+    fn round(now: i64, members: usize) -> Round {
+        Round {
+            now,
+            members: vec![(Source::Reserved, 1u64 << 30); members],
+            deleted_at: None,
+        }
+    }
+
+    #[test]
+    fn a_record_grows_by_its_members_bytes_times_the_elapsed_time() {
+        let start = 1_796_428_800;
+        let first = advance(
+            &ValkeyMeteringRecordStatus::default(),
+            start,
+            &round(start + 60, 3),
+        );
+        assert_eq!(first.accounted_until, "2026-12-05T00:01:00Z");
+        assert_eq!(
+            first.total_byte_seconds,
+            (3u128 * (1 << 30) * 60).to_string()
+        );
+        assert_eq!(first.unit, "GB-hours");
+        let second = advance(&first, start, &round(start + 120, 3));
+        assert_eq!(
+            second.total_byte_seconds,
+            (3u128 * (1 << 30) * 120).to_string()
+        );
+        assert_eq!(second.days[0].by_source["Reserved"], second.total_gb_hours);
+        assert_eq!(second.days[0].peak_nodes, 3);
+        assert!(second.gaps.is_empty());
+        // Read back from the status alone, the ledger is exact.
+        assert_eq!(
+            Ledger::from_status(&second).total(),
+            3u128 * (1 << 30) * 120
+        );
+    }
+
+    #[test]
+    fn deletion_closes_the_record_at_the_deletion_and_nothing_is_added_after() {
+        let start = 1_796_428_800;
+        let open = advance(
+            &ValkeyMeteringRecordStatus::default(),
+            start,
+            &round(start + 60, 2),
+        );
+        let closing = Round {
+            deleted_at: Some(start + 90),
+            ..round(start + 100, 2)
+        };
+        let closed = advance(&open, start, &closing);
+        assert_eq!(
+            closed.cluster_deleted_at.as_deref(),
+            Some("2026-12-05T00:01:30Z")
+        );
+        assert_eq!(closed.accounted_until, "2026-12-05T00:01:30Z");
+        assert_eq!(
+            closed.total_byte_seconds,
+            (2u128 * (1 << 30) * 90).to_string()
+        );
+        assert_eq!(advance(&closed, start, &round(start + 5000, 9)), closed);
+    }
+
+    #[test]
+    fn operator_downtime_is_accounted_and_listed_as_a_gap() {
+        let start = 1_796_428_800;
+        let open = advance(
+            &ValkeyMeteringRecordStatus::default(),
+            start,
+            &round(start + 60, 1),
+        );
+        let after = advance(&open, start, &round(start + 60 + 3600, 1));
+        assert_eq!(
+            after.gaps,
+            vec![MeteringGap {
+                from: "2026-12-05T00:01:00Z".into(),
+                to: "2026-12-05T01:01:00Z".into()
+            }]
+        );
+        assert_eq!(after.total_byte_seconds, ((1u128 << 30) * 3660).to_string());
+    }
+
+    #[test]
+    fn record_names_carry_namespace_cluster_uid_and_sequence() {
+        assert_eq!(
+            record_name("shop", "cache", "3f0c9a1b-77aa-4c2e-9d1e-0123456789ab", 2),
+            "shop.cache.3f0c9a1b.2"
+        );
     }
 
     proptest! {

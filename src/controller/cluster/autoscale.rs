@@ -141,7 +141,7 @@ pub fn next_status(previous: AutoscalingStatus, outcome: &Outcome, now: u64) -> 
         ..previous
     };
     if let Some(decision) = &outcome.decision {
-        let time = rfc3339(now);
+        let time = crate::time::rfc3339(now as i64);
         match decision.direction {
             Direction::Out => status.last_scale_out_time = Some(time.clone()),
             Direction::In => status.last_scale_in_time = Some(time.clone()),
@@ -189,15 +189,8 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn rfc3339(secs: u64) -> String {
-    k8s_openapi::jiff::Timestamp::from_second(secs as i64)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
-}
-
 fn seconds(time: Option<&str>) -> Option<u64> {
-    let t: k8s_openapi::jiff::Timestamp = time?.parse().ok()?;
-    u64::try_from(t.as_second()).ok()
+    u64::try_from(crate::time::unix_seconds(time?)?).ok()
 }
 
 #[cfg(test)]

@@ -24,13 +24,23 @@ use crate::plan::{Phase, Plan};
 
 /// The certificate step ([`tls::certificate`]) as the pipeline takes it: the members' TLS
 /// (`None` for a plaintext cluster), or the requeue once an unusable certificate has blocked
-/// the cluster, with failure handling carried on.
+/// the cluster, with failure handling carried on (a cluster still being created waits for its
+/// Secret instead, then fails: [`super::creation::wait_for_certificate_or_fail`]).
 pub async fn certificate_or_blocked(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
 ) -> Result<std::ops::ControlFlow<Action, Option<tls::ClusterTls>>, Error> {
     Ok(match tls::certificate(cctx, cluster).await? {
         tls::Certificate::Usable(tls) => std::ops::ControlFlow::Continue(tls),
+        // Being created: waited for within the grace, then Failed (Momento v0.9).
+        tls::Certificate::Unusable(blocker)
+            if blocker.condition == tls::TLS_CERTIFICATE_VALID
+                && super::creation::still_creating(cluster) =>
+        {
+            std::ops::ControlFlow::Break(
+                super::creation::wait_for_certificate_or_fail(cctx, cluster, &blocker).await?,
+            )
+        }
         tls::Certificate::Unusable(blocker) => std::ops::ControlFlow::Break(
             keep_handling_failures(cctx, cluster, blocker.cause()).await?,
         ),

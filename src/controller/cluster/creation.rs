@@ -1,6 +1,7 @@
 //! A creation that cannot succeed ends `Failed` (Momento v0.9, MOMENTO-V09.md sections 5 and
-//! 8.2): a member whose running Valkey binary is older than the supported floor 9.0.1 before the
-//! cluster was ever Active. Under `versionFloor: warn` only a mislabelled image counts (the
+//! 8.2): a TLS cluster whose certificate Secret is still missing or unusable once the grace
+//! `tlsSecretGracePeriod` after its creation has passed, or a member whose running Valkey
+//! binary is older than the supported floor 9.0.1, before the cluster was ever Active. Under `versionFloor: warn` only a mislabelled image counts (the
 //! binary is also older than the version its ValkeyImage declares), so images declaring 9.0.0
 //! and running it keep working. `Failed` is terminal: nothing more is done to the cluster
 //! (members already created stay for inspection; deleting the cluster removes them), and the
@@ -10,8 +11,10 @@ use std::ops::ControlFlow;
 
 use kube::runtime::controller::Action;
 
+use std::time::Duration;
+
 use super::observe::Observed;
-use super::status;
+use super::{ClusterContext, status, tls};
 use crate::api::{ClusterState, ValkeyCluster};
 use crate::controller::{Context, Error};
 use crate::driver::Version;
@@ -79,9 +82,113 @@ pub async fn fail_below_floor(
     Ok(ControlFlow::Break(Action::await_change()))
 }
 
+/// What a cluster being created does about an unusable certificate Secret.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertificateWait {
+    /// Waits (state `Creating`) until this instant, Unix seconds.
+    Until(i64),
+    /// The grace is over: creation fails.
+    Over,
+}
+
+/// `grace` after the cluster's creation (`created`, Unix seconds); a grace of 0 fails at once,
+/// as Momento's operator v0.9 does.
+pub fn certificate_wait(created: i64, now: i64, grace: Duration) -> CertificateWait {
+    let deadline = created.saturating_add(i64::try_from(grace.as_secs()).unwrap_or(i64::MAX));
+    if grace.is_zero() || now >= deadline {
+        CertificateWait::Over
+    } else {
+        CertificateWait::Until(deadline)
+    }
+}
+
+/// While the cluster is created, an unusable certificate Secret (`blocker`) does not block it:
+/// it stays `Creating`, saying what it waits for and until when, and looks again as the
+/// deadline nears (a Secret appearing reconciles it at once); past the grace, `Failed`.
+pub async fn wait_for_certificate_or_fail(
+    cctx: &ClusterContext,
+    cluster: &ValkeyCluster,
+    blocker: &tls::CertificateBlocker,
+) -> Result<Action, Error> {
+    let ctx = &cctx.ctx;
+    let created = cluster
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or_else(crate::time::now_seconds, |t| t.0.as_second());
+    let now = crate::time::now_seconds();
+    let secret = cluster
+        .spec
+        .tls
+        .as_ref()
+        .map(|t| t.secret_ref.clone())
+        .unwrap_or_default();
+    match certificate_wait(created, now, ctx.settings.tls_secret_grace) {
+        CertificateWait::Until(deadline) => {
+            let message = format!(
+                "waiting for TLS Secret {secret:?} (Failed after {}): {}",
+                crate::time::rfc3339(deadline),
+                blocker.message
+            );
+            let cause = status::Blocker {
+                message: &message,
+                ..blocker.cause()
+            };
+            let mut waiting = status::blocked(cluster, cause, &cctx.nodes);
+            waiting.state = Some(ClusterState::Creating);
+            // Nothing runs yet that could be degraded.
+            waiting.conditions.retain(|c| c.type_ != status::DEGRADED);
+            for condition in &mut waiting.conditions {
+                if condition.type_ == "Ready" {
+                    condition.reason = "WaitingForTlsSecret".into();
+                }
+            }
+            status::publish(ctx, cluster, waiting).await?;
+            let left = u64::try_from(deadline - now).unwrap_or(0);
+            Ok(Action::requeue(Duration::from_secs(left.clamp(1, 10))))
+        }
+        CertificateWait::Over => {
+            // The problem and its fix, without the promise that a Blocked cluster heals by
+            // itself: a Failed one does not.
+            let problem = blocker
+                .message
+                .trim_end_matches(crate::resolve::tls::STARTS_ONCE_IT_EXISTS);
+            let cause = format!(
+                "{problem} (TLS Secret {secret:?} still unusable {} s after the cluster was created, the operator's tlsSecretGracePeriod)",
+                ctx.settings.tls_secret_grace.as_secs()
+            );
+            let failed = status::failed(cluster, &cause);
+            let message = failed.message.clone().unwrap_or_default();
+            status::publish(ctx, cluster, failed).await?;
+            status::warning(ctx, cluster, "CreationFailed", &message).await;
+            Ok(Action::await_change())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_certificate_is_waited_for_until_the_grace_is_over() {
+        let grace = Duration::from_secs(120);
+        assert_eq!(
+            certificate_wait(1_000, 1_000, grace),
+            CertificateWait::Until(1_120)
+        );
+        assert_eq!(
+            certificate_wait(1_000, 1_119, grace),
+            CertificateWait::Until(1_120)
+        );
+        assert_eq!(certificate_wait(1_000, 1_120, grace), CertificateWait::Over);
+        assert_eq!(certificate_wait(1_000, 9_999, grace), CertificateWait::Over);
+        // Momento's behaviour: no grace at all.
+        assert_eq!(
+            certificate_wait(1_000, 1_000, Duration::ZERO),
+            CertificateWait::Over
+        );
+    }
 
     #[test]
     fn a_mislabelled_image_fails_creation_naming_both_versions() {

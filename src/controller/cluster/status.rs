@@ -19,7 +19,8 @@ use crate::api::{
 use crate::controller::patch::{StatusApply, StatusPatch};
 use crate::controller::{CLUSTER_MANAGER, Context, Error};
 use crate::plan::{Figures, Phase, Plan, Topology};
-use crate::resolve::certificate_expiry::{CertificateExpiry, expiring_soon, rfc3339};
+use crate::resolve::certificate_expiry::{CertificateExpiry, expiring_soon};
+use crate::time::rfc3339;
 
 fn condition(
     type_: &str,

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::time::rfc3339;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use tracing::debug;
@@ -158,25 +159,19 @@ fn status_of(
 ) -> UtilizationStatus {
     let peak = window.and_then(|w| held.history.peak(now_secs, w));
     UtilizationStatus {
-        sampled_at: rfc3339(now_secs),
+        sampled_at: rfc3339(now_secs as i64),
         memory_percent: load.memory_percent,
         memory_budget: format!("{:?}", held.budget.unwrap_or(MemoryBudget::None)),
         memory_used_bytes: i64::try_from(used_memory).unwrap_or(i64::MAX),
         cpu_percent: load.cpu_percent,
         bandwidth_mbps: load.bandwidth_mbps,
-        history_since: held.history.since().map(rfc3339),
+        history_since: held.history.since().map(|s| rfc3339(s as i64)),
         window_peak: peak.map(|p| PeakFigures {
             memory_percent: p.memory_percent,
             cpu_percent: p.cpu_percent,
             bandwidth_mbps: p.bandwidth_mbps,
         }),
     }
-}
-
-fn rfc3339(secs: u64) -> String {
-    k8s_openapi::jiff::Timestamp::from_second(secs as i64)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
 }
 
 /// The merge patch that sets a member's utilization: a figure absent now is removed

@@ -7,6 +7,7 @@ use kube::Resource;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 
 use super::{ClusterSummary, Clusters, MenuSnapshot, allow_with_warnings, impact_hint};
+use crate::api::image::IMAGE_IN_USE_FINALIZER;
 use crate::resolve::{MenuMap, resolve_config, resolve_roles};
 
 /// The menu kinds a deletion is checked for.
@@ -62,6 +63,21 @@ pub fn deletion_warning(
 ) -> Option<String> {
     let blocked = blocked_by_deletion(menu, clusters, kind, name);
     let (kind_name, plugin_kind) = kind.name();
+    if kind == MenuKind::Image {
+        let naming: Vec<&str> = menu
+            .configs
+            .iter()
+            .filter(|(_, config)| config.image_ref.as_deref() == Some(name))
+            .map(|(config, _)| config.as_str())
+            .collect();
+        if !naming.is_empty() {
+            return Some(format!(
+                "ValkeyImage {name:?} is named by ValkeyConfig(s) {} (spec.imageRef): it is kept, terminating, until no config names it (finalizer {IMAGE_IN_USE_FINALIZER}); {blocked} ValkeyCluster(s) run on it; {}",
+                naming.join(", "),
+                impact_hint(plugin_kind, name)
+            ));
+        }
+    }
     (blocked > 0).then(|| {
         format!(
             "{kind_name} {name:?} is in use: {blocked} ValkeyCluster(s) will be Blocked until it is back (their members keep running, failures are still handled, but nothing changes); {}",
@@ -156,7 +172,26 @@ mod tests {
         // A cluster already Blocked is not blocked by the deletion.
         let blocked = [cluster("missing")];
         assert_eq!(
-            deletion_warning(&menu(), &blocked, MenuKind::Image, "valkey-9"),
+            deletion_warning(&menu(), &blocked, MenuKind::Config, "base"),
+            None
+        );
+    }
+
+    #[test]
+    fn deleting_an_image_a_config_names_says_it_is_kept_and_by_which_configs() {
+        let w =
+            deletion_warning(&menu(), &[cluster("large")], MenuKind::Image, "valkey-9").unwrap();
+        assert!(
+            w.starts_with(
+                "ValkeyImage \"valkey-9\" is named by ValkeyConfig(s) base, other (spec.imageRef): it is kept, terminating, until no config names it (finalizer valkey.gomomento.com/image-in-use); 1 ValkeyCluster(s) run on it;"
+            ),
+            "{w}"
+        );
+        // Named by no config: deleted at once, nothing to say.
+        let mut unnamed = menu();
+        unnamed.configs.clear();
+        assert_eq!(
+            deletion_warning(&unnamed, &[], MenuKind::Image, "valkey-9"),
             None
         );
     }
