@@ -394,14 +394,38 @@ async fn broken_references_block_and_unblock_without_editing_the_cluster() -> an
         .with_context(|| format!("case {}", case.name))?;
     }
 
-    // An Active cluster whose image disappears from the allowlist is Blocked, and its pods
-    // keep running untouched; restoring the image unblocks it.
+    // An image its config names is only marked by a delete (deletion protection): the
+    // cluster stays Active. Once it disappears from the allowlist all the same (its finalizer
+    // removed by hand), the cluster is Blocked, and its pods keep running untouched; restoring
+    // the image unblocks it.
     let before: BTreeSet<String> = member_pods(&client, &ns.name, "missing-image")
         .await?
         .iter()
         .filter_map(|p| p.uid())
         .collect();
     delete_cluster_scoped::<ValkeyImage>(&client, &n("image")).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let images: Api<ValkeyImage> = Api::all(client.clone());
+    let marked = images.get(&n("image")).await?;
+    assert!(
+        marked.metadata.deletion_timestamp.is_some(),
+        "the named image is kept, terminating"
+    );
+    let still = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+        .get("missing-image")
+        .await?;
+    assert_eq!(
+        still.status.and_then(|s| s.state),
+        Some(ClusterState::Active),
+        "a protected image's cluster is untouched"
+    );
+    images
+        .patch(
+            &n("image"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
     wait_state(
         &client,
         &ns.name,
