@@ -357,10 +357,16 @@ fn tls_cannot_be_added_or_removed_and_valkey_node_spec_is_immutable_on_the_serve
     setup();
     let ns = Namespace::new("vk-api-immutable");
     let plain = cluster("plain", &ns.0);
+    // Its config is missing, so it goes Blocked, past Creating (a TLS cluster being created
+    // whose Secret is missing waits in Creating, spec frozen, for the grace).
     let tls = with(
-        cluster("secure", &ns.0),
-        "/spec/tls",
-        Some(json!({"secretRef": "secure-tls"})),
+        with(
+            cluster("secure", &ns.0),
+            "/spec/tls",
+            Some(json!({"secretRef": "secure-tls"})),
+        ),
+        "/spec/configRef",
+        Some(json!("no-such-config")),
     );
     assert!(apply(&plain).ok && apply(&tls).ok);
     for (what, patch, target) in [
@@ -387,7 +393,7 @@ fn tls_cannot_be_added_or_removed_and_valkey_node_spec_is_immutable_on_the_serve
             out.stderr
         );
     }
-    // Edits are refused until the cluster is past Creating (Momento v0.9): its Secret is
+    // Edits are refused until the cluster is past Creating (Momento v0.9): its config is
     // missing, so it goes Blocked.
     wait_for_state(&ns.0, "secure", "Blocked");
     // Another Secret is a rotation (as in Momento's operator): accepted.

@@ -24,7 +24,7 @@ use crate::api::metering::{
 use crate::api::{ValkeyCluster, ValkeyMeteringRecord, ValkeyMeteringRecordSpec, ValkeyNode};
 use crate::controller::{Context, Error, until_ready};
 use crate::resolve::memory::parse_quantity_bytes;
-use crate::telemetry::metering::{Round, Source, advance, member_bytes, record_name};
+use crate::telemetry::metering::{Round, Source, advance, member_bytes, record_name, record_start};
 use crate::time::{now_seconds, rfc3339, unix_seconds};
 
 /// Field manager of the records' status.
@@ -191,8 +191,7 @@ fn next_sequence(records: &[Arc<ValkeyMeteringRecord>], uid: &str) -> i64 {
         + 1
 }
 
-/// A new record for `cluster`. The first starts at the cluster's creation (nothing it ran
-/// before the operator saw it is missed); one after a release starts now, from zero.
+/// A new record for `cluster`, starting where [`record_start`] says.
 async fn create(
     ctx: &Context,
     api: &Api<ValkeyMeteringRecord>,
@@ -203,10 +202,12 @@ async fn create(
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
-    let started = match (sequence, &cluster.metadata.creation_timestamp) {
-        (1, Some(created)) => created.0.as_second(),
-        _ => now,
-    };
+    let created = cluster
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second());
+    let started = record_start(created, sequence, now);
     let record = ValkeyMeteringRecord {
         metadata: ObjectMeta {
             name: Some(record_name(&namespace, &name, &uid, sequence)),

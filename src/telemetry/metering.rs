@@ -276,6 +276,19 @@ pub fn advance(
     next
 }
 
+/// Where a new record starts counting (Unix seconds). A cluster's first record starts at the
+/// cluster's creation when the operator sees it within [`GAP_SECONDS`] of it (the usual case:
+/// nothing it ran is missed); a cluster that was already running when the operator first saw
+/// it (an operator installed or upgraded onto an existing fleet) starts now, because the hours
+/// before were never observed and a bill must not invent them. A record after a release starts
+/// now, from zero.
+pub fn record_start(created: Option<i64>, sequence: i64, now: i64) -> i64 {
+    match created {
+        Some(created) if sequence == 1 && now - created <= GAP_SECONDS => created.min(now),
+        _ => now,
+    }
+}
+
 /// The record's name: `<namespace>.<cluster>.<first 8 hex of its uid>.<sequence>`, so a
 /// cluster deleted and recreated under its name gets records of its own.
 pub fn record_name(namespace: &str, cluster: &str, uid: &str, sequence: i64) -> String {
@@ -450,6 +463,23 @@ mod tests {
             }]
         );
         assert_eq!(after.total_byte_seconds, ((1u128 << 30) * 3660).to_string());
+    }
+
+    #[test]
+    fn a_first_record_starts_at_its_clusters_creation_unless_that_was_long_before() {
+        let now = 1_796_428_800;
+        assert_eq!(record_start(Some(now - 5), 1, now), now - 5);
+        assert_eq!(
+            record_start(Some(now - GAP_SECONDS), 1, now),
+            now - GAP_SECONDS
+        );
+        // Running long before the operator saw it: its past was not observed.
+        assert_eq!(record_start(Some(now - 86_400), 1, now), now);
+        // After a release: from now, from zero.
+        assert_eq!(record_start(Some(now - 5), 2, now), now);
+        assert_eq!(record_start(None, 1, now), now);
+        // A clock behind the API server's never starts a record in the future.
+        assert_eq!(record_start(Some(now + 3), 1, now), now);
     }
 
     #[test]
