@@ -47,8 +47,8 @@ check "cert-manager: own CA chain (self-signed Issuer, CA Certificate, CA Issuer
   test "$(count '^kind: Issuer$' "$tmp/cm.yaml")" = 2 -a "$(count 'isCA: true' "$tmp/cm.yaml")" = 1
 check "cert-manager: inject-ca-from on the webhook configuration and both converting CRDs" \
   test "$(count 'cert-manager.io/inject-ca-from: ops/valkey-operator-webhook' "$tmp/cm.yaml")" = 3
-check "CRDs are kept on uninstall (6 of 6)" \
-  test "$(count 'helm.sh/resource-policy: keep' "$tmp/cm.yaml")" = 6
+check "CRDs are kept on uninstall (8 of 8)" \
+  test "$(count 'helm.sh/resource-policy: keep' "$tmp/cm.yaml")" = 8
 render --set 'webhook.certManager.issuerRef.name=corp-ca' --set 'webhook.certManager.issuerRef.kind=ClusterIssuer' > "$tmp/issuer.yaml"
 check "cert-manager: a given issuerRef replaces the chart's CA" \
   bash -c "grep -q 'name: corp-ca' '$tmp/issuer.yaml' && ! grep -q 'kind: Issuer$' '$tmp/issuer.yaml'"

@@ -336,6 +336,15 @@ storage_up() {
   log "default StorageClass local-path (volumes on the real nodes: $REAL_NODES)"
 }
 
+# The object store backups go to: SeaweedFS's S3 gateway (e2e/addons/object-store.yaml).
+object_store_up() {
+  sed -e "s|@SEAWEEDFS_TAG@|$SEAWEEDFS_TAG|g" -e "s|@REAL_NODE_TAINT@|$REAL_NODE_TAINT|g" \
+    "$REPO/e2e/addons/object-store.yaml" | $KUBECTL apply --server-side --force-conflicts -f - >/dev/null
+  $KUBECTL -n object-store rollout status deployment/seaweedfs --timeout=180s >/dev/null \
+    || die "SeaweedFS did not become ready: $KUBECTL -n object-store logs deploy/seaweedfs"
+  log "object store: SeaweedFS S3 at seaweedfs.object-store:8333, bucket valkey-backups"
+}
+
 # cert-manager, installed as users install it: its own Helm chart (from its Go module) with its
 # CRDs. Ready when its webhook admits a cert-manager object (server-side dry run).
 cert_manager_up() {
@@ -387,6 +396,7 @@ kubelet_up() {
   dns_up
   network_policies_up
   storage_up
+  object_store_up
   cert_manager_up
 }
 

@@ -1,5 +1,6 @@
 //! valkey-operator: module tree only (see docs/architecture.md).
 pub mod api;
+pub mod backup;
 pub mod controller;
 pub mod driver;
 pub mod plan;

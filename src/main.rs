@@ -27,6 +27,11 @@ enum Command {
         #[command(flatten)]
         leader: LeaderArgs,
     },
+    /// Backup Jobs' work (the operator creates them; see docs/backup.md).
+    Backup {
+        #[command(subcommand)]
+        action: BackupAction,
+    },
     /// Print the CustomResourceDefinitions of the valkey.gomomento.com API group as
     /// multi-document YAML (what `crds/` is generated from).
     Crd {
@@ -35,6 +40,13 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<std::path::PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum BackupAction {
+    /// Copy the shards the plan in BACKUP_PLAN names into the object store, then write the
+    /// manifest; the outcome goes to the termination message (BACKUP_OUTCOME_FILE).
+    Run,
 }
 
 /// Leader election: one replica runs the controllers, every replica serves the webhooks.
@@ -92,6 +104,9 @@ fn main() -> ExitCode {
             webhook,
             leader,
         } => run(namespace, admin_addr, webhook, leader),
+        Command::Backup {
+            action: BackupAction::Run,
+        } => backup_run(),
         Command::Crd { out_dir: None } => {
             print!("{}", valkey_operator::api::crd::all_yaml());
             ExitCode::SUCCESS
@@ -106,6 +121,22 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+    }
+}
+
+fn backup_run() -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let completed = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(valkey_operator::backup::job::run()),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            false
+        }
+    };
+    if completed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -188,6 +188,7 @@ fn every_rendered_acl_file_is_accepted_by_valkey() {
     let credentials = OperatorCredentials {
         operator_password: servers.credentials.password.clone(),
         replication_password: "replication-secret".into(),
+        backup_password: "backup-secret".into(),
     };
     let bootstrap = FredDriver::new(DriverConfig::new(servers.credentials.clone()));
     let operator = FredDriver::new(DriverConfig::new(Credentials {

@@ -52,7 +52,7 @@ fn check_dir(relative: &str) {
 #[test]
 fn crd_subcommand_output_is_all_crds() {
     let all = crd::all_yaml();
-    assert_eq!(all.matches("kind: CustomResourceDefinition").count(), 6);
+    assert_eq!(all.matches("kind: CustomResourceDefinition").count(), 8);
     for name in [
         "valkeyimages",
         "valkeyconfigs",
@@ -60,6 +60,8 @@ fn crd_subcommand_output_is_all_crds() {
         "valkeyclusters",
         "valkeynodes",
         "valkeymeteringrecords",
+        "valkeybackuplocations",
+        "valkeybackups",
     ] {
         assert!(
             all.contains(&format!("name: {name}.valkey.gomomento.com")),

@@ -11,6 +11,8 @@
 //! - `_valkey-replication` can flush nothing, read nothing with read commands, read no
 //!   config (no `masterauth`), `MIGRATE` nothing away; it can still write keys, because
 //!   atomic slot migration replays the moving slots' writes on the target as this user.
+//! - `_valkey-backup` takes a replica's snapshot the way backup Jobs do (`backup::sync`),
+//!   holding every key the replica has, and can do nothing else: no read, no write, no config.
 //!
 //! Binaries: `VALKEY_SERVER_9_0` / `VALKEY_SERVER_9_1`, else the cache filled by
 //! `e2e/tools/install.sh`.
@@ -24,7 +26,7 @@ use std::time::Duration;
 
 use fred::prelude::{ClientLike, KeysInterface};
 use fred::types::Value;
-use valkey_operator::api::constants::REPLICATION_ACL_USERNAME;
+use valkey_operator::api::constants::{BACKUP_ACL_USERNAME, REPLICATION_ACL_USERNAME};
 use valkey_operator::driver::migrate::{KeyMove, move_slot_by_keys};
 use valkey_operator::driver::parse::Reply;
 use valkey_operator::driver::testing::{LocalServers, ValkeyBuild, form_cluster, wait_for};
@@ -193,7 +195,9 @@ async fn assert_no_internal_denials(admin: &FredDriver, members: &[MemberAddr]) 
         let log = run(admin, m, &["ACL", "LOG"]).await.unwrap();
         let text = format!("{log:?}");
         assert!(
-            !text.contains("_valkey-operator") && !text.contains(REPLICATION_ACL_USERNAME),
+            !text.contains("_valkey-operator")
+                && !text.contains(REPLICATION_ACL_USERNAME)
+                && !text.contains(BACKUP_ACL_USERNAME),
             "{m} denied an internal user: {text}"
         );
     }
@@ -400,6 +404,61 @@ async fn replication_can_only_replicate_and_write(servers: &LocalServers, m: &Me
     assert!(written.is_ok() || written.as_ref().is_err_and(|e| e.starts_with("MOVED")));
 }
 
+/// A backup Job's copy of `replica`, as `_valkey-backup`: a whole snapshot whose key count is
+/// the replica's.
+async fn backup_takes_a_snapshot(servers: &LocalServers, admin: &FredDriver, replica: &MemberAddr) {
+    let password = servers.operator_acl().unwrap().backup_password.clone();
+    let conn = tokio::net::TcpStream::connect((replica.host.as_str(), replica.port))
+        .await
+        .unwrap();
+    let mut copy = Vec::new();
+    let fetched =
+        valkey_operator::backup::sync::fetch_rdb(conn, BACKUP_ACL_USERNAME, &password, &mut copy)
+            .await
+            .unwrap_or_else(|e| panic!("snapshot as {BACKUP_ACL_USERNAME}: {e}"));
+    assert_eq!(fetched.bytes, copy.len() as u64);
+    assert!(copy.starts_with(b"REDIS") || copy.starts_with(b"VALKEY"));
+    let Ok(Reply::Int(dbsize)) = run(admin, replica, &["DBSIZE"]).await else {
+        panic!("DBSIZE")
+    };
+    assert!(dbsize > 0, "the replica holds the migrated keys");
+    assert_eq!(
+        fetched.header.keys,
+        Some(dbsize as u64),
+        "{:?}",
+        fetched.header
+    );
+}
+
+/// Everything but the snapshot is refused to the backup user.
+async fn backup_can_do_nothing_else(servers: &LocalServers, m: &MemberAddr) {
+    let password = servers.operator_acl().unwrap().backup_password.clone();
+    let backup = driver(Credentials {
+        username: BACKUP_ACL_USERNAME.into(),
+        password,
+    });
+    for words in [
+        &["GET", "key:1"][..],
+        &["SET", "key:1", "x"],
+        &["KEYS", "*"],
+        &["SCAN", "0"],
+        &["DUMP", "key:1"],
+        &["FLUSHALL"],
+        &["CONFIG", "GET", "masterauth"],
+        &["CLUSTER", "NODES"],
+        &["ACL", "LOAD"],
+        &["INFO"],
+        &["PUBLISH", "channel", "x"],
+        &["EVAL", "return 1", "0"],
+    ] {
+        let outcome = run(&backup, m, words).await;
+        assert!(
+            matches!(&outcome, Err(e) if e.starts_with("NOPERM")),
+            "{BACKUP_ACL_USERNAME} ran {words:?}: {outcome:?}"
+        );
+    }
+}
+
 async fn internal_users_do_their_job_and_no_more(build: ValkeyBuild) {
     let servers = LocalServers::start_with_operator_acl(build, 3)
         .await
@@ -449,11 +508,14 @@ async fn internal_users_do_their_job_and_no_more(build: ValkeyBuild) {
     assert!(!op.cancel_slot_migrations(&members[0]).await.unwrap());
     op.failover(replica, FailoverMode::Default).await.unwrap();
 
+    backup_takes_a_snapshot(&servers, &admin, replica).await;
+
     // Before the refusals below, which Valkey logs.
     assert_no_internal_denials(&admin, &members).await;
     operator_may_run_what_the_driver_sends(&admin, &members[1], ids[0].as_str()).await;
     operator_can_do_nothing_else(&op, &members[1]).await;
     replication_can_only_replicate_and_write(&servers, &members[1]).await;
+    backup_can_do_nothing_else(&servers, &members[1]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,6 +19,7 @@
 #                                  e2e/tools/cert-manager, as cert-manager's own chart names them
 #   registry.local/kube-network-policies:v<version>  NetworkPolicy enforcement
 #   redis:7.0-tls                  Debian's redis-server: a plain TCP service for tests
+#   registry.local/seaweedfs:<tag> SeaweedFS (weed): the S3-compatible store backups go to
 #   valkey-operator:dev            the image `make image` built (Containerfile)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -168,6 +169,7 @@ add_on_images() {
   binary_image "kube-network-policies:v$KUBE_NETWORK_POLICIES_VERSION" \
     "$CACHE/kube-network-policies-v$KUBE_NETWORK_POLICIES_VERSION/bin/cmd" 0:0 '["netpol"]' netpol
   binary_image library/redis:7.0-tls "$(command -v redis-server)" 0:0 '["redis-server"]'
+  binary_image "seaweedfs:$SEAWEEDFS_TAG" "$CACHE/seaweedfs-$SEAWEEDFS_TAG/bin/weed" 1000:1000 '["weed"]'
 }
 
 # The operator: the OCI archive `make image` wrote, copied as it is.

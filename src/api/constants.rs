@@ -75,6 +75,8 @@ pub const CLUSTER_BUS_PORT: u16 = 16379;
 pub const OPERATOR_ACL_USERNAME: &str = "_valkey-operator";
 /// ACL user replicas use to authenticate to their primary.
 pub const REPLICATION_ACL_USERNAME: &str = "_valkey-replication";
+/// ACL user backup Jobs take a shard's snapshot as (`SYNC`, and nothing else).
+pub const BACKUP_ACL_USERNAME: &str = "_valkey-backup";
 
 /// Valkey settings the operator injects into every node whatever a config says (PRODUCT.md,
 /// "Forced settings"): cluster mode, ports, data dir and nodes.conf path, ACL file path,

@@ -31,6 +31,8 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         ),
         ValkeyNode::crd(),
         ValkeyMeteringRecord::crd(),
+        super::backup::ValkeyBackupLocation::crd(),
+        super::backup::ValkeyBackup::crd(),
     ]
     .into_iter()
     .map(unwrap_descriptions)

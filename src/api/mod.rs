@@ -1,4 +1,4 @@
-//! API group `valkey.gomomento.com`, version `v1alpha1`: the six custom resources, their
+//! API group `valkey.gomomento.com`, version `v1alpha1`: the eight custom resources, their
 //! shared parts, validation rules and the generated CRDs.
 
 // Several `printcolumn(...)` entries legitimately repeat `type_ = "string"`; clippy reads the
@@ -7,6 +7,7 @@
 
 pub mod acl;
 pub mod autoscaling;
+pub mod backup;
 pub mod cluster;
 pub mod config;
 pub mod constants;

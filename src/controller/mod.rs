@@ -1,6 +1,7 @@
 //! The controllers: ValkeyCluster (resolve, build, apply, observe, plan, act, status) and
 //! ValkeyNode (ConfigMap + Pod per member). Shared context, error policy and wiring here.
 
+pub mod backup;
 pub mod cluster;
 pub mod image_protection;
 pub mod leader;

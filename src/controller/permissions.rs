@@ -152,6 +152,27 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         why: "the cluster controller owns its Secrets (a watch selected by app.kubernetes.io/managed-by) and follow_tls_secrets watches Secrets' metadata so a renewed or restored TLS Secret is acted on at once (controller/run.rs). Cluster-wide because clusters live in any namespace; RBAC cannot limit a list or watch to a label or to metadata",
     },
     Permission {
+        groups: &["valkey.gomomento.com"],
+        resources: &["valkeybackups"],
+        names: &[],
+        verbs: &["list", "watch"],
+        why: "the backup controller's watch of ValkeyBackups in every namespace (controller/backup.rs)",
+    },
+    Permission {
+        groups: &["valkey.gomomento.com"],
+        resources: &["valkeybackups/status"],
+        names: &[],
+        verbs: &["patch"],
+        why: "a backup's phase, shards, size and failure cause (controller/backup.rs write_status)",
+    },
+    Permission {
+        groups: &["valkey.gomomento.com"],
+        resources: &["valkeybackuplocations"],
+        names: &[],
+        verbs: &["get"],
+        why: "the location a backup names: endpoint, bucket and the names of its Secrets, handed to the backup Job (controller/backup.rs)",
+    },
+    Permission {
         groups: &["", "events.k8s.io"],
         resources: &["events"],
         names: &[],
@@ -197,5 +218,12 @@ pub const OPERATOR_NAMESPACE_PERMISSIONS: &[Permission] = &[
         names: &[],
         verbs: &["patch"],
         why: "the records' usage, advanced every minute by server-side apply (controller/metering.rs)",
+    },
+    Permission {
+        groups: &["batch"],
+        resources: &["jobs"],
+        names: &[],
+        verbs: &["get", "list", "watch", "create"],
+        why: "backup Jobs: one per ValkeyBackup, created in the operator's namespace (never a tenant's: its object-store keys and the backup user's password would be readable there), watched until they end, then left to their TTL (controller/backup.rs)",
     },
 ];

@@ -71,6 +71,7 @@ pub async fn run(
 
     beside_the_controllers(&ctx, &metrics, clusters, (&nodes, &pods, &hosts));
 
+    let backups_done = crate::controller::backup::run(ctx.clone());
     let cluster_ctx = Arc::new(ClusterContext {
         ctx: ctx.clone(),
         nodes,
@@ -87,7 +88,7 @@ pub async fn run(
     let nodes_done = node_controller
         .run(reconcile_node, node::error_policy, ctx)
         .for_each(|_| futures::future::ready(()));
-    tokio::join!(clusters_done, nodes_done);
+    tokio::join!(clusters_done, nodes_done, backups_done);
     Ok(())
 }
 

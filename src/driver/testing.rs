@@ -386,6 +386,7 @@ impl LocalServers {
         set.operator_acl = Some(crate::resolve::acl::OperatorCredentials {
             operator_password: unique_token(),
             replication_password: unique_token(),
+            backup_password: unique_token(),
         });
         set.launch(count).await
     }

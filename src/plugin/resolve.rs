@@ -153,6 +153,7 @@ pub fn cluster_report(
         OperatorUserHashes {
             operator: UNKNOWN_HASH.into(),
             replication: UNKNOWN_HASH.into(),
+            backup: Some(UNKNOWN_HASH.into()),
         }
     });
     let acl_file = render_acl_file_hashed(bindings, roles, &hashes);
@@ -448,6 +449,7 @@ mod tests {
         let credentials = OperatorCredentials {
             operator_password: "op-secret".into(),
             replication_password: "repl-secret".into(),
+            backup_password: "backup-secret".into(),
         };
         let acl_file = render_acl_file(bindings, roles, &credentials);
 

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::api::constants::{OPERATOR_ACL_USERNAME, REPLICATION_ACL_USERNAME};
+use crate::api::constants::{BACKUP_ACL_USERNAME, OPERATOR_ACL_USERNAME, REPLICATION_ACL_USERNAME};
 use crate::api::{AclBinding, KeyAccess, RuleAccess, ValkeyRoleSpec};
 
 use super::conf::sha256_hex;
@@ -97,6 +97,11 @@ pub const REPLICATION_DENIED: &[&str] = &[
     "restore-asking",
 ];
 
+/// What a backup Job sends (`backup::sync`): it logs in, says it wants the snapshot only and
+/// takes it. `SYNC` hands over every key, which no key pattern restricts; the user can write
+/// nothing, read no single key, and see no setting.
+pub const BACKUP_COMMANDS: &[&str] = &["auth", "ping", "replconf", "sync"];
+
 /// Denied at the end of every selector of every bound user, whatever its role grants: `CONFIG
 /// GET` returns `masterauth`, the replication user's password, and `CONFIG SET` changes what
 /// the operator manages. Roles cannot grant it (the role webhook refuses an explicit
@@ -109,6 +114,9 @@ pub const TENANT_DENIED: &[&str] = &["config"];
 pub struct OperatorCredentials {
     pub operator_password: String,
     pub replication_password: String,
+    /// Backup Jobs' password; clusters created before backups existed get one on their next
+    /// reconcile (no member knows it yet, so it can be added at any time).
+    pub backup_password: String,
 }
 
 /// Prefix of the revision marker user (reserved: bindings may not start a name with `_`).
@@ -155,6 +163,8 @@ pub fn render_acl_file(
 pub struct OperatorUserHashes {
     pub operator: String,
     pub replication: String,
+    /// None in files rendered before backups existed.
+    pub backup: Option<String>,
 }
 
 impl OperatorCredentials {
@@ -162,6 +172,7 @@ impl OperatorCredentials {
         OperatorUserHashes {
             operator: sha256_hex(&self.operator_password),
             replication: sha256_hex(&self.replication_password),
+            backup: Some(sha256_hex(&self.backup_password)),
         }
     }
 }
@@ -180,6 +191,7 @@ pub fn operator_user_hashes(file: &str) -> Option<OperatorUserHashes> {
     Some(OperatorUserHashes {
         operator: hash_of(OPERATOR_ACL_USERNAME)?,
         replication: hash_of(REPLICATION_ACL_USERNAME)?,
+        backup: hash_of(BACKUP_ACL_USERNAME),
     })
 }
 
@@ -219,6 +231,13 @@ fn render_acl_body(
         operator_users.replication,
         rules(REPLICATION_COMMANDS, REPLICATION_DENIED)
     );
+    if let Some(backup) = &operator_users.backup {
+        let _ = writeln!(
+            out,
+            "user {BACKUP_ACL_USERNAME} on #{backup} resetkeys resetchannels -@all {}",
+            rules(BACKUP_COMMANDS, &[])
+        );
+    }
     if !bindings.iter().any(|b| b.username == "default") {
         // Off, yet allowed `cluster|syncslots`: Valkey 9.0's atomic slot migration checks that
         // subcommand, sent by the importing member, against the default user. An off user
@@ -353,6 +372,7 @@ mod tests {
         OperatorCredentials {
             operator_password: "op".into(),
             replication_password: "rep".into(),
+            backup_password: "bak".into(),
         }
     }
 
@@ -606,8 +626,8 @@ mod tests {
         }
         assert_eq!(
             file.lines().count(),
-            5,
-            "marker, two operator users, default, app:\n{file}"
+            6,
+            "marker, three operator users, default, app:\n{file}"
         );
     }
 
@@ -627,6 +647,7 @@ mod tests {
             [
                 "_valkey-operator",
                 "_valkey-replication",
+                "_valkey-backup",
                 "default",
                 "zeta",
                 "alpha"

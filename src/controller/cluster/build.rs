@@ -13,7 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
-use crate::api::constants::{CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_SPEC_HASH};
+use crate::api::constants::{
+    CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_APP_COMPONENT, LABEL_APP_MANAGED_BY, LABEL_SPEC_HASH,
+    MANAGER,
+};
 use crate::api::validation::desired_members;
 use crate::api::{NodePlacement, ValkeyCluster, ValkeyNode, ValkeyNodeSpec, ZoneSpread};
 use crate::controller::names;
@@ -31,6 +34,7 @@ pub const CREDENTIALS_UID_LABEL: &str = "valkey.gomomento.com/cluster-uid";
 /// Keys of the operator Secret.
 pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
+pub const BACKUP_PASSWORD_KEY: &str = "backup-password";
 
 fn meta(cluster: &ValkeyCluster, name: String, component: &str) -> Result<ObjectMeta, BuildError> {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
@@ -262,6 +266,18 @@ pub fn network_policy(
         pod_selector: Some(label("app.kubernetes.io/name", "valkey-operator")),
         ..Default::default()
     };
+    // Backup Jobs' pods (controller/backup.rs): they take each shard's snapshot on 6379.
+    let backups = NetworkPolicyPeer {
+        namespace_selector: Some(label("kubernetes.io/metadata.name", operator_namespace)),
+        pod_selector: Some(match_labels(BTreeMap::from([
+            (LABEL_APP_MANAGED_BY.into(), MANAGER.into()),
+            (
+                LABEL_APP_COMPONENT.into(),
+                crate::controller::backup::BACKUP_COMPONENT.into(),
+            ),
+        ]))),
+        ..Default::default()
+    };
     let port = |p: u16| NetworkPolicyPort {
         protocol: Some("TCP".into()),
         port: Some(IntOrString::Int(p.into())),
@@ -272,7 +288,7 @@ pub fn network_policy(
         ports: Some(ports),
     };
     let client_rule = match clients {
-        Some(clients) => rule(vec![operator, clients], vec![port(CLIENT_PORT)]),
+        Some(clients) => rule(vec![operator, backups, clients], vec![port(CLIENT_PORT)]),
         // No `from`: every source.
         None => NetworkPolicyIngressRule {
             from: None,
@@ -333,6 +349,10 @@ pub fn credentials_secret(
                 (
                     REPLICATION_PASSWORD_KEY.to_string(),
                     credentials.replication_password.clone(),
+                ),
+                (
+                    BACKUP_PASSWORD_KEY.to_string(),
+                    credentials.backup_password.clone(),
                 ),
             ]
             .into(),
@@ -586,15 +606,20 @@ mod tests {
             rules[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
             "ops"
         );
+        // Backup Jobs' pods in the operator's namespace: the client port only.
         assert_eq!(
-            rules[1]["from"][1],
+            rules[1]["from"][1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+            "backup"
+        );
+        assert_eq!(
+            rules[1]["from"][2],
             json!({"podSelector": {}}),
             "same namespace"
         );
         let any = network_policy(&cluster(), "ops", ClientsFrom::AnyNamespace).unwrap();
         let any = serde_json::to_value(any.spec.unwrap()).unwrap();
         assert_eq!(
-            any["ingress"][1]["from"][1],
+            any["ingress"][1]["from"][2],
             json!({"namespaceSelector": {}})
         );
         // Unrestricted: the client port from anywhere, the bus still from members only.
@@ -643,6 +668,7 @@ mod tests {
         let creds = OperatorCredentials {
             operator_password: "o".into(),
             replication_password: "r".into(),
+            backup_password: "b".into(),
         };
         let s = acl_secret(&cluster(), "user x on\n", &creds).unwrap();
         let data = s.string_data.unwrap();
@@ -663,6 +689,7 @@ mod tests {
         let creds = OperatorCredentials {
             operator_password: "o".into(),
             replication_password: "r".into(),
+            backup_password: "b".into(),
         };
         let spec = desired_node_spec(&c, &resolved("9.0.0"), ZoneSpread::BestEffort);
         assert!(node(&c, "my-cluster-0-0", 0, &spec).is_err());
@@ -737,6 +764,10 @@ mod tests {
                         {"from": [
                             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "valkey-operator"}}},
+                            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                                "podSelector": {"matchLabels": {
+                                    "app.kubernetes.io/component": "backup",
+                                    "app.kubernetes.io/managed-by": "valkey-operator"}}},
                             {"podSelector": {}},
                         ], "ports": [tcp(6379)]},
                     ],

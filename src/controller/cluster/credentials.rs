@@ -32,10 +32,16 @@ pub async fn ensure_operator_secret(
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.operator_namespace);
     let secret_name = names::credentials_secret(&namespace, &cluster.name_any());
     let found = api.get_opt(&secret_name).await?;
-    let restored = match found.as_ref().map(|s| secret_claim(s, &uid, formed)) {
+    let claim = found.as_ref().map(|s| secret_claim(s, &uid, formed));
+    let restored = match claim {
         Some(SecretClaim::Ours) => {
             let secret = found.as_ref().expect("found");
-            return read_credentials(secret, &ctx.operator_namespace, &secret_name);
+            if has_key(secret, build::BACKUP_PASSWORD_KEY) {
+                return read_credentials(secret, &ctx.operator_namespace, &secret_name);
+            }
+            // Created before backups: the two passwords the members hold stay, the backup
+            // user's is generated and written beside them below.
+            found.as_ref()
         }
         Some(SecretClaim::Restored) => found.as_ref(),
         Some(SecretClaim::Foreign) | None => None,
@@ -65,6 +71,7 @@ pub async fn ensure_operator_secret(
         (None, None) => OperatorCredentials {
             operator_password: random_password(),
             replication_password: random_password(),
+            backup_password: random_password(),
         },
     };
     let secret = build::credentials_secret(cluster, &ctx.operator_namespace, &credentials);
@@ -74,7 +81,7 @@ pub async fn ensure_operator_secret(
         &Patch::Apply(&secret),
     )
     .await?;
-    if restored.is_some() {
+    if claim == Some(SecretClaim::Restored) {
         info!(cluster = %object_key(cluster), "the operator's credentials Secret is back (restored without its labels): labelled again");
     }
     if legacy.is_some() {
@@ -135,14 +142,16 @@ fn emptied_legacy_secret(moved_to: &str) -> serde_json::Value {
 
 /// Whether a legacy credentials Secret still holds a password (an emptied one holds none).
 fn holds_credentials(secret: &Secret) -> bool {
-    let has = |key: &str| {
-        secret.data.as_ref().is_some_and(|d| d.contains_key(key))
-            || secret
-                .string_data
-                .as_ref()
-                .is_some_and(|d| d.contains_key(key))
-    };
-    has(build::OPERATOR_PASSWORD_KEY) || has(build::REPLICATION_PASSWORD_KEY)
+    has_key(secret, build::OPERATOR_PASSWORD_KEY)
+        || has_key(secret, build::REPLICATION_PASSWORD_KEY)
+}
+
+fn has_key(secret: &Secret, key: &str) -> bool {
+    secret.data.as_ref().is_some_and(|d| d.contains_key(key))
+        || secret
+            .string_data
+            .as_ref()
+            .is_some_and(|d| d.contains_key(key))
 }
 
 /// Whose the credentials Secret found under this cluster's name is.
@@ -196,6 +205,8 @@ fn read_credentials(
     Ok(OperatorCredentials {
         operator_password: read(build::OPERATOR_PASSWORD_KEY)?,
         replication_password: read(build::REPLICATION_PASSWORD_KEY)?,
+        // Missing in Secrets written before backups (and in legacy copies): a new one.
+        backup_password: read(build::BACKUP_PASSWORD_KEY).unwrap_or_else(|_| random_password()),
     })
 }
 

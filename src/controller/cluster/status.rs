@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
 use super::acl::AclProgress;
 use super::observe::Observed;
@@ -836,6 +836,17 @@ async fn publish_event(
     reason: &str,
     note: &str,
 ) {
+    object_event(ctx, cluster, type_, reason, note).await;
+}
+
+/// An Event on any object of the operator's (a ValkeyCluster, a ValkeyBackup).
+pub async fn object_event<K: kube::Resource<DynamicType = ()>>(
+    ctx: &Context,
+    object: &K,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
     let event = Event {
         type_,
         reason: reason.to_string(),
@@ -843,7 +854,7 @@ async fn publish_event(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+    if let Err(e) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
         tracing::warn!("cannot publish event: {e}");
     }
 }

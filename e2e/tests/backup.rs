@@ -1,0 +1,455 @@
+//! Backups (issue 29): a ValkeyBackup of a running cluster becomes a Job in the operator's
+//! namespace that copies each shard's snapshot (from its replica) into the local cluster's
+//! real object store (SeaweedFS's S3 gateway, e2e/addons/object-store.yaml), then a manifest.
+//! Checked from the outside: the objects' checksums match the manifest and the status, and each
+//! shard's snapshot, loaded by a real valkey-server, holds exactly that shard's keys, values,
+//! types and TTLs. Failures name their cause (credentials, bucket, a missing location) and
+//! leave no partial backup listed. Real API server, kubelet pods, valkey-server.
+#![cfg(feature = "e2e")]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use fred::prelude::*;
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use kube::api::{Api, ListParams, PostParams};
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use serde_json::json;
+
+use valkey_e2e::harness::{
+    TestNamespace, apply_yaml, client, delete_cluster_scoped, random_suffix, wait_for,
+};
+use valkey_e2e::valkey::wait_state;
+use valkey_e2e::workload::{apply, cluster, cluster_client, config, image};
+use valkey_operator::api::backup::{BackupPhase, ValkeyBackup, ValkeyBackupLocation};
+use valkey_operator::api::{ClusterState, ValkeyConfig, ValkeyImage};
+use valkey_operator::backup::Manifest;
+use valkey_operator::driver::testing::ValkeyBuild;
+
+const OPERATOR_NAMESPACE: &str = "valkey-operator-system";
+/// The sample location `make up` creates (manifests/samples/05-backup-location.yaml).
+const LOCAL_LOCATION: &str = "local";
+const BUCKET: &str = "valkey-backups";
+const ACCESS_KEY: &str = "local-backup-key";
+const SECRET_KEY: &str = "local-backup-secret-0123456789";
+
+/// The object store as the test reaches it: SeaweedFS's pod, from the host.
+async fn bucket(client: &kube::Client) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "object-store");
+    let pod = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=seaweedfs"))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("the SeaweedFS pod (make up runs it in namespace object-store)")?;
+    let ip = pod.status.and_then(|s| s.pod_ip).context("its pod IP")?;
+    let store = AmazonS3Builder::new()
+        .with_endpoint(format!("http://{ip}:8333"))
+        .with_allow_http(true)
+        .with_bucket_name(BUCKET)
+        .with_region("us-east-1")
+        .with_access_key_id(ACCESS_KEY)
+        .with_secret_access_key(SECRET_KEY)
+        .build()?;
+    Ok(Arc::new(store))
+}
+
+fn backup(ns: &str, name: &str, cluster: &str, location: &str) -> serde_json::Value {
+    json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyBackup",
+           "metadata": {"name": name, "namespace": ns},
+           "spec": {"cluster": cluster, "location": location}})
+}
+
+fn location(name: &str, bucket: &str, secret: &str) -> serde_json::Value {
+    json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyBackupLocation",
+           "metadata": {"name": name},
+           "spec": {"endpoint": "http://seaweedfs.object-store.svc.cluster.local:8333",
+                    "bucket": bucket, "prefix": "e2e", "credentialsSecret": {"name": secret}}})
+}
+
+async fn wait_final(
+    api: &Api<ValkeyBackup>,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<ValkeyBackup> {
+    wait_for(
+        &format!("backup {name} to end"),
+        timeout,
+        Duration::from_secs(1),
+        || async move {
+            let b = api.get(name).await?;
+            let phase = b.status.as_ref().and_then(|s| s.phase);
+            Ok(phase.is_some_and(BackupPhase::is_final).then_some(b))
+        },
+    )
+    .await
+}
+
+/// Writes `count` keys of four types, a third of them with a TTL; returns each key's type.
+async fn write_dataset(
+    valkey: &fred::clients::Client,
+    count: usize,
+) -> anyhow::Result<BTreeMap<String, &'static str>> {
+    let mut written = BTreeMap::new();
+    for i in 0..count {
+        let (key, kind) = match i % 4 {
+            0 => {
+                let key = format!("str:{i}");
+                valkey
+                    .set::<(), _, _>(&key, format!("value-{i}"), None, None, false)
+                    .await?;
+                (key, "string")
+            }
+            1 => {
+                let key = format!("hash:{i}");
+                valkey
+                    .hset::<(), _, _>(&key, [("field", i.to_string()), ("other", "x".into())])
+                    .await?;
+                (key, "hash")
+            }
+            2 => {
+                let key = format!("list:{i}");
+                valkey.rpush::<(), _, _>(&key, vec!["a", "b", "c"]).await?;
+                (key, "list")
+            }
+            _ => {
+                let key = format!("zset:{i}");
+                valkey
+                    .zadd::<(), _, _>(
+                        &key,
+                        None,
+                        None,
+                        false,
+                        false,
+                        vec![(1.0, "one"), (2.0, "two")],
+                    )
+                    .await?;
+                (key, "zset")
+            }
+        };
+        if i % 3 == 0 {
+            valkey.expire::<(), _>(&key, 3600, None).await?;
+        }
+        written.insert(key, kind);
+    }
+    Ok(written)
+}
+
+/// Loads one shard's snapshot into a fresh, standalone valkey-server and reads it back.
+struct Loaded {
+    keys: usize,
+    types: BTreeMap<String, String>,
+    with_ttl: usize,
+}
+
+async fn load_snapshot(rdb: &[u8], port: u16) -> anyhow::Result<Loaded> {
+    let dir = std::env::temp_dir().join(format!("vk-backup-load-{}", random_suffix(6)));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("dump.rdb"), rdb)?;
+    let binary = ValkeyBuild::V9_0.binary()?;
+    let mut server = tokio::process::Command::new(binary)
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .kill_on_drop(true)
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    let config = Config::from_url(&format!("redis://127.0.0.1:{port}"))?;
+    let valkey = Builder::from_config(config).build()?;
+    let loaded = wait_for(
+        "the snapshot loaded",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let valkey = valkey.clone();
+            async move {
+                if !valkey.is_connected() {
+                    valkey.init().await?;
+                }
+                let _: () = valkey.ping(None).await?;
+                let all = fred::types::CustomCommand::new_static(
+                    "KEYS",
+                    fred::types::ClusterHash::Random,
+                    false,
+                );
+                let keys: Vec<String> = valkey.custom(all, vec!["*"]).await?;
+                let mut types = BTreeMap::new();
+                let mut with_ttl = 0;
+                for key in &keys {
+                    let kind: String = valkey.r#type(key).await?;
+                    let ttl: i64 = valkey.ttl(key).await?;
+                    if ttl > 0 {
+                        with_ttl += 1;
+                    }
+                    types.insert(key.clone(), kind);
+                }
+                Ok(Some(Loaded {
+                    keys: keys.len(),
+                    types,
+                    with_ttl,
+                }))
+            }
+        },
+    )
+    .await;
+    let _ = valkey.quit().await;
+    let _ = server.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    loaded
+}
+
+#[tokio::test]
+async fn a_cluster_is_backed_up_shard_by_shard_into_the_object_store() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-backup").await?;
+    let suffix = random_suffix(4);
+    let (img, cfg) = (
+        format!("e2e-bak-{suffix}-img"),
+        format!("e2e-bak-{suffix}-cfg"),
+    );
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    apply(&client, &ns.name, cluster(&ns.name, "shop", &cfg, 2, 1)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "shop",
+        ClusterState::Active,
+        Duration::from_secs(240),
+    )
+    .await?;
+    let valkey = cluster_client(&client, &ns.name, "shop").await?;
+    let written = write_dataset(&valkey, 2000).await?;
+    let _ = valkey.quit().await;
+
+    let backups: Api<ValkeyBackup> = Api::namespaced(client.clone(), &ns.name);
+    apply_yaml(
+        &client,
+        &backup(&ns.name, "first", "shop", LOCAL_LOCATION).to_string(),
+    )
+    .await?;
+    let started = std::time::Instant::now();
+    let done = wait_final(&backups, "first", Duration::from_secs(180)).await?;
+    let status = done.status.clone().unwrap_or_default();
+    println!(
+        "backup: {:?} in {:.1} s: {:?}",
+        status.phase,
+        started.elapsed().as_secs_f64(),
+        status.message
+    );
+    ensure!(status.phase == Some(BackupPhase::Completed), "{status:?}");
+    ensure!(status.shards.len() == 2, "{:?}", status.shards);
+    for shard in &status.shards {
+        ensure!(
+            shard.role == "replica",
+            "copied from a replica where the shard has one: {shard:?}"
+        );
+    }
+    let keys: i64 = status.shards.iter().filter_map(|s| s.keys).sum();
+    ensure!(
+        keys == written.len() as i64,
+        "status counts {keys} keys, {} written",
+        written.len()
+    );
+
+    // The bucket: the manifest, and shards whose checksums match it and the status.
+    let store = bucket(&client).await?;
+    let path = status.path.clone().context("status.path")?;
+    let prefix = path
+        .strip_prefix(&format!("s3://{BUCKET}/"))
+        .context("the path names the bucket")?
+        .trim_end_matches('/')
+        .to_string();
+    let manifest = store
+        .get(&Path::from(format!("{prefix}/manifest.json")))
+        .await?
+        .bytes()
+        .await?;
+    let manifest: Manifest = serde_json::from_slice(&manifest)?;
+    ensure!(manifest.shards.len() == 2 && manifest.cluster.name == "shop");
+    let mut total_loaded = 0;
+    for (i, shard) in manifest.shards.iter().enumerate() {
+        let rdb = store
+            .get(&Path::from(format!("{prefix}/{}", shard.object)))
+            .await?
+            .bytes()
+            .await?;
+        let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&rdb));
+        ensure!(
+            sha == shard.sha256,
+            "shard {} checksum {sha} vs manifest {}",
+            shard.index,
+            shard.sha256
+        );
+        let in_status = status
+            .shards
+            .iter()
+            .find(|s| s.index == shard.index as i32)
+            .context("shard in status")?;
+        ensure!(in_status.sha256.as_deref() == Some(sha.as_str()));
+        ensure!(rdb.len() as u64 == shard.bytes);
+        let loaded = load_snapshot(&rdb, 17400 + i as u16).await?;
+        println!(
+            "shard {} ({:?}): {} bytes, {} keys loaded by valkey-server, {} with a TTL",
+            shard.index, shard.slots, shard.bytes, loaded.keys, loaded.with_ttl
+        );
+        ensure!(
+            Some(loaded.keys as u64) == shard.keys,
+            "shard {} loaded {} keys, manifest says {:?}",
+            shard.index,
+            loaded.keys,
+            shard.keys
+        );
+        for (key, kind) in &loaded.types {
+            ensure!(
+                written.get(key).copied() == Some(kind.as_str()),
+                "key {key} restored as {kind}"
+            );
+        }
+        ensure!(loaded.with_ttl > 0, "TTLs are kept");
+        total_loaded += loaded.keys;
+    }
+    ensure!(
+        total_loaded == written.len(),
+        "{total_loaded} keys in the snapshots, {} written",
+        written.len()
+    );
+
+    // The spec records what was backed up: it cannot change.
+    let mut changed = backups.get("first").await?;
+    changed.spec.location = "elsewhere".into();
+    changed.metadata.managed_fields = None;
+    let refused = backups
+        .replace("first", &PostParams::default(), &changed)
+        .await;
+    ensure!(refused.is_err(), "a backup's spec is immutable");
+
+    failures_name_their_cause(&client, &ns.name, &backups, &store).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// Wrong keys, a bucket that does not exist and a location that does not exist: each backup
+/// Failed with a cause a user can act on, the keys nowhere in status or Events, and no manifest
+/// in the bucket.
+async fn failures_name_their_cause(
+    client: &kube::Client,
+    ns: &str,
+    backups: &Api<ValkeyBackup>,
+    store: &Arc<dyn ObjectStore>,
+) -> anyhow::Result<()> {
+    let suffix = random_suffix(4);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let wrong_secret = format!("e2e-bak-wrong-{suffix}");
+    let wrong_key = format!("not-the-key-{suffix}");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": wrong_secret, "namespace": OPERATOR_NAMESPACE},
+        "stringData": {"accessKeyId": ACCESS_KEY, "secretAccessKey": wrong_key}}))?;
+    secrets.create(&PostParams::default(), &secret).await?;
+    let (bad_keys, no_bucket) = (
+        format!("e2e-bak-keys-{suffix}"),
+        format!("e2e-bak-bucket-{suffix}"),
+    );
+    apply_yaml(
+        client,
+        &location(&bad_keys, BUCKET, &wrong_secret).to_string(),
+    )
+    .await?;
+    apply_yaml(
+        client,
+        &location(
+            &no_bucket,
+            &format!("missing-{suffix}"),
+            "local-backup-keys",
+        )
+        .to_string(),
+    )
+    .await?;
+    let cases = [
+        ("wrong-keys", bad_keys.as_str(), "credentials"),
+        ("no-bucket", no_bucket.as_str(), "bucket"),
+        ("no-location", "nowhere", "location"),
+    ];
+    let result = async {
+        for (name, location, _) in &cases {
+            apply_yaml(client, &backup(ns, name, "shop", location).to_string()).await?;
+        }
+        for (name, _, cause) in &cases {
+            let done = wait_final(backups, name, Duration::from_secs(120)).await?;
+            let status = done.status.clone().unwrap_or_default();
+            println!(
+                "{name}: {:?} {:?}: {:?}",
+                status.phase, status.failure_cause, status.message
+            );
+            ensure!(
+                status.phase == Some(BackupPhase::Failed),
+                "{name}: {status:?}"
+            );
+            ensure!(
+                status.failure_cause.as_deref() == Some(*cause),
+                "{name}: cause {:?}",
+                status.failure_cause
+            );
+            let text = serde_json::to_string(&status)?;
+            ensure!(
+                !text.contains(&wrong_key) && !text.contains(SECRET_KEY),
+                "{name}: a key in status"
+            );
+            if let Some(path) = &status.path {
+                let prefix = path
+                    .trim_start_matches(&format!("s3://{BUCKET}/"))
+                    .trim_end_matches('/');
+                let listed = store.list_with_delimiter(Some(&Path::from(prefix))).await?;
+                ensure!(
+                    listed.objects.is_empty(),
+                    "{name}: a failed backup left {:?}",
+                    listed.objects
+                );
+            }
+        }
+        let events: Api<Event> = Api::namespaced(client.clone(), ns);
+        let events = events.list(&ListParams::default()).await?;
+        let failed: Vec<_> = events
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("BackupFailed"))
+            .collect();
+        ensure!(
+            failed.len() >= cases.len(),
+            "a BackupFailed Event per failure: {}",
+            failed.len()
+        );
+        for e in &failed {
+            let note = e.message.clone().unwrap_or_default();
+            ensure!(
+                !note.contains(&wrong_key) && !note.contains(SECRET_KEY),
+                "a key in an Event: {note}"
+            );
+        }
+        Ok(())
+    }
+    .await;
+    let _ = secrets.delete(&wrong_secret, &Default::default()).await;
+    delete_cluster_scoped::<ValkeyBackupLocation>(client, &bad_keys).await?;
+    delete_cluster_scoped::<ValkeyBackupLocation>(client, &no_bucket).await?;
+    if let Err(e) = result {
+        bail!("{e:#}");
+    }
+    Ok(())
+}

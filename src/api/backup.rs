@@ -1,0 +1,175 @@
+//! Backups (docs/backup.md): `ValkeyBackupLocation`, where a platform team points backups
+//! once (an S3-compatible bucket and the keys to it, kept in the operator's namespace), and
+//! `ValkeyBackup`, one backup of one cluster that a product team asks for by name.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Keys of a location's credentials Secret (in the operator's namespace).
+pub const ACCESS_KEY_ID_KEY: &str = "accessKeyId";
+pub const SECRET_ACCESS_KEY_KEY: &str = "secretAccessKey";
+/// Key of a location's CA Secret.
+pub const CA_BUNDLE_KEY: &str = "ca.crt";
+/// Region when a location names none (what S3-compatible stores accept).
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// The spec of a backup says what was backed up: it never changes.
+pub const BACKUP_SPEC_IMMUTABLE: &str = "spec of a ValkeyBackup cannot change: it records what was backed up; create another ValkeyBackup instead";
+
+/// An S3-compatible bucket backups go to. Cluster-scoped: product teams name it in a
+/// ValkeyBackup and never see its keys.
+#[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "valkey.gomomento.com",
+    version = "v1alpha1",
+    kind = "ValkeyBackupLocation",
+    doc = "An S3-compatible bucket where ValkeyBackups are written. Its credentials Secret lives in the operator's namespace; product teams reference the location by name only.",
+    plural = "valkeybackuplocations",
+    shortname = "vbl",
+    category = "valkey",
+    printcolumn(
+        name = "ENDPOINT",
+        type_ = "string",
+        json_path = ".spec.endpoint",
+        description = "The object store"
+    ),
+    printcolumn(
+        name = "BUCKET",
+        type_ = "string",
+        json_path = ".spec.bucket",
+        description = "The bucket"
+    ),
+    printcolumn(
+        name = "PREFIX",
+        type_ = "string",
+        json_path = ".spec.prefix",
+        description = "Object path prefix"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyBackupLocationSpec {
+    /// The store's URL, `https://s3.eu-west-1.amazonaws.com` or `http://seaweedfs.storage:8333`
+    /// (plain HTTP only inside the Kubernetes cluster). Requests use path-style addressing.
+    #[schemars(regex(pattern = r"^https?://[^/\s]+/?$"))]
+    pub endpoint: String,
+    /// The bucket; it must exist (backups never create one).
+    #[schemars(length(min = 3, max = 63))]
+    pub bucket: String,
+    /// Prepended to every object path (`<prefix>/<namespace>/<cluster>/<backup>-<uid>/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Default `us-east-1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// A Secret in the operator's namespace with keys `accessKeyId` and `secretAccessKey`.
+    pub credentials_secret: SecretName,
+    /// A Secret in the operator's namespace whose `ca.crt` is the store's CA (a private
+    /// endpoint's certificate); the system's roots otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<SecretName>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SecretName {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// One backup of one ValkeyCluster of this namespace.
+#[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "valkey.gomomento.com",
+    version = "v1alpha1",
+    kind = "ValkeyBackup",
+    doc = "One backup of a ValkeyCluster of this namespace into a ValkeyBackupLocation: each shard's snapshot (from a replica where the shard has one) and a manifest, written by a Job in the operator's namespace.",
+    plural = "valkeybackups",
+    shortname = "vbk",
+    category = "valkey",
+    namespaced,
+    status = "ValkeyBackupStatus",
+    cel,
+    validation = Rule::new("self.spec == oldSelf.spec").message(BACKUP_SPEC_IMMUTABLE).field_path(".spec"),
+    printcolumn(name = "CLUSTER", type_ = "string", json_path = ".spec.cluster", description = "The backed-up ValkeyCluster"),
+    printcolumn(name = "LOCATION", type_ = "string", json_path = ".spec.location", description = "The ValkeyBackupLocation"),
+    printcolumn(name = "PHASE", type_ = "string", json_path = ".status.phase", description = "Pending, Running, Completed or Failed"),
+    printcolumn(name = "SIZE", type_ = "string", json_path = ".status.size", description = "Bytes written"),
+    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyBackupSpec {
+    /// The ValkeyCluster to back up, in this namespace.
+    #[schemars(length(min = 1, max = 63))]
+    pub cluster: String,
+    /// The ValkeyBackupLocation to write to.
+    #[schemars(length(min = 1, max = 253))]
+    pub location: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum BackupPhase {
+    /// Waiting for the cluster (not Active yet).
+    Pending,
+    /// The Job is copying.
+    Running,
+    /// Every shard and the manifest are in the bucket.
+    Completed,
+    /// Nothing usable was written; `message` says why.
+    Failed,
+}
+
+impl BackupPhase {
+    pub fn is_final(self) -> bool {
+        matches!(self, BackupPhase::Completed | BackupPhase::Failed)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyBackupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BackupPhase>,
+    /// What is happening or what went wrong, and what to do about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// For a failure: `credentials`, `bucket`, `network`, `member`, `plan` or `objectStore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_cause: Option<String>,
+    /// The Job in the operator's namespace doing the copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// `s3://<bucket>/<path>/`: the shards and `manifest.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Bytes of all shards, e.g. `12.3 MiB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<i64>,
+    /// The Valkey version that wrote the snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valkey_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<BackupShardStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupShardStatus {
+    pub index: i32,
+    /// Slot ranges, `0-5460`.
+    #[serde(default)]
+    pub slots: Vec<String>,
+    /// The member copied, and its role then (`replica` where the shard had one).
+    pub member: String,
+    pub role: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}

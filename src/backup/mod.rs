@@ -1,0 +1,429 @@
+//! Backups to an S3-compatible object store (docs/backup.md). The operator plans a backup and
+//! reads its outcome; a Job in the operator's namespace does the copying next to the data
+//! ([`job`]): each shard's snapshot taken the way a replica takes it ([`sync`]), checked
+//! ([`rdb`]) and streamed into the bucket, then a manifest that makes the backup complete.
+//!
+//! The types here are the contract between the two: the plan the operator hands the Job, the
+//! manifest the Job writes next to the shards, and the outcome it leaves in its termination
+//! message.
+
+pub mod job;
+pub mod rdb;
+pub mod sync;
+
+use serde::{Deserialize, Serialize};
+
+/// The object that lists a backup's shards; a backup without it is not complete.
+pub const MANIFEST_OBJECT: &str = "manifest.json";
+/// Version of the manifest's layout.
+pub const MANIFEST_FORMAT: u32 = 1;
+
+/// The object holding one shard's snapshot.
+pub fn shard_object(index: u32) -> String {
+    format!("shard-{index}.rdb")
+}
+
+/// The object path (below the bucket) of a backup: the location's prefix, the cluster's
+/// namespace and name, then the backup's name and the first 8 characters of its uid (a
+/// backup deleted and created again under the same name never writes over the old objects).
+pub fn backup_path(
+    prefix: &str,
+    namespace: &str,
+    cluster: &str,
+    backup: &str,
+    uid: &str,
+) -> String {
+    let uid: String = uid.chars().take(8).collect();
+    let prefix = prefix.trim_matches('/');
+    let tail = format!("{namespace}/{cluster}/{backup}-{uid}");
+    if prefix.is_empty() {
+        tail
+    } else {
+        format!("{prefix}/{tail}")
+    }
+}
+
+/// What the operator hands a backup Job (`BACKUP_PLAN`, JSON). No secret: the keys come from
+/// Secret references.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobPlan {
+    pub location: StoreAddress,
+    /// Object path of this backup below the bucket ([`backup_path`]).
+    pub path: String,
+    pub cluster: ClusterIdentity,
+    /// The ValkeyBackup's name and uid.
+    pub backup: String,
+    pub backup_uid: String,
+    pub shards: Vec<ShardSource>,
+}
+
+/// Where the objects go.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreAddress {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterIdentity {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// The member one shard is copied from: a replica where the shard has one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardSource {
+    pub index: u32,
+    /// The shard's slot ranges, `0-5460` style, as the operator last saw them.
+    pub slots: Vec<String>,
+    /// The ValkeyNode copied from.
+    pub member: String,
+    /// `replica` or `primary`.
+    pub role: String,
+    /// `host:port` of its client port.
+    pub address: String,
+}
+
+/// One shard as it was written to the bucket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardCopy {
+    pub index: u32,
+    pub slots: Vec<String>,
+    pub member: String,
+    pub role: String,
+    /// Object name below the backup's path.
+    pub object: String,
+    pub bytes: u64,
+    pub sha256: String,
+    /// Keys in the snapshot (its `RESIZEDB`), when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys_with_ttl: Option<u64>,
+    pub rdb_version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valkey_version: Option<String>,
+}
+
+impl ShardCopy {
+    pub fn new(source: &ShardSource, object: String, fetched: sync::Fetched) -> Self {
+        ShardCopy {
+            index: source.index,
+            slots: source.slots.clone(),
+            member: source.member.clone(),
+            role: source.role.clone(),
+            object,
+            bytes: fetched.bytes,
+            sha256: fetched.sha256,
+            keys: fetched.header.keys,
+            keys_with_ttl: fetched.header.keys_with_ttl,
+            rdb_version: fetched.header.format_version,
+            valkey_version: fetched.header.server_version,
+        }
+    }
+}
+
+/// The manifest object: everything a restore needs to know about the backup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub format: u32,
+    pub cluster: ClusterIdentity,
+    pub backup: String,
+    pub backup_uid: String,
+    pub started_at: String,
+    pub completed_at: String,
+    /// The Valkey version of the first shard's snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valkey_version: Option<String>,
+    pub total_bytes: u64,
+    pub shards: Vec<ShardCopy>,
+}
+
+impl Manifest {
+    pub fn new(plan: &JobPlan, started_at: String, shards: Vec<ShardCopy>) -> Self {
+        Manifest {
+            format: MANIFEST_FORMAT,
+            cluster: plan.cluster.clone(),
+            backup: plan.backup.clone(),
+            backup_uid: plan.backup_uid.clone(),
+            started_at,
+            completed_at: crate::time::rfc3339(crate::time::now_seconds()),
+            valkey_version: shards.iter().find_map(|s| s.valkey_version.clone()),
+            total_bytes: shards.iter().map(|s| s.bytes).sum(),
+            shards,
+        }
+    }
+}
+
+/// What a Job leaves in its termination message, which Kubernetes keeps to 4096 bytes: the
+/// figures the ValkeyBackup's status shows (the operator planned the rest).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum JobOutcome {
+    Completed(CopySummary),
+    Failed(Failure),
+}
+
+/// Kubernetes' limit on a termination message.
+pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopySummary {
+    pub started_at: String,
+    pub completed_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valkey_version: Option<String>,
+    pub shards: Vec<ShardFigures>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardFigures {
+    pub index: u32,
+    pub bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<u64>,
+    /// Left out when the message would not fit (many shards); the manifest has every one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+impl CopySummary {
+    pub fn of(manifest: &Manifest) -> Self {
+        CopySummary {
+            started_at: manifest.started_at.clone(),
+            completed_at: manifest.completed_at.clone(),
+            valkey_version: manifest.valkey_version.clone(),
+            shards: manifest
+                .shards
+                .iter()
+                .map(|s| ShardFigures {
+                    index: s.index,
+                    bytes: s.bytes,
+                    keys: s.keys,
+                    sha256: Some(s.sha256.clone()),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl JobOutcome {
+    /// The outcome as JSON within [`TERMINATION_MESSAGE_LIMIT`]: checksums are dropped first,
+    /// then a failure's message is cut.
+    pub fn termination_message(&self) -> String {
+        let text = serde_json::to_string(self).unwrap_or_default();
+        if text.len() <= TERMINATION_MESSAGE_LIMIT {
+            return text;
+        }
+        let shorter = match self {
+            JobOutcome::Completed(summary) => {
+                let mut summary = summary.clone();
+                summary.shards.iter_mut().for_each(|s| s.sha256 = None);
+                JobOutcome::Completed(summary)
+            }
+            JobOutcome::Failed(failure) => {
+                let message: String = failure.message.chars().take(2000).collect();
+                JobOutcome::Failed(Failure::new(failure.cause, message))
+            }
+        };
+        serde_json::to_string(&shorter).unwrap_or_default()
+    }
+}
+
+/// Why a backup failed, by the cause a user fixes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FailureCause {
+    /// The object store refused the keys.
+    Credentials,
+    /// The bucket does not exist.
+    Bucket,
+    /// The object store could not be reached, or stopped answering.
+    Network,
+    /// A member could not be copied.
+    Member,
+    /// The Job's plan or settings are wrong (an operator bug or a bad location).
+    Plan,
+    /// The object store answered with another error.
+    ObjectStore,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    pub cause: FailureCause,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(cause: FailureCause, message: impl Into<String>) -> Self {
+        Failure {
+            cause,
+            message: message.into(),
+        }
+    }
+
+    fn member(shard: &ShardSource, what: &str) -> Self {
+        Failure::new(
+            FailureCause::Member,
+            format!(
+                "shard {} (member {} at {}): {what}",
+                shard.index, shard.member, shard.address
+            ),
+        )
+    }
+
+    fn from_store(doing: &str, bucket: &str, error: &dyn std::fmt::Display) -> Self {
+        let text = error.to_string();
+        let cause = classify_store_error(&text);
+        let message = match cause {
+            FailureCause::Credentials => format!(
+                "{doing}: the object store refused the credentials (check the location's credentials Secret): {text}"
+            ),
+            FailureCause::Bucket => format!(
+                "{doing}: bucket {bucket:?} does not exist (create it, or fix the location's bucket): {text}"
+            ),
+            FailureCause::Network => format!(
+                "{doing}: the object store could not be reached (check the location's endpoint and that the store is up): {text}"
+            ),
+            _ => format!("{doing}: {text}"),
+        };
+        Failure::new(cause, message)
+    }
+
+    fn from_upload(bucket: &str, error: &std::io::Error) -> Self {
+        Failure::from_store("uploading", bucket, error)
+    }
+}
+
+/// The cause an object-store error names, from the S3 error codes and the HTTP client's
+/// connection errors in its text (object_store keeps them only there).
+pub fn classify_store_error(text: &str) -> FailureCause {
+    const CREDENTIALS: &[&str] = &[
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccessDenied",
+        "403 Forbidden",
+        "Unauthenticated",
+        "PermissionDenied",
+    ];
+    const BUCKET: &[&str] = &["NoSuchBucket", "The specified bucket does not exist"];
+    const NETWORK: &[&str] = &[
+        "error sending request",
+        "Connection refused",
+        "connection refused",
+        "dns error",
+        "timed out",
+        "connection closed",
+        "Connection reset",
+        "connection reset",
+    ];
+    let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
+    if has(BUCKET) {
+        FailureCause::Bucket
+    } else if has(CREDENTIALS) {
+        FailureCause::Credentials
+    } else if has(NETWORK) {
+        FailureCause::Network
+    } else {
+        FailureCause::ObjectStore
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_keep_backups_of_the_same_name_apart() {
+        assert_eq!(
+            backup_path("/valkey/", "shop", "cart", "nightly", "0123456789abcdef"),
+            "valkey/shop/cart/nightly-01234567"
+        );
+        assert_eq!(backup_path("", "shop", "cart", "b", "ab"), "shop/cart/b-ab");
+        assert_eq!(shard_object(2), "shard-2.rdb");
+    }
+
+    #[test]
+    fn store_errors_name_what_to_fix() {
+        let cases = [
+            (
+                "Client error with status 403 Forbidden: <Code>InvalidAccessKeyId</Code>",
+                FailureCause::Credentials,
+            ),
+            (
+                "<Code>SignatureDoesNotMatch</Code>",
+                FailureCause::Credentials,
+            ),
+            (
+                "Client error with status 404 Not Found: <Code>NoSuchBucket</Code>",
+                FailureCause::Bucket,
+            ),
+            (
+                "error sending request for url (http://s3:8333/b): client error (Connect)",
+                FailureCause::Network,
+            ),
+            (
+                "tcp connect error: Connection refused (os error 111)",
+                FailureCause::Network,
+            ),
+            (
+                "Server error with status 500: <Code>InternalError</Code>",
+                FailureCause::ObjectStore,
+            ),
+        ];
+        for (text, cause) in cases {
+            assert_eq!(classify_store_error(text), cause, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_large_outcome_fits_a_termination_message() {
+        let summary = CopySummary {
+            started_at: "2026-12-05T18:00:00Z".into(),
+            completed_at: "2026-12-05T18:01:00Z".into(),
+            valkey_version: Some("9.0.1".into()),
+            shards: (0..60)
+                .map(|index| ShardFigures {
+                    index,
+                    bytes: 1 << 30,
+                    keys: Some(12_345_678),
+                    sha256: Some("f".repeat(64)),
+                })
+                .collect(),
+        };
+        let text = JobOutcome::Completed(summary).termination_message();
+        assert!(
+            text.len() <= TERMINATION_MESSAGE_LIMIT,
+            "{} bytes",
+            text.len()
+        );
+        let JobOutcome::Completed(back) = serde_json::from_str(&text).unwrap() else {
+            panic!("{text}")
+        };
+        assert_eq!(back.shards.len(), 60);
+        let failed = JobOutcome::Failed(Failure::new(FailureCause::Network, "x".repeat(9000)));
+        assert!(failed.termination_message().len() <= TERMINATION_MESSAGE_LIMIT);
+    }
+
+    #[test]
+    fn an_outcome_reads_back_as_written() {
+        let failed = JobOutcome::Failed(Failure::new(FailureCause::Bucket, "no bucket"));
+        let text = serde_json::to_string(&failed).unwrap();
+        assert_eq!(
+            text,
+            r#"{"failed":{"cause":"bucket","message":"no bucket"}}"#
+        );
+        assert_eq!(serde_json::from_str::<JobOutcome>(&text).unwrap(), failed);
+    }
+}

@@ -1,0 +1,893 @@
+//! The ValkeyBackup controller: once the cluster is Active, it picks the member each shard is
+//! copied from (a replica in sync where the shard has one), starts a Job in the operator's
+//! namespace that copies them into the location's bucket (`valkey-operator backup run`,
+//! [`crate::backup::job`]), and when the Job ends writes its outcome into the backup's status.
+//! The operator never touches the data or the object store itself.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EnvVar, EnvVarSource, Pod, PodSecurityContext, PodSpec,
+    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::api::backup::{
+    ACCESS_KEY_ID_KEY, BackupPhase, BackupShardStatus, CA_BUNDLE_KEY, DEFAULT_REGION,
+    SECRET_ACCESS_KEY_KEY, ValkeyBackup, ValkeyBackupLocation, ValkeyBackupStatus,
+};
+use crate::api::constants::{
+    BACKUP_ACL_USERNAME, CLIENT_PORT, LABEL_APP_COMPONENT, LABEL_APP_MANAGED_BY, MANAGER,
+};
+use crate::api::{ClusterNodeStatus, ClusterState, Lifecycle, NodeRole, ValkeyCluster};
+use crate::backup::job::{
+    ENV_ACCESS_KEY, ENV_CA_FILE, ENV_PLAN, ENV_SECRET_KEY, ENV_VALKEY_PASSWORD, ENV_VALKEY_USER,
+};
+use crate::backup::{ClusterIdentity, JobOutcome, JobPlan, ShardSource, StoreAddress, backup_path};
+use crate::controller::cluster::build::BACKUP_PASSWORD_KEY;
+use crate::controller::{Context, Error, names, object_key};
+
+/// Labels on a backup Job: which ValkeyBackup it serves (the Job lives in the operator's
+/// namespace, so no owner reference can say it).
+pub const LABEL_BACKUP_NAMESPACE: &str = "valkey.gomomento.com/backup-namespace";
+pub const LABEL_BACKUP_NAME: &str = "valkey.gomomento.com/backup-name";
+/// `app.kubernetes.io/component` of backup Jobs and their pods; the members' NetworkPolicy
+/// lets pods with it in the operator's namespace reach the client port.
+pub const BACKUP_COMPONENT: &str = "backup";
+/// The image backup Jobs run, when set; the operator's own image otherwise.
+pub const ENV_BACKUP_IMAGE: &str = "BACKUP_JOB_IMAGE";
+/// A finished Job is kept this long for its logs.
+const JOB_TTL_SECONDS: i32 = 24 * 3600;
+/// A Job still copying after this long is stopped (Failed).
+const JOB_DEADLINE_SECONDS: i64 = 6 * 3600;
+const CA_MOUNT: &str = "/etc/valkey-backup/ca";
+
+/// Runs until shutdown (only while this replica leads).
+pub async fn run(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let jobs = Api::<Job>::namespaced(client.clone(), &ctx.operator_namespace);
+    let selector =
+        format!("{LABEL_APP_MANAGED_BY}={MANAGER},{LABEL_APP_COMPONENT}={BACKUP_COMPONENT}");
+    Controller::new(Api::<ValkeyBackup>::all(client), watcher::Config::default())
+        .watches(
+            jobs,
+            watcher::Config::default().labels(&selector),
+            backup_of_job,
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn backup_of_job(job: Job) -> Option<ObjectRef<ValkeyBackup>> {
+    let labels = job.labels();
+    Some(ObjectRef::new(labels.get(LABEL_BACKUP_NAME)?).within(labels.get(LABEL_BACKUP_NAMESPACE)?))
+}
+
+fn error_policy(backup: Arc<ValkeyBackup>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = object_key(backup.as_ref());
+    let retry = ctx.failure_backoff(&format!("backup/{key}"));
+    warn!(backup = %key, error = %error, retry_in = ?retry, "reconcile failed");
+    ctx.metrics.reconcile_failed("backup", error.metric_label());
+    Action::requeue(retry)
+}
+
+async fn reconcile(backup: Arc<ValkeyBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let status = backup.status.clone().unwrap_or_default();
+    if status.phase.is_some_and(BackupPhase::is_final) {
+        return Ok(Action::await_change());
+    }
+    ctx.confirm_leading().await?;
+    let namespace = backup.namespace().unwrap_or_default();
+    let jobs = Api::<Job>::namespaced(ctx.client.clone(), &ctx.operator_namespace);
+    let job_name = job_name(&backup);
+    if let Some(job) = jobs.get_opt(&job_name).await? {
+        return follow_job(&ctx, &backup, &job).await;
+    }
+    let location = Api::<ValkeyBackupLocation>::all(ctx.client.clone())
+        .get_opt(&backup.spec.location)
+        .await?;
+    let Some(location) = location else {
+        let message = format!(
+            "ValkeyBackupLocation {:?} does not exist; name one of `kubectl get valkeybackuplocations` (your platform team publishes them)",
+            backup.spec.location
+        );
+        return finish_failed(&ctx, &backup, "location", message).await;
+    };
+    let clusters = Api::<ValkeyCluster>::namespaced(ctx.client.clone(), &namespace);
+    let Some(cluster) = clusters.get_opt(&backup.spec.cluster).await? else {
+        let message = format!(
+            "ValkeyCluster {namespace}/{} does not exist; a backup names a cluster of its own namespace",
+            backup.spec.cluster
+        );
+        return finish_failed(&ctx, &backup, "cluster", message).await;
+    };
+    if cluster.spec.tls.is_some() {
+        let message = "backups of TLS clusters are not supported yet (docs/backup.md)".to_string();
+        return finish_failed(&ctx, &backup, "plan", message).await;
+    }
+    let state = cluster.status.as_ref().and_then(|s| s.state);
+    let plan = match state {
+        Some(ClusterState::Active) => planned_sources(&ctx, &cluster).await?,
+        other => Err(format!(
+            "waiting for ValkeyCluster {namespace}/{} to be Active (it is {})",
+            backup.spec.cluster,
+            other.map_or("not reconciled yet".to_string(), |s| format!("{s:?}"))
+        )),
+    };
+    let sources = match plan {
+        Ok(sources) => sources,
+        Err(waiting) => {
+            write_status(&ctx, &backup, &pending(waiting)).await?;
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
+    };
+    start_job(&ctx, &backup, &cluster, &location, sources).await
+}
+
+fn pending(message: String) -> ValkeyBackupStatus {
+    ValkeyBackupStatus {
+        phase: Some(BackupPhase::Pending),
+        message: Some(message),
+        ..Default::default()
+    }
+}
+
+/// The Job's name: the backup's uid (unique, and short enough for the `job-name` label).
+pub fn job_name(backup: &ValkeyBackup) -> String {
+    format!(
+        "valkey-backup-{}",
+        backup.metadata.uid.clone().unwrap_or_default()
+    )
+}
+
+/// The members' pod IPs, then [`choose_sources`].
+async fn planned_sources(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+) -> Result<Result<Vec<ShardSource>, String>, Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
+    let selector = names::selector_string(&names::member_selector(&cluster.name_any()));
+    let mut ips = BTreeMap::new();
+    for pod in pods.list(&ListParams::default().labels(&selector)).await? {
+        if let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
+            ips.insert(pod.name_any(), ip);
+        }
+    }
+    let nodes = cluster
+        .status
+        .as_ref()
+        .map(|s| s.nodes.clone())
+        .unwrap_or_default();
+    Ok(choose_sources(&nodes, &ips))
+}
+
+/// For each shard, the member to copy: an Active replica with the least lag (in sync is 0),
+/// else the primary; with the primary's slots. `Err` says what is missing.
+pub fn choose_sources(
+    nodes: &[ClusterNodeStatus],
+    pod_ips: &BTreeMap<String, String>,
+) -> Result<Vec<ShardSource>, String> {
+    let mut shards: BTreeMap<i32, Vec<&ClusterNodeStatus>> = BTreeMap::new();
+    for node in nodes
+        .iter()
+        .filter(|n| n.lifecycle == Some(Lifecycle::Active))
+    {
+        shards.entry(node.shard).or_default().push(node);
+    }
+    if shards.is_empty() {
+        return Err("the cluster lists no Active member".into());
+    }
+    let mut sources = Vec::new();
+    for (shard, members) in shards {
+        let primary = members.iter().find(|n| n.role == Some(NodeRole::Primary));
+        let Some(primary) = primary else {
+            return Err(format!("shard {shard} has no primary right now"));
+        };
+        let address = |n: &ClusterNodeStatus| {
+            n.pod
+                .as_ref()
+                .and_then(|pod| pod_ips.get(pod))
+                .map(|ip| format!("{ip}:{CLIENT_PORT}"))
+        };
+        let replica = members
+            .iter()
+            .filter(|n| n.role == Some(NodeRole::Replica) && address(n).is_some())
+            .min_by_key(|n| (n.lag_bytes.unwrap_or(i64::MAX), n.name.clone()));
+        let (member, role) = match replica {
+            Some(replica) => (*replica, "replica"),
+            None => (*primary, "primary"),
+        };
+        let Some(address) = address(member) else {
+            return Err(format!(
+                "member {} of shard {shard} has no pod IP yet",
+                member.name
+            ));
+        };
+        let slots = primary
+            .slots
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .filter(|r| !r.is_empty())
+            .map(str::to_string)
+            .collect();
+        sources.push(ShardSource {
+            index: u32::try_from(shard).unwrap_or_default(),
+            slots,
+            member: member.name.clone(),
+            role: role.into(),
+            address,
+        });
+    }
+    Ok(sources)
+}
+
+async fn start_job(
+    ctx: &Context,
+    backup: &ValkeyBackup,
+    cluster: &ValkeyCluster,
+    location: &ValkeyBackupLocation,
+    shards: Vec<ShardSource>,
+) -> Result<Action, Error> {
+    let namespace = backup.namespace().unwrap_or_default();
+    let uid = backup.metadata.uid.clone().unwrap_or_default();
+    let path = backup_path(
+        location.spec.prefix.as_deref().unwrap_or_default(),
+        &namespace,
+        &cluster.name_any(),
+        &backup.name_any(),
+        &uid,
+    );
+    let plan = JobPlan {
+        location: StoreAddress {
+            endpoint: location.spec.endpoint.clone(),
+            bucket: location.spec.bucket.clone(),
+            region: location
+                .spec
+                .region
+                .clone()
+                .unwrap_or_else(|| DEFAULT_REGION.into()),
+        },
+        path: path.clone(),
+        cluster: ClusterIdentity {
+            namespace: namespace.clone(),
+            name: cluster.name_any(),
+            uid: cluster.metadata.uid.clone().unwrap_or_default(),
+        },
+        backup: backup.name_any(),
+        backup_uid: uid,
+        shards: shards.clone(),
+    };
+    let image = job_image(ctx).await?;
+    let job = build_job(backup, location, &plan, &image, &ctx.operator_namespace);
+    let jobs = Api::<Job>::namespaced(ctx.client.clone(), &ctx.operator_namespace);
+    jobs.create(&PostParams::default(), &job).await?;
+    let status = ValkeyBackupStatus {
+        phase: Some(BackupPhase::Running),
+        message: Some(format!(
+            "copying {} shard(s) to s3://{}/{path}/",
+            shards.len(),
+            plan.location.bucket
+        )),
+        job: Some(format!("{}/{}", ctx.operator_namespace, job_name(backup))),
+        started_at: Some(crate::time::rfc3339(crate::time::now_seconds())),
+        path: Some(format!("s3://{}/{path}/", plan.location.bucket)),
+        shards: shards.iter().map(shard_status).collect(),
+        ..Default::default()
+    };
+    write_status(ctx, backup, &status).await?;
+    info!(backup = %object_key(backup), job = %job_name(backup), "backup started");
+    event(
+        ctx,
+        backup,
+        EventType::Normal,
+        "BackupStarted",
+        status.message.as_deref().unwrap_or_default(),
+    )
+    .await;
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+fn shard_status(source: &ShardSource) -> BackupShardStatus {
+    BackupShardStatus {
+        index: i32::try_from(source.index).unwrap_or_default(),
+        slots: source.slots.clone(),
+        member: source.member.clone(),
+        role: source.role.clone(),
+        ..Default::default()
+    }
+}
+
+/// The image of the operator's own pod (`POD_NAME` in its namespace), unless
+/// [`ENV_BACKUP_IMAGE`] names one.
+async fn job_image(ctx: &Context) -> Result<String, Error> {
+    if let Ok(image) = std::env::var(ENV_BACKUP_IMAGE) {
+        return Ok(image);
+    }
+    let pod_name = std::env::var("POD_NAME").map_err(|_| {
+        Error::Invalid(format!(
+            "cannot tell the operator's image for backup Jobs: set {ENV_BACKUP_IMAGE} or POD_NAME"
+        ))
+    })?;
+    let pod = Api::<Pod>::namespaced(ctx.client.clone(), &ctx.operator_namespace)
+        .get(&pod_name)
+        .await?;
+    pod.spec
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.image)
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "pod {pod_name} names no image; set {ENV_BACKUP_IMAGE}"
+            ))
+        })
+}
+
+/// The Job copying `plan`: one pod, never restarted (a failure is the backup's outcome; the
+/// next scheduled run tries again), restricted Pod Security, no Kubernetes credentials, its
+/// keys from Secret references in the operator's namespace.
+pub fn build_job(
+    backup: &ValkeyBackup,
+    location: &ValkeyBackupLocation,
+    plan: &JobPlan,
+    image: &str,
+    operator_namespace: &str,
+) -> Job {
+    let labels = BTreeMap::from([
+        (LABEL_APP_MANAGED_BY.to_string(), MANAGER.to_string()),
+        (
+            LABEL_APP_COMPONENT.to_string(),
+            BACKUP_COMPONENT.to_string(),
+        ),
+        (
+            LABEL_BACKUP_NAMESPACE.to_string(),
+            backup.namespace().unwrap_or_default(),
+        ),
+        (LABEL_BACKUP_NAME.to_string(), backup.name_any()),
+    ]);
+    let (mut env, volumes, mounts) = (job_env(location, plan), Vec::new(), Vec::new());
+    let (volumes, mounts) = match &location.spec.ca_secret {
+        Some(ca) => {
+            env.push(value_env(
+                ENV_CA_FILE,
+                format!("{CA_MOUNT}/{CA_BUNDLE_KEY}"),
+            ));
+            ca_volume(&ca.name)
+        }
+        None => (volumes, mounts),
+    };
+    Job {
+        metadata: ObjectMeta {
+            name: Some(job_name(backup)),
+            namespace: Some(operator_namespace.into()),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
+            ttl_seconds_after_finished: Some(JOB_TTL_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(restricted_pod(job_container(image, env, mounts), volumes)),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn value_env(name: &str, value: String) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..Default::default()
+    }
+}
+
+fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The plan as a value; the bucket's keys and the backup user's password by reference.
+fn job_env(location: &ValkeyBackupLocation, plan: &JobPlan) -> Vec<EnvVar> {
+    let credentials = &location.spec.credentials_secret.name;
+    vec![
+        value_env(
+            ENV_PLAN,
+            serde_json::to_string(plan).expect("a plan serializes"),
+        ),
+        secret_env(ENV_ACCESS_KEY, credentials, ACCESS_KEY_ID_KEY),
+        secret_env(ENV_SECRET_KEY, credentials, SECRET_ACCESS_KEY_KEY),
+        value_env(ENV_VALKEY_USER, BACKUP_ACL_USERNAME.into()),
+        secret_env(
+            ENV_VALKEY_PASSWORD,
+            &names::credentials_secret(&plan.cluster.namespace, &plan.cluster.name),
+            BACKUP_PASSWORD_KEY,
+        ),
+    ]
+}
+
+/// The location's CA Secret, mounted read-only.
+fn ca_volume(secret: &str) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let volume = Volume {
+        name: "ca".into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mount = VolumeMount {
+        name: "ca".into(),
+        mount_path: CA_MOUNT.into(),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    (vec![volume], vec![mount])
+}
+
+fn job_container(image: &str, env: Vec<EnvVar>, mounts: Vec<VolumeMount>) -> Container {
+    let quantity = |q: &str| Quantity(q.into());
+    Container {
+        name: "backup".into(),
+        image: Some(image.into()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec![
+            "valkey-operator".into(),
+            "backup".into(),
+            "run".into(),
+        ]),
+        env: Some(env),
+        volume_mounts: Some(mounts),
+        // The copy holds two 8 MiB parts in flight and one read buffer.
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".into(), quantity("100m")),
+                ("memory".into(), quantity("64Mi")),
+            ])),
+            limits: Some(BTreeMap::from([("memory".into(), quantity("128Mi"))])),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Restricted Pod Security: non-root, default seccomp, no service account token.
+fn restricted_pod(container: Container, volumes: Vec<Volume>) -> PodSpec {
+    PodSpec {
+        restart_policy: Some("Never".into()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(65532),
+            run_as_group: Some(65532),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        containers: vec![container],
+        volumes: Some(volumes),
+        ..Default::default()
+    }
+}
+
+/// A running Job: nothing to do until it ends; then its outcome becomes the status.
+async fn follow_job(ctx: &Context, backup: &ValkeyBackup, job: &Job) -> Result<Action, Error> {
+    let job_status = job.status.clone().unwrap_or_default();
+    let ended = job_status.succeeded.unwrap_or(0) > 0 || job_status.failed.unwrap_or(0) > 0;
+    if !ended {
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ctx.operator_namespace);
+    let selector = format!("batch.kubernetes.io/job-name={}", job.name_any());
+    let messages: Vec<(String, String)> = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .into_iter()
+        .filter_map(|pod| termination(&pod))
+        .collect();
+    let status = backup.status.clone().unwrap_or_default();
+    let outcome = messages
+        .iter()
+        .find_map(|(message, _)| serde_json::from_str::<JobOutcome>(message).ok());
+    let finished = match outcome {
+        Some(outcome) => finished_status(status, outcome),
+        None => {
+            let why = messages
+                .first()
+                .map_or_else(|| job_end_reason(job), |(_, reason)| reason.clone());
+            failed_status(
+                status,
+                "job",
+                format!(
+                    "the backup Job {} ended without an outcome: {why}",
+                    job.name_any()
+                ),
+            )
+        }
+    };
+    write_status(ctx, backup, &finished).await?;
+    let completed = finished.phase == Some(BackupPhase::Completed);
+    let (type_, reason) = if completed {
+        (EventType::Normal, "BackupCompleted")
+    } else {
+        (EventType::Warning, "BackupFailed")
+    };
+    info!(backup = %object_key(backup), phase = ?finished.phase, "backup ended");
+    event(
+        ctx,
+        backup,
+        type_,
+        reason,
+        finished.message.as_deref().unwrap_or_default(),
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
+/// A pod's termination message and reason (`OOMKilled`, `Error`, ...), once it has ended.
+fn termination(pod: &Pod) -> Option<(String, String)> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let terminated = statuses
+        .iter()
+        .find_map(|s| s.state.as_ref()?.terminated.clone())?;
+    let reason = terminated
+        .reason
+        .clone()
+        .unwrap_or_else(|| format!("exit code {}", terminated.exit_code));
+    Some((terminated.message.unwrap_or_default(), reason))
+}
+
+fn job_end_reason(job: &Job) -> String {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Failed"))
+        .and_then(|c| c.message.clone().or_else(|| c.reason.clone()))
+        .unwrap_or_else(|| "its pod is gone".into())
+}
+
+/// The status once the Job's outcome is known.
+pub fn finished_status(mut status: ValkeyBackupStatus, outcome: JobOutcome) -> ValkeyBackupStatus {
+    match outcome {
+        JobOutcome::Completed(summary) => {
+            let total: u64 = summary.shards.iter().map(|s| s.bytes).sum();
+            for figures in &summary.shards {
+                if let Some(shard) = status
+                    .shards
+                    .iter_mut()
+                    .find(|s| s.index == figures.index as i32)
+                {
+                    shard.bytes = Some(figures.bytes as i64);
+                    shard.keys = figures.keys.map(|k| k as i64);
+                    shard.sha256 = figures.sha256.clone();
+                }
+            }
+            let keys: u64 = summary.shards.iter().filter_map(|s| s.keys).sum();
+            status.phase = Some(BackupPhase::Completed);
+            status.message = Some(format!(
+                "{} shard(s), {keys} keys, {} in {}",
+                summary.shards.len(),
+                human_bytes(total),
+                status.path.clone().unwrap_or_default()
+            ));
+            status.failure_cause = None;
+            status.completed_at = Some(summary.completed_at);
+            status.started_at = Some(summary.started_at);
+            status.total_bytes = Some(total as i64);
+            status.size = Some(human_bytes(total));
+            status.valkey_version = summary.valkey_version;
+            status
+        }
+        JobOutcome::Failed(failure) => {
+            let cause = serde_json::to_value(failure.cause)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            failed_status(status, &cause, failure.message)
+        }
+    }
+}
+
+fn failed_status(
+    mut status: ValkeyBackupStatus,
+    cause: &str,
+    message: String,
+) -> ValkeyBackupStatus {
+    status.phase = Some(BackupPhase::Failed);
+    status.failure_cause = Some(cause.into());
+    status.message = Some(message);
+    status.completed_at = Some(crate::time::rfc3339(crate::time::now_seconds()));
+    status
+}
+
+async fn finish_failed(
+    ctx: &Context,
+    backup: &ValkeyBackup,
+    cause: &str,
+    message: String,
+) -> Result<Action, Error> {
+    let status = failed_status(
+        backup.status.clone().unwrap_or_default(),
+        cause,
+        message.clone(),
+    );
+    write_status(ctx, backup, &status).await?;
+    event(ctx, backup, EventType::Warning, "BackupFailed", &message).await;
+    Ok(Action::await_change())
+}
+
+/// `12.3 MiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    backup: &ValkeyBackup,
+    status: &ValkeyBackupStatus,
+) -> Result<(), Error> {
+    if backup.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let api = Api::<ValkeyBackup>::namespaced(
+        ctx.client.clone(),
+        &backup.namespace().unwrap_or_default(),
+    );
+    // The whole status each time (a merge patch would keep fields the new one drops).
+    let patch = json!({"status": status});
+    api.patch_status(
+        &backup.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn event(ctx: &Context, backup: &ValkeyBackup, type_: EventType, reason: &str, note: &str) {
+    crate::controller::cluster::status::object_event(ctx, backup, type_, reason, note).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(
+        name: &str,
+        shard: i32,
+        role: NodeRole,
+        lag: Option<i64>,
+        slots: Option<&str>,
+    ) -> ClusterNodeStatus {
+        ClusterNodeStatus {
+            name: name.into(),
+            pod: Some(format!("{name}-pod")),
+            shard,
+            role: Some(role),
+            lifecycle: Some(Lifecycle::Active),
+            slots: slots.map(str::to_string),
+            lag_bytes: lag,
+            ..Default::default()
+        }
+    }
+
+    fn ips(names: &[&str]) -> BTreeMap<String, String> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (format!("{n}-pod"), format!("10.0.0.{i}")))
+            .collect()
+    }
+
+    #[test]
+    fn each_shard_is_copied_from_its_most_caught_up_replica_with_the_primarys_slots() {
+        let nodes = [
+            member("c-0-0", 0, NodeRole::Primary, None, Some("0-8191")),
+            member("c-0-1", 0, NodeRole::Replica, Some(120), None),
+            member("c-0-2", 0, NodeRole::Replica, Some(0), None),
+            member(
+                "c-1-0",
+                1,
+                NodeRole::Primary,
+                None,
+                Some("8192-16000,16001-16383"),
+            ),
+        ];
+        let sources = choose_sources(&nodes, &ips(&["c-0-0", "c-0-1", "c-0-2", "c-1-0"])).unwrap();
+        assert_eq!(sources.len(), 2);
+        assert_eq!(
+            (sources[0].member.as_str(), sources[0].role.as_str()),
+            ("c-0-2", "replica")
+        );
+        assert_eq!(sources[0].slots, vec!["0-8191"]);
+        assert_eq!(sources[0].address, "10.0.0.2:6379");
+        assert_eq!(
+            (sources[1].member.as_str(), sources[1].role.as_str()),
+            ("c-1-0", "primary")
+        );
+        assert_eq!(sources[1].slots, vec!["8192-16000", "16001-16383"]);
+    }
+
+    #[test]
+    fn a_replica_without_a_pod_ip_is_passed_over_and_a_shard_without_primary_waits() {
+        let nodes = [
+            member("c-0-0", 0, NodeRole::Primary, None, Some("0-16383")),
+            member("c-0-1", 0, NodeRole::Replica, Some(0), None),
+        ];
+        let sources = choose_sources(&nodes, &ips(&["c-0-0"])).unwrap();
+        assert_eq!(sources[0].member, "c-0-0");
+        let no_primary = [member("c-0-1", 0, NodeRole::Replica, Some(0), None)];
+        let err = choose_sources(&no_primary, &ips(&["c-0-1"])).unwrap_err();
+        assert!(err.contains("shard 0 has no primary"), "{err}");
+        assert!(choose_sources(&[], &ips(&[])).is_err());
+    }
+
+    #[test]
+    fn a_completed_outcome_fills_the_shards_and_the_size() {
+        let status = ValkeyBackupStatus {
+            phase: Some(BackupPhase::Running),
+            path: Some("s3://b/p/".into()),
+            shards: vec![BackupShardStatus {
+                index: 0,
+                member: "c-0-1".into(),
+                role: "replica".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let outcome = JobOutcome::Completed(crate::backup::CopySummary {
+            started_at: "2026-12-05T18:00:00Z".into(),
+            completed_at: "2026-12-05T18:00:05Z".into(),
+            valkey_version: Some("9.0.1".into()),
+            shards: vec![crate::backup::ShardFigures {
+                index: 0,
+                bytes: 3 * 1024 * 1024,
+                keys: Some(100_000),
+                sha256: Some("ab".into()),
+            }],
+        });
+        let done = finished_status(status, outcome);
+        assert_eq!(done.phase, Some(BackupPhase::Completed));
+        assert_eq!(done.size.as_deref(), Some("3.0 MiB"));
+        assert_eq!(done.shards[0].keys, Some(100_000));
+        assert_eq!(
+            done.message.as_deref(),
+            Some("1 shard(s), 100000 keys, 3.0 MiB in s3://b/p/")
+        );
+        let failed = finished_status(
+            done,
+            JobOutcome::Failed(crate::backup::Failure::new(
+                crate::backup::FailureCause::Credentials,
+                "refused",
+            )),
+        );
+        assert_eq!(failed.phase, Some(BackupPhase::Failed));
+        assert_eq!(failed.failure_cause.as_deref(), Some("credentials"));
+    }
+
+    #[test]
+    fn the_job_runs_restricted_with_its_keys_from_secret_references() {
+        let mut backup = ValkeyBackup::new(
+            "nightly",
+            crate::api::backup::ValkeyBackupSpec {
+                cluster: "cart".into(),
+                location: "main".into(),
+            },
+        );
+        backup.metadata.namespace = Some("shop".into());
+        backup.metadata.uid = Some("0123-4567".into());
+        let location = ValkeyBackupLocation::new(
+            "main",
+            crate::api::backup::ValkeyBackupLocationSpec {
+                endpoint: "http://s3:8333".into(),
+                bucket: "bucket".into(),
+                prefix: None,
+                region: None,
+                credentials_secret: crate::api::backup::SecretName {
+                    name: "s3-keys".into(),
+                },
+                ca_secret: None,
+            },
+        );
+        let plan = JobPlan {
+            location: StoreAddress {
+                endpoint: "http://s3:8333".into(),
+                bucket: "bucket".into(),
+                region: "us-east-1".into(),
+            },
+            path: "shop/cart/nightly-0123-456".into(),
+            cluster: ClusterIdentity {
+                namespace: "shop".into(),
+                name: "cart".into(),
+                uid: "u".into(),
+            },
+            backup: "nightly".into(),
+            backup_uid: "0123-4567".into(),
+            shards: vec![],
+        };
+        let job = serde_json::to_value(build_job(
+            &backup,
+            &location,
+            &plan,
+            "op:1",
+            "valkey-operator-system",
+        ))
+        .unwrap();
+        assert_eq!(job["metadata"]["name"], "valkey-backup-0123-4567");
+        let pod = &job["spec"]["template"]["spec"];
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        let env = pod["containers"][0]["env"].as_array().unwrap();
+        let secret_of = |name: &str| {
+            env.iter().find(|e| e["name"] == name).unwrap()["valueFrom"]["secretKeyRef"].clone()
+        };
+        assert_eq!(secret_of(ENV_SECRET_KEY)["name"], "s3-keys");
+        assert_eq!(secret_of(ENV_VALKEY_PASSWORD)["key"], BACKUP_PASSWORD_KEY);
+        let text = job.to_string();
+        assert!(
+            !text.contains("password\":\""),
+            "no secret value in the Job: {text}"
+        );
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(5 << 30), "5.0 GiB");
+    }
+}
