@@ -20,6 +20,7 @@ binary=$(bash e2e/release-build.sh)
 stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/binary/out" "$stage/context"
 cp "$binary" "$stage/binary/out/valkey-operator"
+cp /etc/ssl/certs/ca-certificates.crt "$stage/binary/out/ca-certificates.crt"
 strip "$stage/binary/out/valkey-operator" 2>/dev/null || true
 
 log "buildah bud -f Containerfile (binary from the host build)"
@@ -51,6 +52,8 @@ for layer in manifest["layers"]:
 entrypoint, user = config["Entrypoint"], config.get("User", "")
 assert entrypoint == ["/usr/local/bin/valkey-operator"], entrypoint
 assert user == "65532:65532", f"image user {user!r}, want 65532:65532 (non-root)"
+# Backup Jobs verify HTTPS object stores against the public CAs the image carries.
+assert os.path.getsize(rootfs + "/etc/ssl/certs/ca-certificates.crt") > 100_000, "no CA bundle"
 uid, gid = user.split(":")
 # The entrypoint, as the image's user, from the unpacked image (static: nothing else needed).
 cmd = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",

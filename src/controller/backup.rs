@@ -314,28 +314,61 @@ fn shard_status(source: &ShardSource) -> BackupShardStatus {
     }
 }
 
-/// The image of the operator's own pod (`POD_NAME` in its namespace), unless
-/// [`ENV_BACKUP_IMAGE`] names one.
-async fn job_image(ctx: &Context) -> Result<String, Error> {
+/// What backup Jobs run: the exact image of the operator's own pod (`POD_NAME` in its
+/// namespace), by digest where the runtime reports one (a moving tag such as `dev` or `latest`
+/// could start another binary), with the pod's image pull Secrets; [`ENV_BACKUP_IMAGE`]
+/// overrides the image.
+async fn job_image(ctx: &Context) -> Result<JobImage, Error> {
+    let pod_name = std::env::var("POD_NAME").ok();
+    let pod = match &pod_name {
+        Some(name) => {
+            Api::<Pod>::namespaced(ctx.client.clone(), &ctx.operator_namespace)
+                .get_opt(name)
+                .await?
+        }
+        None => None,
+    };
+    let pull_secrets = pod
+        .as_ref()
+        .and_then(|p| p.spec.as_ref()?.image_pull_secrets.clone())
+        .unwrap_or_default();
     if let Ok(image) = std::env::var(ENV_BACKUP_IMAGE) {
-        return Ok(image);
+        return Ok(JobImage {
+            image,
+            pull_secrets,
+        });
     }
-    let pod_name = std::env::var("POD_NAME").map_err(|_| {
+    let by_digest = pod
+        .as_ref()
+        .and_then(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()
+                .cloned()
+        })
+        .map(|s| s.image_id)
+        .filter(|id| id.contains("@sha256:"));
+    let by_spec = pod
+        .as_ref()
+        .and_then(|p| p.spec.as_ref()?.containers.first()?.image.clone());
+    let image = by_digest.or(by_spec).ok_or_else(|| {
         Error::Invalid(format!(
-            "cannot tell the operator's image for backup Jobs: set {ENV_BACKUP_IMAGE} or POD_NAME"
+            "cannot tell the operator's image for backup Jobs (pod {:?} in {} not found): set {ENV_BACKUP_IMAGE}",
+            pod_name, ctx.operator_namespace
         ))
     })?;
-    let pod = Api::<Pod>::namespaced(ctx.client.clone(), &ctx.operator_namespace)
-        .get(&pod_name)
-        .await?;
-    pod.spec
-        .and_then(|s| s.containers.into_iter().next())
-        .and_then(|c| c.image)
-        .ok_or_else(|| {
-            Error::Invalid(format!(
-                "pod {pod_name} names no image; set {ENV_BACKUP_IMAGE}"
-            ))
-        })
+    Ok(JobImage {
+        image,
+        pull_secrets,
+    })
+}
+
+/// The image backup Jobs run and the Secrets to pull it with.
+pub struct JobImage {
+    pub image: String,
+    pub pull_secrets: Vec<k8s_openapi::api::core::v1::LocalObjectReference>,
 }
 
 /// The Job copying `plan`: one pod, never restarted (a failure is the backup's outcome; the
@@ -345,7 +378,7 @@ pub fn build_job(
     backup: &ValkeyBackup,
     location: &ValkeyBackupLocation,
     plan: &JobPlan,
-    image: &str,
+    image: &JobImage,
     operator_namespace: &str,
 ) -> Job {
     let labels = BTreeMap::from([
@@ -387,7 +420,10 @@ pub fn build_job(
                     labels: Some(labels),
                     ..Default::default()
                 }),
-                spec: Some(restricted_pod(job_container(image, env, mounts), volumes)),
+                spec: Some(PodSpec {
+                    image_pull_secrets: Some(image.pull_secrets.clone()),
+                    ..restricted_pod(job_container(&image.image, env, mounts), volumes)
+                }),
             },
             ..Default::default()
         }),
@@ -859,11 +895,15 @@ mod tests {
             backup_uid: "0123-4567".into(),
             shards: vec![],
         };
+        let image = JobImage {
+            image: "op@sha256:1".into(),
+            pull_secrets: vec![],
+        };
         let job = serde_json::to_value(build_job(
             &backup,
             &location,
             &plan,
-            "op:1",
+            &image,
             "valkey-operator-system",
         ))
         .unwrap();
