@@ -483,3 +483,134 @@ async fn failures_name_their_cause(
     }
     Ok(())
 }
+
+/// `spec.backup` every minute with `keep: 2`: after four scheduled backups completed, exactly
+/// the two newest remain, as ValkeyBackups and in the bucket.
+#[tokio::test]
+async fn a_schedule_keeps_its_newest_backups() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-backup-sched").await?;
+    let suffix = random_suffix(4);
+    let (img, cfg) = (
+        format!("e2e-bks-{suffix}-img"),
+        format!("e2e-bks-{suffix}-cfg"),
+    );
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    let mut scheduled = cluster(&ns.name, "nightly", &cfg, 1, 0);
+    scheduled["spec"]["backup"] =
+        json!({"location": LOCAL_LOCATION, "schedule": "* * * * *", "keep": 2});
+    apply(&client, &ns.name, scheduled).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "nightly",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let valkey = cluster_client(&client, &ns.name, "nightly").await?;
+    write_dataset(&valkey, 200).await?;
+    let _ = valkey.quit().await;
+
+    let backups: Api<ValkeyBackup> = Api::namespaced(client.clone(), &ns.name);
+    let mut completed = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(420);
+    while completed.len() < 4 {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "four scheduled backups did not complete within 7 minutes: {completed:?}"
+        );
+        for b in backups.list(&ListParams::default()).await? {
+            let phase = b.status.as_ref().and_then(|s| s.phase);
+            let name = b.metadata.name.clone().unwrap_or_default();
+            ensure!(
+                phase != Some(BackupPhase::Failed),
+                "{name} failed: {:?}",
+                b.status
+            );
+            if phase == Some(BackupPhase::Completed) {
+                completed.insert(name);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // No more runs; wait for one that may have started to end.
+    let clusters: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &kube::api::ApiResource::erase::<valkey_operator::api::ValkeyCluster>(&()),
+    );
+    clusters
+        .patch(
+            "nightly",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"backup": null}})),
+        )
+        .await?;
+    let remaining = wait_for(
+        "the last runs ended and retention applied",
+        Duration::from_secs(120),
+        Duration::from_secs(2),
+        || {
+            let backups = backups.clone();
+            async move {
+                let all = backups.list(&ListParams::default()).await?.items;
+                let settled = all.iter().all(|b| {
+                    b.status
+                        .as_ref()
+                        .and_then(|s| s.phase)
+                        .is_some_and(BackupPhase::is_final)
+                });
+                let done: Vec<_> = all
+                    .iter()
+                    .filter(|b| {
+                        b.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Completed)
+                    })
+                    .cloned()
+                    .collect();
+                Ok((settled && done.len() == 2).then_some(done))
+            }
+        },
+    )
+    .await?;
+    let mut names: Vec<String> = remaining
+        .iter()
+        .map(|b| b.metadata.name.clone().unwrap_or_default())
+        .collect();
+    names.sort();
+    println!("scheduled backups completed: {completed:?}; kept: {names:?}");
+    let mut newest: Vec<String> = completed.iter().cloned().collect();
+    newest.sort();
+    ensure!(
+        names == newest[newest.len() - 2..],
+        "the two newest are kept: {names:?} of {newest:?}"
+    );
+
+    // In the bucket: exactly the two kept backups have objects.
+    let store = bucket(&client).await?;
+    // Objects, not "folders": a store may keep an emptied prefix listed (SeaweedFS does).
+    let objects: Vec<object_store::ObjectMeta> = futures::TryStreamExt::try_collect(
+        store.list(Some(&Path::from(format!("backups/{}/nightly", ns.name)))),
+    )
+    .await?;
+    let dirs: std::collections::BTreeSet<String> = objects
+        .iter()
+        .filter_map(|o| o.location.parts().nth(3).map(|p| p.as_ref().to_string()))
+        .collect();
+    let dirs: Vec<String> = dirs.into_iter().collect();
+    println!("in the bucket: {dirs:?} ({} objects)", objects.len());
+    ensure!(dirs.len() == 2, "two backups in the bucket: {dirs:?}");
+    for (dir, name) in dirs.iter().zip(&names) {
+        ensure!(dir.starts_with(&format!("{name}-")), "{dir} is {name}'s");
+        store
+            .head(&Path::from(format!(
+                "backups/{}/nightly/{dir}/manifest.json",
+                ns.name
+            )))
+            .await?;
+    }
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}

@@ -16,6 +16,33 @@ pub const DEFAULT_REGION: &str = "us-east-1";
 /// The spec of a backup says what was backed up: it never changes.
 pub const BACKUP_SPEC_IMMUTABLE: &str = "spec of a ValkeyBackup cannot change: it records what was backed up; create another ValkeyBackup instead";
 
+/// Completed scheduled backups kept per cluster when `keep` is not set.
+pub const DEFAULT_KEEP: i32 = 7;
+/// Label on a scheduled ValkeyBackup: the scheduled time it was taken for (Unix seconds).
+pub const LABEL_SCHEDULED_FOR: &str = "valkey.gomomento.com/scheduled-for";
+
+/// `ValkeyCluster.spec.backup`: backups of the cluster on a schedule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSchedule {
+    /// The ValkeyBackupLocation to write to.
+    #[schemars(length(min = 1, max = 253))]
+    pub location: String,
+    /// When, as a five-field cron expression in UTC (`minute hour day-of-month month
+    /// day-of-week`), e.g. `0 3 * * *` for 03:00 every day.
+    #[schemars(length(min = 1, max = 100))]
+    pub schedule: String,
+    /// How many completed backups of this schedule to keep (default 7): each new one that
+    /// completes deletes the oldest beyond this, from the bucket and the API.
+    #[serde(default = "default_keep")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub keep: i32,
+}
+
+fn default_keep() -> i32 {
+    DEFAULT_KEEP
+}
+
 /// An S3-compatible bucket backups go to. Cluster-scoped: product teams name it in a
 /// ValkeyBackup and never see its keys.
 #[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]

@@ -106,6 +106,10 @@ pub struct ValkeyClusterSpec {
     /// operator moves the shard count within `[minShards, maxShards]` (docs/autoscaling.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,
+    /// Backups on a schedule into a ValkeyBackupLocation, the oldest deleted beyond `keep`
+    /// (docs/backup.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<super::backup::BackupSchedule>,
 }
 
 fn default_replicas_per_shard() -> i32 {

@@ -90,6 +90,10 @@ pub struct ValkeyClusterSpec {
         validation = reserved_annotations_rule()
     )]
     pub pod_annotations: BTreeMap<String, String>,
+
+    /// Backups on a schedule (as in v1alpha1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<super::backup::BackupSchedule>,
 }
 
 /// Shards and replicas of a Valkey cluster.

@@ -35,9 +35,11 @@ const PART_SIZE: usize = 8 * 1024 * 1024;
 /// Runs the plan, writes the outcome, and says whether it succeeded.
 pub async fn run() -> bool {
     let outcome = match run_plan().await {
-        Ok(manifest) => {
+        Ok((manifest, pruned)) => {
             println!("{}", serde_json::to_string(&manifest).unwrap_or_default());
-            JobOutcome::Completed(super::CopySummary::of(&manifest))
+            let mut summary = super::CopySummary::of(&manifest);
+            summary.pruned = pruned;
+            JobOutcome::Completed(summary)
         }
         Err(failure) => JobOutcome::Failed(failure),
     };
@@ -54,7 +56,7 @@ fn env(name: &str) -> Result<String, Failure> {
     std::env::var(name).map_err(|_| Failure::new(FailureCause::Plan, format!("{name} is not set")))
 }
 
-async fn run_plan() -> Result<Manifest, Failure> {
+async fn run_plan() -> Result<(Manifest, Vec<String>), Failure> {
     let plan: JobPlan = serde_json::from_str(&env(ENV_PLAN)?)
         .map_err(|e| Failure::new(FailureCause::Plan, format!("{ENV_PLAN} is not a plan: {e}")))?;
     let store = object_store(&plan)?;
@@ -86,7 +88,31 @@ async fn run_plan() -> Result<Manifest, Failure> {
         )
         .await
         .map_err(|e| Failure::from_store("writing the manifest", &plan.location.bucket, &e))?;
-    Ok(manifest)
+    let mut pruned = Vec::new();
+    for prefix in &plan.prune {
+        match remove_prefix(&store, prefix).await {
+            Ok(count) => {
+                eprintln!("pruned {prefix}/ ({count} objects)");
+                pruned.push(prefix.clone());
+            }
+            // Kept for the next backup of the schedule to try again.
+            Err(e) => eprintln!("could not prune {prefix}/: {e}"),
+        }
+    }
+    Ok((manifest, pruned))
+}
+
+/// Deletes every object below `prefix` (an older backup of the same schedule); the count.
+async fn remove_prefix(store: &Arc<dyn ObjectStore>, prefix: &str) -> object_store::Result<usize> {
+    use futures::TryStreamExt;
+    let objects: Vec<_> = store
+        .list(Some(&Path::from(prefix.trim_end_matches('/'))))
+        .try_collect()
+        .await?;
+    for object in &objects {
+        store.delete(&object.location).await?;
+    }
+    Ok(objects.len())
 }
 
 fn object_store(plan: &JobPlan) -> Result<Arc<dyn ObjectStore>, Failure> {

@@ -9,6 +9,7 @@
 
 pub mod job;
 pub mod rdb;
+pub mod schedule;
 pub mod sync;
 
 use serde::{Deserialize, Serialize};
@@ -56,6 +57,10 @@ pub struct JobPlan {
     pub backup: String,
     pub backup_uid: String,
     pub shards: Vec<ShardSource>,
+    /// Object prefixes of older backups of the same schedule to delete once this one is
+    /// complete (never before: a failed backup deletes nothing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prune: Vec<String>,
 }
 
 /// Where the objects go.
@@ -183,6 +188,9 @@ pub struct CopySummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub valkey_version: Option<String>,
     pub shards: Vec<ShardFigures>,
+    /// The prefixes of the plan's `prune` whose objects are gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pruned: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,6 +221,7 @@ impl CopySummary {
                     sha256: Some(s.sha256.clone()),
                 })
                 .collect(),
+            pruned: Vec::new(),
         }
     }
 }
@@ -401,6 +410,7 @@ mod tests {
                     sha256: Some("f".repeat(64)),
                 })
                 .collect(),
+            pruned: vec![],
         };
         let text = JobOutcome::Completed(summary).termination_message();
         assert!(

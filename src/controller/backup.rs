@@ -273,6 +273,7 @@ async fn start_job(
         backup: backup.name_any(),
         backup_uid: uid,
         shards: shards.clone(),
+        prune: super::backup_schedule::retention_plan(ctx, backup, cluster, location).await?,
     };
     let image = job_image(ctx).await?;
     let job = build_job(backup, location, &plan, &image, &ctx.operator_namespace);
@@ -568,6 +569,7 @@ async fn follow_job(ctx: &Context, backup: &ValkeyBackup, job: &Job) -> Result<A
     let outcome = messages
         .iter()
         .find_map(|(message, _)| serde_json::from_str::<JobOutcome>(message).ok());
+    let outcome_kept = outcome.clone();
     let finished = match outcome {
         Some(outcome) => finished_status(status, outcome),
         None => {
@@ -585,6 +587,9 @@ async fn follow_job(ctx: &Context, backup: &ValkeyBackup, job: &Job) -> Result<A
         }
     };
     write_status(ctx, backup, &finished).await?;
+    if let Some(JobOutcome::Completed(summary)) = &outcome_kept {
+        super::backup_schedule::forget_pruned(ctx, backup, &summary.pruned).await?;
+    }
     let completed = finished.phase == Some(BackupPhase::Completed);
     let (type_, reason) = if completed {
         (EventType::Normal, "BackupCompleted")
@@ -835,6 +840,7 @@ mod tests {
                 keys: Some(100_000),
                 sha256: Some("ab".into()),
             }],
+            pruned: vec![],
         });
         let done = finished_status(status, outcome);
         assert_eq!(done.phase, Some(BackupPhase::Completed));
@@ -894,6 +900,7 @@ mod tests {
             backup: "nightly".into(),
             backup_uid: "0123-4567".into(),
             shards: vec![],
+            prune: vec![],
         };
         let image = JobImage {
             image: "op@sha256:1".into(),

@@ -2,6 +2,7 @@
 //! ValkeyNode (ConfigMap + Pod per member). Shared context, error policy and wiring here.
 
 pub mod backup;
+pub mod backup_schedule;
 pub mod cluster;
 pub mod image_protection;
 pub mod leader;

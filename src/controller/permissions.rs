@@ -155,8 +155,8 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         groups: &["valkey.gomomento.com"],
         resources: &["valkeybackups"],
         names: &[],
-        verbs: &["list", "watch"],
-        why: "the backup controller's watch of ValkeyBackups in every namespace (controller/backup.rs)",
+        verbs: &["list", "watch", "create", "delete"],
+        why: "the backup controller's watch of ValkeyBackups in every namespace (controller/backup.rs); a cluster's scheduled backups created as they come due, and those retention replaced deleted (controller/backup_schedule.rs)",
     },
     Permission {
         groups: &["valkey.gomomento.com"],

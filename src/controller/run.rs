@@ -127,6 +127,10 @@ fn beside_the_controllers(
             pods: pods.clone(),
         },
     ));
+    tokio::spawn(crate::controller::backup_schedule::schedule_backups(
+        ctx.clone(),
+        clusters.clone(),
+    ));
     tokio::spawn(cluster_gauges(metrics.clone(), clusters));
     tokio::spawn(close_idle_connections(ctx.clone()));
 }
@@ -724,6 +728,7 @@ mod tests {
                 placement: None,
                 pod_annotations: BTreeMap::new(),
                 autoscaling: None,
+                backup: None,
             },
         );
         c.metadata.namespace = Some(namespace.into());

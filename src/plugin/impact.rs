@@ -345,6 +345,7 @@ mod tests {
                 placement: None,
                 pod_annotations: Default::default(),
                 autoscaling: None,
+                backup: None,
             },
         );
         c.metadata.namespace = Some(ns.into());

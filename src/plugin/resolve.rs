@@ -364,6 +364,7 @@ mod tests {
                 placement: None,
                 pod_annotations: BTreeMap::new(),
                 autoscaling: None,
+                backup: None,
             },
         );
         c.metadata.namespace = Some("my-app".into());

@@ -398,6 +398,7 @@ mod tests {
                 placement: None,
                 pod_annotations: Default::default(),
                 autoscaling: None,
+                backup: None,
             },
         );
         cluster.metadata.namespace = Some("ns".into());
@@ -494,6 +495,7 @@ mod autoscaling_tests {
                 placement: None,
                 pod_annotations: Default::default(),
                 autoscaling: None,
+                backup: None,
             },
         );
         assert_eq!(autoscaling_line(&cluster), None);

@@ -98,6 +98,7 @@ mod tests {
                 placement: None,
                 pod_annotations: BTreeMap::new(),
                 autoscaling: None,
+                backup: None,
             },
         )
     }

@@ -53,6 +53,14 @@ pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &MenuSnapshot) -> A
     if let Some(problem) = cluster.spec.autoscaling.as_ref().and_then(range_problem) {
         return deny(req, problem, vec![]);
     }
+    if let Some(Err(problem)) = cluster
+        .spec
+        .backup
+        .as_ref()
+        .map(|b| crate::backup::schedule::parse(&b.schedule))
+    {
+        return deny(req, problem, vec![]);
+    }
 
     let mut warnings: Vec<String> = replicas_warning(cluster).into_iter().collect();
     warnings.extend(autoscaling_warnings(old, cluster));
