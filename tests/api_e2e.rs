@@ -615,6 +615,59 @@ fn product_team_manages_valkey_clusters_in_its_own_namespace_only() {
     );
 }
 
+/// Backups by impersonation: a product team asks for and deletes backups in its own namespace
+/// and reads the locations, never their keys (in the operator's namespace) nor the Jobs there;
+/// the platform team publishes locations and reads backups.
+#[test]
+fn backups_are_the_product_teams_and_the_keys_stay_with_the_platform() {
+    setup();
+    let own = Namespace::new("vk-api-backup-a");
+    let other = Namespace::new("vk-api-backup-b");
+    must(
+        &[
+            "-n",
+            &own.0,
+            "create",
+            "rolebinding",
+            "valkey-product-team",
+            "--clusterrole=valkey-product-team",
+            "--group=team-a",
+        ],
+        None,
+    );
+    let operator_ns = Some("valkey-operator-system");
+    for (verb, resource, namespace, allowed) in [
+        ("create", "valkeybackups", Some(own.0.as_str()), true),
+        ("delete", "valkeybackups", Some(own.0.as_str()), true),
+        ("get", "valkeybackups/status", Some(own.0.as_str()), true),
+        ("patch", "valkeybackups/status", Some(own.0.as_str()), false),
+        ("update", "valkeybackups", Some(own.0.as_str()), false),
+        ("create", "valkeybackups", Some(other.0.as_str()), false),
+        ("get", "valkeybackuplocations", None, true),
+        ("create", "valkeybackuplocations", None, false),
+        ("get", "secrets", operator_ns, false),
+        ("get", "jobs", operator_ns, false),
+    ] {
+        assert_eq!(
+            can(PRODUCT_USER, verb, resource, namespace),
+            allowed,
+            "product team {verb} {resource} in {namespace:?}"
+        );
+    }
+    for (verb, resource, namespace, allowed) in [
+        ("create", "valkeybackuplocations", None, true),
+        ("delete", "valkeybackuplocations", None, true),
+        ("list", "valkeybackups", Some(own.0.as_str()), true),
+        ("create", "valkeybackups", Some(own.0.as_str()), false),
+    ] {
+        assert_eq!(
+            can(PLATFORM_USER, verb, resource, namespace),
+            allowed,
+            "platform team {verb} {resource} in {namespace:?}"
+        );
+    }
+}
+
 #[test]
 fn product_team_reads_but_cannot_write_the_menu() {
     setup();

@@ -306,6 +306,26 @@ mod tests {
     }
 
     #[test]
+    fn a_backup_schedule_must_be_five_cron_fields() {
+        let with = |schedule: &str| {
+            let schedule = schedule.to_string();
+            request::<ValkeyCluster>("valkeycluster-create.json", move |v| {
+                v["request"]["object"]["spec"]["backup"] =
+                    serde_json::json!({"location": "eu", "schedule": schedule});
+            })
+        };
+        assert!(validate(&with("0 3 * * *"), &Ok(menu())).allowed);
+        let resp = validate(&with("0 0 3 * * *"), &Ok(menu()));
+        assert!(!resp.allowed);
+        assert!(
+            resp.result.message.contains("has 6 fields; give five"),
+            "{}",
+            resp.result.message
+        );
+        assert!(!validate(&with("every night"), &Ok(menu())).allowed);
+    }
+
+    #[test]
     fn autoscaling_refuses_an_inverted_range_and_warns_where_it_surprises() {
         let req = request::<ValkeyCluster>("valkeycluster-create.json", |v| {
             v["request"]["object"]["spec"]["autoscaling"] =
