@@ -497,6 +497,9 @@ async fn internal_users_do_their_job_and_no_more(build: ValkeyBuild) {
     })
     .await
     .unwrap();
+    // While the replica is in sync (after the failover below it would be a primary whose
+    // role change drops every replica connection, this one included).
+    backup_takes_a_snapshot(&servers, &admin, replica).await;
     // The driver's other calls, run for real as the operator.
     op.config_get(replica, "maxmemory").await.unwrap();
     op.config_set(replica, &[("maxmemory-policy".into(), "noeviction".into())])
@@ -507,8 +510,6 @@ async fn internal_users_do_their_job_and_no_more(build: ValkeyBuild) {
     op.acl_load(replica).await.unwrap();
     assert!(!op.cancel_slot_migrations(&members[0]).await.unwrap());
     op.failover(replica, FailoverMode::Default).await.unwrap();
-
-    backup_takes_a_snapshot(&servers, &admin, replica).await;
 
     // Before the refusals below, which Valkey logs.
     assert_no_internal_denials(&admin, &members).await;

@@ -71,7 +71,7 @@ async fn run_plan() -> Result<(Manifest, Vec<String>), Failure> {
         .map_err(|e| Failure::from_store("checking the bucket", &plan.location.bucket, &e))?;
     let mut shards = Vec::with_capacity(plan.shards.len());
     for shard in &plan.shards {
-        match copy_shard(&store, &plan, shard, &user, &password).await {
+        match copy_shard_patiently(&store, &plan, shard, &user, &password).await {
             Ok(copy) => shards.push(copy),
             Err(failure) => {
                 remove_partial(&store, &plan, &shards).await;
@@ -157,6 +157,33 @@ fn object_store(plan: &JobPlan) -> Result<Arc<dyn ObjectStore>, Failure> {
 
 fn object_path(prefix: &str, name: &str) -> Path {
     Path::from(format!("{}/{name}", prefix.trim_end_matches('/')))
+}
+
+/// A member drops its replica connections when its role changes (a failover while the backup
+/// runs) or restarts: such a shard is copied again, from the start, up to three times in all.
+/// What the object store refused is final.
+async fn copy_shard_patiently(
+    store: &Arc<dyn ObjectStore>,
+    plan: &JobPlan,
+    shard: &super::ShardSource,
+    user: &str,
+    password: &str,
+) -> Result<ShardCopy, Failure> {
+    const ATTEMPTS: u32 = 3;
+    let mut attempt = 1;
+    loop {
+        match copy_shard(store, plan, shard, user, password).await {
+            Err(failure) if failure.cause == FailureCause::Member && attempt < ATTEMPTS => {
+                eprintln!(
+                    "shard {} attempt {attempt} of {ATTEMPTS}: {}",
+                    shard.index, failure.message
+                );
+                attempt += 1;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 async fn copy_shard(

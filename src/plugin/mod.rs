@@ -6,6 +6,7 @@
 //! resolution and rendering produce; [`read`] is the only module that talks to the API server.
 //! See docs/plugin.md.
 
+pub mod backups;
 pub mod impact;
 pub mod read;
 pub mod resolve;
@@ -65,6 +66,14 @@ pub enum Command {
         /// `<name>` (in `-n`'s namespace, else the kubeconfig's), or `<namespace>/<name>`.
         cluster: String,
         /// The cluster's namespace, as with kubectl (`status my-cluster -n my-app`).
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+    },
+    /// A cluster's backups, newest first: phase, size, keys, age, where they are or why they failed.
+    Backups {
+        /// `<name>` (in `-n`'s namespace, else the kubeconfig's), or `<namespace>/<name>`.
+        cluster: String,
+        /// The cluster's namespace, as with kubectl (`backups my-cluster -n my-app`).
         #[arg(short = 'n', long)]
         namespace: Option<String>,
     },
@@ -145,6 +154,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Status { cluster, namespace } => {
             let (ns, name) = cluster_key(cluster, namespace.as_deref(), &default_ns)?;
             run_status(&client, cli.output, &ns, &name).await
+        }
+        Command::Backups { cluster, namespace } => {
+            let (ns, name) = cluster_key(cluster, namespace.as_deref(), &default_ns)?;
+            let api =
+                kube::Api::<crate::api::backup::ValkeyBackup>::namespaced(client.clone(), &ns);
+            let listed = api
+                .list(&Default::default())
+                .await
+                .with_context(|| format!("cannot list ValkeyBackups in {ns}"))?;
+            let report = backups::report(&ns, &name, &listed.items, crate::time::now_seconds());
+            emit(cli.output, &report, backups::text)?;
+            Ok(0)
         }
     }
 }

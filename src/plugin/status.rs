@@ -112,7 +112,7 @@ fn event_time(e: &Event) -> i64 {
         .unwrap_or(0)
 }
 
-fn age(secs: i64) -> String {
+pub(crate) fn age(secs: i64) -> String {
     match secs.max(0) {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m", s / 60),
