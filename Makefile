@@ -14,7 +14,7 @@ export PATH := $(CACHE)/k8s-v$(K8S_VERSION)/bin:$(HOME)/.cargo/bin:/usr/local/go
 # e2e tests share one cluster on a 2-core machine: a few at a time.
 E2E_THREADS ?= 3
 
-.PHONY: up down status tools test unit e2e crds manifests chart-test lint deny bench chaos image
+.PHONY: up down status tools test unit e2e crds manifests chart-test lint deny bench chaos image bench-backup
 
 ## up: build what is missing, start the local Kubernetes, install CRDs, RBAC, operator, samples
 up:
@@ -50,6 +50,11 @@ e2e:
 	@# Node stops, pauses and drains last: they disturb every pod on the node; leader freezes
 	@# the operator itself; traces restarts it.
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test conversion --test drain --test lost_members --test rollout_limit --test kubelet_faults --test leader --test lockout --test tenant_pods --test traces -- --test-threads=1
+
+## bench-backup: a 1 GiB shard's backup next to valkey-cli --rdb + S3 PUT (throughput ratio,
+## the backup process's peak RSS); host processes, release build, no local cluster
+bench-backup:
+	bash e2e/bench-backup.sh
 
 ## chart-test: lint and render checks of charts/valkey-operator, plain-manifest drift
 chart-test:

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# make bench-backup: one 1 GiB shard's backup, `valkey-operator backup run` (the snapshot taken
+# as a replica takes it and streamed into the bucket) next to `valkey-cli --rdb` followed by a
+# plain S3 PUT of the same snapshot: same machine, same SeaweedFS, same valkey-server, release
+# build. Prints both throughputs, their ratio and the backup process's peak RSS (a backup Job's
+# memory limit is 128 MiB). Host processes only: no local cluster needed.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+source "$REPO/e2e/versions.env"
+CACHE=${VALKEY_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/valkey-operator}
+bash "$REPO/e2e/tools/install.sh" >/dev/null
+WEED=$CACHE/seaweedfs-$SEAWEEDFS_TAG/bin/weed
+VALKEY=$CACHE/valkey-9.1.2/bin
+BINARY=$(bash "$REPO/e2e/release-build.sh")
+D=$(mktemp -d); mkdir -p "$D/weed" "$D/valkey"
+cli() { "$VALKEY/valkey-cli" -p 7500 "$@"; }
+trap 'cli shutdown nosave >/dev/null 2>&1 || true; pkill -f "weed mini -dir=$D/weed" || true; sleep 2; rm -rf "$D" 2>/dev/null || true' EXIT
+cat > "$D/s3.json" <<'J'
+{"identities":[{"name":"b","credentials":[{"accessKey":"AK","secretKey":"SK0123456789"}],"actions":["Read","Write","List","Tagging"]}]}
+J
+(cd "$D/weed" && "$WEED" mini -dir="$D/weed" -ip=127.0.0.1 -s3.config="$D/s3.json" \
+  -master.telemetry=false -admin.ui=false -bucket=valkey-backups > "$D/weed.log" 2>&1 &)
+# Uncompressed snapshots: the bytes that cross the wire are the dataset's (DEBUG POPULATE's
+# values would compress to 4 %); no diskless-sync delay, for valkey-cli as for the Job.
+"$VALKEY/valkey-server" --port 7500 --cluster-enabled yes --enable-debug-command yes --save "" \
+  --rdbcompression no --repl-diskless-sync-delay 0 --dir "$D/valkey" --daemonize yes --logfile "$D/valkey.log"
+for _ in $(seq 60); do curl -s -o /dev/null http://127.0.0.1:8333 && cli ping >/dev/null 2>&1 && break; sleep 1; done
+cli cluster addslotsrange 0 16383 >/dev/null
+cli acl setuser _valkey-backup on '>bpw' resetkeys resetchannels -@all +auth +ping +replconf +sync >/dev/null
+cli debug populate 1000000 key 1000 >/dev/null
+echo "dataset: $(cli dbsize) keys, $(cli info memory | grep '^used_memory_human' | tr -d '\r')"
+export AWS_ACCESS_KEY_ID=AK AWS_SECRET_ACCESS_KEY=SK0123456789 VALKEY_USERNAME=_valkey-backup \
+  VALKEY_PASSWORD=bpw BACKUP_OUTCOME_FILE="$D/outcome.json"
+export BACKUP_PLAN='{"location":{"endpoint":"http://127.0.0.1:8333","bucket":"valkey-backups","region":"us-east-1"},"path":"bench/job","cluster":{"namespace":"n","name":"c","uid":"u"},"backup":"b","backupUid":"u","shards":[{"index":0,"slots":["0-16383"],"member":"m","role":"primary","address":"127.0.0.1:7500"}]}'
+/usr/bin/time -v "$BINARY" backup run 2> "$D/time.txt" > /dev/null
+t0=$(date +%s.%N)
+"$VALKEY/valkey-cli" -p 7500 --user _valkey-backup --pass bpw --rdb "$D/raw.rdb" >/dev/null 2>&1
+t1=$(date +%s.%N)
+curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user AK:SK0123456789 -T "$D/raw.rdb" \
+  "http://127.0.0.1:8333/valkey-backups/bench/raw/shard-0.rdb" >/dev/null
+t2=$(date +%s.%N)
+python3 - "$D" "$t0" "$t1" "$t2" <<'P'
+import json, re, sys
+d, t0, t1, t2 = sys.argv[1], *map(float, sys.argv[2:])
+times = open(f"{d}/time.txt").read()
+wall = re.search(r"Elapsed \(wall clock\).*: (\S+)", times).group(1).split(":")
+job = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall)))
+rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", times).group(1)) / 1024
+mb = json.load(open(f"{d}/outcome.json"))["completed"]["shards"][0]["bytes"] / 1e6
+raw = t2 - t0
+print(f"snapshot {mb:.0f} MB; backup run {job:.1f} s ({mb / job:.0f} MB/s), peak RSS {rss:.1f} MiB")
+print(f"valkey-cli --rdb {t1 - t0:.1f} s + S3 PUT {t2 - t1:.1f} s = {raw:.1f} s ({mb / raw:.0f} MB/s); "
+      f"backup time / raw time {job / raw:.2f}")
+P
