@@ -478,6 +478,22 @@ fn wait_for_state(ns: &str, name: &str, state: &str) {
 }
 
 const PRODUCT_USER: (&str, &[&str]) = ("alice", &["team-a"]);
+
+/// Binds `valkey-product-team` to group team-a in `namespace`, as a platform team onboards a team.
+fn bind_product_team(namespace: &str) {
+    must(
+        &[
+            "-n",
+            namespace,
+            "create",
+            "rolebinding",
+            "valkey-product-team",
+            "--clusterrole=valkey-product-team",
+            "--group=team-a",
+        ],
+        None,
+    );
+}
 const PLATFORM_USER: (&str, &[&str]) = ("paula", &["platform-team"]);
 
 /// `kubectl auth can-i` as someone.
@@ -502,18 +518,7 @@ fn product_team_manages_valkey_clusters_in_its_own_namespace_only() {
     setup();
     let own = Namespace::new("vk-api-team-a");
     let other = Namespace::new("vk-api-team-b");
-    must(
-        &[
-            "-n",
-            &own.0,
-            "create",
-            "rolebinding",
-            "valkey-product-team",
-            "--clusterrole=valkey-product-team",
-            "--group=team-a",
-        ],
-        None,
-    );
+    bind_product_team(&own.0);
     let who = Some(PRODUCT_USER);
 
     // Create, edit, delete in its own namespace, for real.
@@ -623,18 +628,7 @@ fn backups_are_the_product_teams_and_the_keys_stay_with_the_platform() {
     setup();
     let own = Namespace::new("vk-api-backup-a");
     let other = Namespace::new("vk-api-backup-b");
-    must(
-        &[
-            "-n",
-            &own.0,
-            "create",
-            "rolebinding",
-            "valkey-product-team",
-            "--clusterrole=valkey-product-team",
-            "--group=team-a",
-        ],
-        None,
-    );
+    bind_product_team(&own.0);
     let operator_ns = Some("valkey-operator-system");
     for (verb, resource, namespace, allowed) in [
         ("create", "valkeybackups", Some(own.0.as_str()), true),

@@ -203,13 +203,13 @@ async fn copy_shard(
     .map_err(|_| Failure::member(shard, "connecting timed out after 10s"))?
     .map_err(|e| Failure::member(shard, &format!("connecting: {e}")))?;
     let mut upload =
-        BufWriter::with_capacity(store.clone(), path, PART_SIZE).with_max_concurrency(2);
+        BufWriter::with_capacity(store.clone(), path.clone(), PART_SIZE).with_max_concurrency(2);
     let fetched = match fetch_rdb(conn, user, password, &mut upload).await {
         Ok(fetched) => fetched,
         Err(error) => {
             // Abort the multipart upload: no half object is left behind.
             let _ = upload.abort().await;
-            let _ = store.delete(&object_path(&plan.path, &object)).await;
+            let _ = store.delete(&path).await;
             return Err(match error {
                 SyncError::Write(e) => Failure::from_upload(&plan.location.bucket, &e),
                 other => Failure::member(shard, &other.to_string()),

@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::api::backup::{LABEL_SCHEDULED_FOR, ValkeyBackup};
@@ -59,7 +60,7 @@ pub fn report(namespace: &str, cluster: &str, backups: &[ValkeyBackup], now: i64
             BackupRow {
                 name: b.metadata.name.clone().unwrap_or_default(),
                 phase,
-                origin: if b.labels_contain_schedule() {
+                origin: if b.labels().contains_key(LABEL_SCHEDULED_FOR) {
                     "scheduled"
                 } else {
                     "manual"
@@ -78,19 +79,6 @@ pub fn report(namespace: &str, cluster: &str, backups: &[ValkeyBackup], now: i64
         namespace: namespace.into(),
         cluster: cluster.into(),
         backups: rows,
-    }
-}
-
-trait ScheduleLabel {
-    fn labels_contain_schedule(&self) -> bool;
-}
-
-impl ScheduleLabel for ValkeyBackup {
-    fn labels_contain_schedule(&self) -> bool {
-        self.metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(LABEL_SCHEDULED_FOR))
     }
 }
 
