@@ -678,3 +678,42 @@ async fn an_expired_certificate_verifies_only_as_of_its_expiry() {
     config.tls = Some(settings);
     assert!(FredDriver::new(config).server_info(&member).await.is_err());
 }
+
+/// A backup Job's copy of a TLS member (`backup::job::handshake`, then the snapshot): the
+/// cluster's CA bundle and name verified; another CA's bundle is refused before any byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_takes_a_tls_members_snapshot_only_from_a_verified_member() {
+    use valkey_operator::backup::MemberTls;
+    use valkey_operator::backup::job::handshake;
+    let ca = Ca::new("valkey test CA");
+    let (material, _) = ca.issue(1, &ca.pem());
+    let servers = start_tls(1, &material, "").await;
+    let member = &servers.addrs()[0];
+    let connect = || tokio::net::TcpStream::connect((member.host.clone(), member.port));
+    let tls = MemberTls {
+        ca_pem: ca.pem(),
+        server_name: CLUSTER_NAME.into(),
+    };
+    let conn = handshake(&tls, connect().await.unwrap()).await.unwrap();
+    let mut copy = Vec::new();
+    let fetched = valkey_operator::backup::sync::fetch_rdb(
+        conn,
+        &servers.credentials.username,
+        &servers.credentials.password,
+        &mut copy,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("snapshot over TLS: {e}"));
+    assert_eq!(fetched.bytes, copy.len() as u64);
+    assert!(copy.starts_with(b"REDIS") || copy.starts_with(b"VALKEY"));
+    let other = Ca::new("another CA");
+    let refused = handshake(
+        &MemberTls {
+            ca_pem: other.pem(),
+            server_name: CLUSTER_NAME.into(),
+        },
+        connect().await.unwrap(),
+    )
+    .await;
+    assert!(refused.is_err(), "a member verified against another CA");
+}

@@ -614,3 +614,71 @@ async fn a_schedule_keeps_its_newest_backups() -> anyhow::Result<()> {
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())
 }
+
+/// A TLS cluster (cert-manager CA, docs/tls.md's objects) is backed up the same way: the Job
+/// verifies each member against the cluster's CA and name, and the snapshots hold the keys.
+#[tokio::test]
+async fn a_tls_cluster_is_backed_up_over_verified_tls() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-backup-tls").await?;
+    let suffix = random_suffix(4);
+    let (img, cfg) = (
+        format!("e2e-bkt-{suffix}-img"),
+        format!("e2e-bkt-{suffix}-cfg"),
+    );
+    apply(&client, "image", image(&img, "9.1.2")).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    let objects = format!(
+        "{}---\n{}",
+        valkey_e2e::certs::ca_issuer_yaml(&ns.name, "e2e-ca"),
+        valkey_e2e::certs::valkey_certificate_yaml(&ns.name, "vault", "vault-tls", "e2e-ca")
+    );
+    valkey_e2e::certs::issue(&client, &ns.name, &objects, "vault-tls").await?;
+    let mut tls = cluster(&ns.name, "vault", &cfg, 1, 1);
+    tls["spec"]["tls"] = json!({"secretRef": "vault-tls"});
+    apply(&client, &ns.name, tls).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "vault",
+        ClusterState::Active,
+        Duration::from_secs(240),
+    )
+    .await?;
+    // Through the client Service's name, as an application connects: its endpoints can lag
+    // the cluster's Active by a moment (the first tries here were refused).
+    let valkey = wait_for(
+        "a TLS client connection",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async { Ok(Some(cluster_client(&client, &ns.name, "vault").await?)) },
+    )
+    .await?;
+    let written = write_dataset(&valkey, 1000).await?;
+    let _ = valkey.quit().await;
+
+    let backups: Api<ValkeyBackup> = Api::namespaced(client.clone(), &ns.name);
+    apply_yaml(
+        &client,
+        &backup(&ns.name, "sealed", "vault", LOCAL_LOCATION).to_string(),
+    )
+    .await?;
+    let done = wait_final(&backups, "sealed", Duration::from_secs(180)).await?;
+    let status = done.status.clone().unwrap_or_default();
+    println!("TLS backup: {:?}: {:?}", status.phase, status.message);
+    ensure!(status.phase == Some(BackupPhase::Completed), "{status:?}");
+    let keys: i64 = status.shards.iter().filter_map(|s| s.keys).sum();
+    ensure!(
+        keys == written.len() as i64,
+        "{keys} keys in the snapshot, {} written",
+        written.len()
+    );
+    ensure!(
+        status.shards.iter().all(|s| s.role == "replica"),
+        "{:?}",
+        status.shards
+    );
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}

@@ -204,7 +204,14 @@ async fn copy_shard(
     .map_err(|e| Failure::member(shard, &format!("connecting: {e}")))?;
     let mut upload =
         BufWriter::with_capacity(store.clone(), path.clone(), PART_SIZE).with_max_concurrency(2);
-    let fetched = match fetch_rdb(conn, user, password, &mut upload).await {
+    let fetched = match &plan.tls {
+        None => fetch_rdb(conn, user, password, &mut upload).await,
+        Some(tls) => match handshake(tls, conn).await {
+            Ok(conn) => fetch_rdb(conn, user, password, &mut upload).await,
+            Err(why) => Err(SyncError::Io(std::io::Error::other(why))),
+        },
+    };
+    let fetched = match fetched {
         Ok(fetched) => fetched,
         Err(error) => {
             // Abort the multipart upload: no half object is left behind.
@@ -220,6 +227,29 @@ async fn copy_shard(
         .await
         .map_err(|e| Failure::from_upload(&plan.location.bucket, &e))?;
     Ok(ShardCopy::new(shard, object, fetched))
+}
+
+/// TLS to a member of a TLS cluster: its CA bundle as the only trust anchors, the cluster's
+/// name verified (as the operator's own connections do).
+pub async fn handshake(
+    tls: &super::MemberTls,
+    conn: tokio::net::TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let client = crate::driver::tls::TlsClient::new(&crate::driver::TlsSettings {
+        ca_pem: tls.ca_pem.clone(),
+        server_name: Some(tls.server_name.clone()),
+        verify_as_of: None,
+    })
+    .map_err(|e| format!("the cluster's CA bundle: {e}"))?;
+    let name = rustls::pki_types::ServerName::try_from(tls.server_name.clone())
+        .map_err(|e| format!("{:?} is not a server name: {e}", tls.server_name))?;
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_rustls::TlsConnector::from(client.config).connect(name, conn),
+    )
+    .await
+    .map_err(|_| "TLS handshake timed out after 10s".to_string())?
+    .map_err(|e| format!("TLS handshake: {e}"))
 }
 
 /// Deletes the shard objects a failed backup wrote (without a manifest they are never read;

@@ -61,6 +61,17 @@ pub struct JobPlan {
     /// complete (never before: a failed backup deletes nothing).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prune: Vec<String>,
+    /// A TLS cluster's members: the CA bundle they chain to (public) and the name every
+    /// member's certificate carries, verified on each connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<MemberTls>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberTls {
+    pub ca_pem: String,
+    pub server_name: String,
 }
 
 /// Where the objects go.

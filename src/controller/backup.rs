@@ -116,10 +116,6 @@ async fn reconcile(backup: Arc<ValkeyBackup>, ctx: Arc<Context>) -> Result<Actio
         );
         return finish_failed(&ctx, &backup, "cluster", message).await;
     };
-    if cluster.spec.tls.is_some() {
-        let message = "backups of TLS clusters are not supported yet (docs/backup.md)".to_string();
-        return finish_failed(&ctx, &backup, "plan", message).await;
-    }
     let state = cluster.status.as_ref().and_then(|s| s.state);
     let plan = match state {
         Some(ClusterState::Active) => planned_sources(&ctx, &cluster).await?,
@@ -274,6 +270,14 @@ async fn start_job(
         backup_uid: uid,
         shards: shards.clone(),
         prune: super::backup_schedule::retention_plan(ctx, backup, cluster, location).await?,
+        tls: None,
+    };
+    let plan = match member_tls(ctx, cluster).await? {
+        Ok(tls) => JobPlan { tls, ..plan },
+        Err(waiting) => {
+            write_status(ctx, backup, &pending(waiting)).await?;
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
     };
     let image = job_image(ctx).await?;
     let job = build_job(backup, location, &plan, &image, &ctx.operator_namespace);
@@ -303,6 +307,33 @@ async fn start_job(
     )
     .await;
     Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+/// A TLS cluster's members as the Job verifies them: the CA bundle they serve (the operator's
+/// copy of their certificate) and the cluster's name. `Err`: what the backup waits for.
+async fn member_tls(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+) -> Result<Result<Option<crate::backup::MemberTls>, String>, Error> {
+    if cluster.spec.tls.is_none() {
+        return Ok(Ok(None));
+    }
+    let namespace = cluster.namespace().unwrap_or_default();
+    let Some(served) = super::cluster::tls::members_copy(ctx, cluster).await? else {
+        return Ok(Err(format!(
+            "waiting for the members' certificate copy {namespace}/{} (the cluster's TLS Secret is not usable yet)",
+            names::tls_secret(&cluster.name_any())
+        )));
+    };
+    let server_name = served
+        .driver
+        .server_name
+        .clone()
+        .unwrap_or_else(|| names::cluster_hostname(&cluster.name_any(), &namespace));
+    Ok(Ok(Some(crate::backup::MemberTls {
+        ca_pem: served.driver.ca_pem.clone(),
+        server_name,
+    })))
 }
 
 fn shard_status(source: &ShardSource) -> BackupShardStatus {
@@ -901,6 +932,7 @@ mod tests {
             backup_uid: "0123-4567".into(),
             shards: vec![],
             prune: vec![],
+            tls: None,
         };
         let image = JobImage {
             image: "op@sha256:1".into(),
