@@ -45,14 +45,15 @@ unit:
 ## e2e: end-to-end suites against the running local cluster (make up first)
 e2e:
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e \
-	  --test api_e2e --test kubelet --test provisioning --test webhook --test kubectl --test tenancy --test compat --test acl --test rollout --test scaling --test failures --test data_safety --test plugin --test operability --test networking --test cert_manager --test tls --test member_start --test blocked --test webhook_flood --test real_node --test scheduling --test durability --test autoscaling --test creation --test metering --test backup \
+	  --test api_e2e --test kubelet --test provisioning --test webhook --test kubectl --test tenancy --test compat --test acl --test rollout --test scaling --test failures --test data_safety --test plugin --test operability --test networking --test cert_manager --test tls --test member_start --test blocked --test webhook_flood --test real_node --test scheduling --test durability --test autoscaling --test creation --test metering --test backup --test restore \
 	  -- --test-threads=$(E2E_THREADS)
 	@# Node stops, pauses and drains last: they disturb every pod on the node; leader freezes
 	@# the operator itself; traces restarts it.
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test conversion --test drain --test lost_members --test rollout_limit --test kubelet_faults --test leader --test lockout --test tenant_pods --test traces -- --test-threads=1
 
-## bench-backup: a 1 GiB shard's backup next to valkey-cli --rdb + S3 PUT (throughput ratio,
-## the backup process's peak RSS); host processes, release build, no local cluster
+## bench-backup: a 1 GiB shard's backup next to valkey-cli --rdb + S3 PUT, and its restore next
+## to S3 GET + valkey-server loading the file (throughput ratios, each process's peak RSS); host
+## processes, release build, no local cluster
 bench-backup:
 	bash e2e/bench-backup.sh
 

@@ -47,6 +47,9 @@ enum BackupAction {
     /// Copy the shards the plan in BACKUP_PLAN names into the object store, then write the
     /// manifest; the outcome goes to the termination message (BACKUP_OUTCOME_FILE).
     Run,
+    /// Replay the backup RESTORE_PLAN names into the cluster's primaries; the outcome goes to
+    /// the termination message (BACKUP_OUTCOME_FILE).
+    Restore,
 }
 
 /// Leader election: one replica runs the controllers, every replica serves the webhooks.
@@ -104,9 +107,7 @@ fn main() -> ExitCode {
             webhook,
             leader,
         } => run(namespace, admin_addr, webhook, leader),
-        Command::Backup {
-            action: BackupAction::Run,
-        } => backup_run(),
+        Command::Backup { action } => backup_run(action),
         Command::Crd { out_dir: None } => {
             print!("{}", valkey_operator::api::crd::all_yaml());
             ExitCode::SUCCESS
@@ -124,10 +125,15 @@ fn main() -> ExitCode {
     }
 }
 
-fn backup_run() -> ExitCode {
+fn backup_run(action: BackupAction) -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let completed = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime.block_on(valkey_operator::backup::job::run()),
+        Ok(runtime) => runtime.block_on(async {
+            match action {
+                BackupAction::Run => valkey_operator::backup::job::run().await,
+                BackupAction::Restore => valkey_operator::backup::restore_job::run().await,
+            }
+        }),
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
             false

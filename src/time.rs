@@ -20,6 +20,11 @@ pub fn now_seconds() -> i64 {
     Timestamp::now().as_second()
 }
 
+/// Now, in Unix milliseconds.
+pub fn now_millis() -> i64 {
+    Timestamp::now().as_millisecond()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,8 @@
 //!   atomic slot migration replays the moving slots' writes on the target as this user.
 //! - `_valkey-backup` takes a replica's snapshot the way backup Jobs do (`backup::sync`),
 //!   holding every key the replica has, and can do nothing else: no read, no write, no config.
+//! - `_valkey-restore` may `RESTORE` keys and `FUNCTION LOAD` libraries, as restore Jobs do,
+//!   and nothing else: no read, no plain write, no flush, no config.
 //!
 //! Binaries: `VALKEY_SERVER_9_0` / `VALKEY_SERVER_9_1`, else the cache filled by
 //! `e2e/tools/install.sh`.
@@ -26,7 +28,9 @@ use std::time::Duration;
 
 use fred::prelude::{ClientLike, KeysInterface};
 use fred::types::Value;
-use valkey_operator::api::constants::{BACKUP_ACL_USERNAME, REPLICATION_ACL_USERNAME};
+use valkey_operator::api::constants::{
+    BACKUP_ACL_USERNAME, REPLICATION_ACL_USERNAME, RESTORE_ACL_USERNAME,
+};
 use valkey_operator::driver::migrate::{KeyMove, move_slot_by_keys};
 use valkey_operator::driver::parse::Reply;
 use valkey_operator::driver::testing::{LocalServers, ValkeyBuild, form_cluster, wait_for};
@@ -459,6 +463,55 @@ async fn backup_can_do_nothing_else(servers: &LocalServers, m: &MemberAddr) {
     }
 }
 
+/// The restore user may replay keys and function libraries (`RESTORE`, `FUNCTION LOAD`: a bad
+/// payload is refused by Valkey, not by the ACL) and can do nothing else: it reads no key.
+async fn restore_can_only_restore(servers: &LocalServers, m: &MemberAddr) {
+    let password = servers.operator_acl().unwrap().restore_password.clone();
+    let restore = driver(Credentials {
+        username: RESTORE_ACL_USERNAME.into(),
+        password,
+    });
+    for words in [
+        &[
+            "RESTORE",
+            "{restore-user}probe",
+            "0",
+            "not-a-payload",
+            "REPLACE",
+        ][..],
+        &["FUNCTION", "LOAD", "REPLACE", "not lua"],
+    ] {
+        let outcome = run(&restore, m, words).await;
+        assert!(
+            !matches!(&outcome, Err(e) if e.starts_with("NOPERM")),
+            "{RESTORE_ACL_USERNAME} may run {words:?}: {outcome:?}"
+        );
+    }
+    for words in [
+        &["GET", "key:1"][..],
+        &["SET", "key:1", "x"],
+        &["DEL", "key:1"],
+        &["KEYS", "*"],
+        &["SCAN", "0"],
+        &["DUMP", "key:1"],
+        &["FLUSHALL"],
+        &["FUNCTION", "FLUSH"],
+        &["CONFIG", "GET", "masterauth"],
+        &["CLUSTER", "NODES"],
+        &["ACL", "LOAD"],
+        &["INFO"],
+        &["PUBLISH", "channel", "x"],
+        &["EVAL", "return 1", "0"],
+        &["SYNC"],
+    ] {
+        let outcome = run(&restore, m, words).await;
+        assert!(
+            matches!(&outcome, Err(e) if e.starts_with("NOPERM")),
+            "{RESTORE_ACL_USERNAME} ran {words:?}: {outcome:?}"
+        );
+    }
+}
+
 async fn internal_users_do_their_job_and_no_more(build: ValkeyBuild) {
     let servers = LocalServers::start_with_operator_acl(build, 3)
         .await
@@ -517,6 +570,7 @@ async fn internal_users_do_their_job_and_no_more(build: ValkeyBuild) {
     operator_can_do_nothing_else(&op, &members[1]).await;
     replication_can_only_replicate_and_write(&servers, &members[1]).await;
     backup_can_do_nothing_else(&servers, &members[1]).await;
+    restore_can_only_restore(&servers, &members[1]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -94,6 +94,31 @@ pub struct ValkeyBackupLocationSpec {
     /// endpoint's certificate); the system's roots otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_secret: Option<SecretName>,
+    /// Which namespaces may restore the backups of which other namespace from this location
+    /// (a cluster always may restore its own namespace's backups). Nothing else crosses
+    /// namespaces: a tenant can never restore another tenant's backup unless listed here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cross_namespace_restores: Vec<CrossNamespaceRestore>,
+}
+
+/// `from`'s backups may be restored into clusters of the `to` namespaces.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CrossNamespaceRestore {
+    #[schemars(length(min = 1, max = 63))]
+    pub from: String,
+    #[schemars(length(min = 1))]
+    pub to: Vec<String>,
+}
+
+impl ValkeyBackupLocationSpec {
+    /// May a cluster in `to` restore a backup taken in `from` (always, within a namespace)?
+    pub fn allows_restore(&self, from: &str, to: &str) -> bool {
+        from == to
+            || self
+                .cross_namespace_restores
+                .iter()
+                .any(|r| r.from == from && r.to.iter().any(|t| t == to))
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -199,4 +224,97 @@ pub struct BackupShardStatus {
     pub keys: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+}
+
+/// `ValkeyCluster.spec.restoreFrom`: the Completed ValkeyBackup a new cluster starts with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreFrom {
+    /// The ValkeyBackup's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub backup: String,
+    /// Its namespace, when not the cluster's (the backup's location must list the pair in
+    /// `crossNamespaceRestores`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// The CEL rule on a ValkeyCluster's spec: `restoreFrom` is neither added, removed nor changed.
+pub fn restore_from_rule() -> kube::core::Rule {
+    kube::core::Rule::new(
+        "has(self.restoreFrom) == has(oldSelf.restoreFrom) && (!has(self.restoreFrom) || self.restoreFrom == oldSelf.restoreFrom)",
+    )
+    .message(RESTORE_FROM_IMMUTABLE)
+    .field_path(".restoreFrom")
+    .reason(kube::core::Reason::FieldValueForbidden)
+}
+
+/// Set on `spec.restoreFrom` by CEL: a restore is chosen at creation and never changes.
+pub const RESTORE_FROM_IMMUTABLE: &str = "spec.restoreFrom is set at creation only and cannot change: a cluster starts with one backup's data (create a new ValkeyCluster to restore another)";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum RestorePhase {
+    /// The cluster forms (empty) before the keys are replayed.
+    Pending,
+    /// The restore Job replays the backup's keys into the primaries.
+    Running,
+    /// Every shard's keys are in the cluster.
+    Completed,
+    /// The restore failed (`message`); it is tried again up to three times.
+    Failed,
+}
+
+/// `ValkeyCluster.status.restore`: where the data came from and how much of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RestorePhase>,
+    /// `<namespace>/<backup>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// `s3://<bucket>/<path>/` of the backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// For a failure: `credentials`, `bucket`, `network`, `member`, `plan`, `objectStore`, `job`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_cause: Option<String>,
+    /// The Job in the operator's namespace doing the restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// Jobs started so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// Keys loaded into the cluster, all shards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<RestoreShardStatus>,
+}
+
+impl RestoreStatus {
+    pub fn completed(&self) -> bool {
+        self.phase == Some(RestorePhase::Completed)
+    }
+}
+
+/// One shard of the backup as it was restored.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreShardStatus {
+    pub index: i32,
+    /// Keys loaded from this shard's snapshot.
+    pub keys: i64,
+    /// Keys whose time to live had passed by the restore (not loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<i64>,
 }

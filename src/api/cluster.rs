@@ -35,7 +35,7 @@ use super::validation::{
     validation = Rule::new(CLUSTER_NAME.cel("self.metadata.name"))
         .msg(format!("metadata.name of a ValkeyCluster must be {}", CLUSTER_NAME.describe)),
     validation = frozen_while_creating_rule(),
-    printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Active, Updating, Blocked, Degraded, Invalid, Failed or Deleting"),
+    printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Restoring, Active, Updating, Blocked, Degraded, Invalid, Failed or Deleting"),
     printcolumn(name = "READY", type_ = "string", json_path = ".status.ready", description = "Members ready / members the spec asks for"),
     printcolumn(name = "VERSION", type_ = "string", json_path = ".status.version", description = "Valkey version the members run (old -> new during a rollout)"),
     printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.shards", description = "Number of shards (primaries); with spec.autoscaling, the starting count"),
@@ -50,6 +50,7 @@ use super::validation::{
     .message("spec.tls cannot be added or removed after creation: a cluster is TLS-only or plaintext for its whole life (create a new ValkeyCluster instead); tls.secretRef may change, which rotates to that Secret")
     .field_path(".tls")
     .reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = super::backup::restore_from_rule())]
 #[x_kube(validation = member_count_rule())]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterSpec {
@@ -110,6 +111,10 @@ pub struct ValkeyClusterSpec {
     /// (docs/backup.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<super::backup::BackupSchedule>,
+    /// Create the cluster with a Completed ValkeyBackup's data (docs/backup.md): same shard
+    /// count as the backup; set at creation only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_from: Option<super::backup::RestoreFrom>,
 }
 
 fn default_replicas_per_shard() -> i32 {
@@ -200,6 +205,11 @@ pub struct ValkeyClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_not_after: Option<String>,
 
+    /// Clusters created with `spec.restoreFrom`: the backup, its progress, keys per shard.
+    /// Written by the restore controller (its own field manager).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<super::backup::RestoreStatus>,
+
     /// What the members keep across the loss of a pod, from the config: `memory-only`,
     /// `append-only file on emptyDir (lost with the pod)`, or `volumes of <size> + append-only
     /// file` (docs/durability.md).
@@ -244,6 +254,8 @@ pub enum ClusterState {
     /// The spec cannot work as given (for example a TLS Secret that is not a usable
     /// certificate); fix the referenced object or the spec.
     Invalid,
+    /// Formed, and loading `spec.restoreFrom`'s keys; Active once they are all in.
+    Restoring,
     /// Creation cannot succeed (a member's Valkey binary below the supported floor); terminal:
     /// fix the cause, delete the cluster and create it again.
     Failed,

@@ -77,6 +77,8 @@ pub const OPERATOR_ACL_USERNAME: &str = "_valkey-operator";
 pub const REPLICATION_ACL_USERNAME: &str = "_valkey-replication";
 /// ACL user backup Jobs take a shard's snapshot as (`SYNC`, and nothing else).
 pub const BACKUP_ACL_USERNAME: &str = "_valkey-backup";
+/// ACL user restore Jobs replay a backup's keys as (`RESTORE`, `FUNCTION LOAD`, nothing else).
+pub const RESTORE_ACL_USERNAME: &str = "_valkey-restore";
 
 /// Valkey settings the operator injects into every node whatever a config says (PRODUCT.md,
 /// "Forced settings"): cluster mode, ports, data dir and nodes.conf path, ACL file path,

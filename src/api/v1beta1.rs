@@ -39,7 +39,7 @@ use super::validation::{
     validation = Rule::new(CLUSTER_NAME.cel("self.metadata.name"))
         .msg(format!("metadata.name of a ValkeyCluster must be {}", CLUSTER_NAME.describe)),
     validation = frozen_while_creating_rule(),
-    printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Active, Updating, Blocked, Degraded, Invalid, Failed or Deleting"),
+    printcolumn(name = "STATE", type_ = "string", json_path = ".status.state", description = "Creating, Restoring, Active, Updating, Blocked, Degraded, Invalid, Failed or Deleting"),
     printcolumn(name = "READY", type_ = "string", json_path = ".status.ready", description = "Members ready / members the spec asks for"),
     printcolumn(name = "VERSION", type_ = "string", json_path = ".status.version", description = "Valkey version the members run (old -> new during a rollout)"),
     printcolumn(name = "SHARDS", type_ = "integer", json_path = ".spec.topology.shards", description = "Number of shards (primaries); with spec.topology.autoscaling, the starting count"),
@@ -54,6 +54,7 @@ use super::validation::{
     .message("spec.tls cannot be added or removed after creation: a cluster is TLS-only or plaintext for its whole life (create a new ValkeyCluster instead); tls.secretRef may change, which rotates to that Secret")
     .field_path(".tls")
     .reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = super::backup::restore_from_rule())]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterSpec {
     /// Name of the cluster-scoped ValkeyConfig (menu item) to run, for example `standard`.
@@ -94,6 +95,10 @@ pub struct ValkeyClusterSpec {
     /// Backups on a schedule (as in v1alpha1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<super::backup::BackupSchedule>,
+    /// Create the cluster with a Completed ValkeyBackup's data (docs/backup.md): same shard
+    /// count as the backup; set at creation only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_from: Option<super::backup::RestoreFrom>,
 }
 
 /// Shards and replicas of a Valkey cluster.

@@ -52,14 +52,14 @@ pub async fn run() -> bool {
     matches!(outcome, JobOutcome::Completed(_))
 }
 
-fn env(name: &str) -> Result<String, Failure> {
+pub(crate) fn env(name: &str) -> Result<String, Failure> {
     std::env::var(name).map_err(|_| Failure::new(FailureCause::Plan, format!("{name} is not set")))
 }
 
 async fn run_plan() -> Result<(Manifest, Vec<String>), Failure> {
     let plan: JobPlan = serde_json::from_str(&env(ENV_PLAN)?)
         .map_err(|e| Failure::new(FailureCause::Plan, format!("{ENV_PLAN} is not a plan: {e}")))?;
-    let store = object_store(&plan)?;
+    let store = object_store(&plan.location)?;
     let user = env(ENV_VALKEY_USER)?;
     let password = env(ENV_VALKEY_PASSWORD)?;
     let started_at = crate::time::rfc3339(crate::time::now_seconds());
@@ -115,8 +115,9 @@ async fn remove_prefix(store: &Arc<dyn ObjectStore>, prefix: &str) -> object_sto
     Ok(objects.len())
 }
 
-fn object_store(plan: &JobPlan) -> Result<Arc<dyn ObjectStore>, Failure> {
-    let location = &plan.location;
+pub(crate) fn object_store(
+    location: &super::StoreAddress,
+) -> Result<Arc<dyn ObjectStore>, Failure> {
     let mut options = ClientOptions::new()
         .with_allow_http(location.endpoint.starts_with("http://"))
         .with_connect_timeout(Duration::from_secs(10));
@@ -155,7 +156,7 @@ fn object_store(plan: &JobPlan) -> Result<Arc<dyn ObjectStore>, Failure> {
     Ok(Arc::new(store))
 }
 
-fn object_path(prefix: &str, name: &str) -> Path {
+pub(crate) fn object_path(prefix: &str, name: &str) -> Path {
     Path::from(format!("{}/{name}", prefix.trim_end_matches('/')))
 }
 

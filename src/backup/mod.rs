@@ -7,8 +7,11 @@
 //! manifest the Job writes next to the shards, and the outcome it leaves in its termination
 //! message.
 
+pub mod dump;
 pub mod job;
 pub mod rdb;
+pub mod restore;
+pub mod restore_job;
 pub mod schedule;
 pub mod sync;
 
@@ -303,7 +306,7 @@ impl Failure {
         )
     }
 
-    fn from_store(doing: &str, bucket: &str, error: &dyn std::fmt::Display) -> Self {
+    pub(crate) fn from_store(doing: &str, bucket: &str, error: &dyn std::fmt::Display) -> Self {
         let text = error.to_string();
         let cause = classify_store_error(&text);
         let message = match cause {

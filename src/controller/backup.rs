@@ -10,13 +10,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, EnvVarSource, Pod, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource,
-    SecurityContext, Volume, VolumeMount,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{EnvVar, PodSpec, PodTemplateSpec};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -38,6 +33,10 @@ use crate::backup::job::{
 };
 use crate::backup::{ClusterIdentity, JobOutcome, JobPlan, ShardSource, StoreAddress, backup_path};
 use crate::controller::cluster::build::BACKUP_PASSWORD_KEY;
+use crate::controller::jobs::{
+    CA_MOUNT, JOB_DEADLINE_SECONDS, JOB_TTL_SECONDS, JobImage, ca_volume, job_container, job_image,
+    job_outcome, restricted_pod, secret_env, value_env,
+};
 use crate::controller::{Context, Error, names, object_key};
 
 /// Labels on a backup Job: which ValkeyBackup it serves (the Job lives in the operator's
@@ -47,13 +46,6 @@ pub const LABEL_BACKUP_NAME: &str = "valkey.gomomento.com/backup-name";
 /// `app.kubernetes.io/component` of backup Jobs and their pods; the members' NetworkPolicy
 /// lets pods with it in the operator's namespace reach the client port.
 pub const BACKUP_COMPONENT: &str = "backup";
-/// The image backup Jobs run, when set; the operator's own image otherwise.
-pub const ENV_BACKUP_IMAGE: &str = "BACKUP_JOB_IMAGE";
-/// A finished Job is kept this long for its logs.
-const JOB_TTL_SECONDS: i32 = 24 * 3600;
-/// A Job still copying after this long is stopped (Failed).
-const JOB_DEADLINE_SECONDS: i64 = 6 * 3600;
-const CA_MOUNT: &str = "/etc/valkey-backup/ca";
 
 /// Runs until shutdown (only while this replica leads).
 pub async fn run(ctx: Arc<Context>) {
@@ -156,20 +148,7 @@ async fn planned_sources(
     ctx: &Context,
     cluster: &ValkeyCluster,
 ) -> Result<Result<Vec<ShardSource>, String>, Error> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace);
-    let selector = names::selector_string(&names::member_selector(&cluster.name_any()));
-    let mut ips = BTreeMap::new();
-    for pod in pods.list(&ListParams::default().labels(&selector)).await? {
-        if let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
-            ips.insert(pod.name_any(), ip);
-        }
-    }
-    let nodes = cluster
-        .status
-        .as_ref()
-        .map(|s| s.nodes.clone())
-        .unwrap_or_default();
+    let (nodes, ips) = crate::controller::jobs::members_and_ips(ctx, cluster).await?;
     Ok(choose_sources(&nodes, &ips))
 }
 
@@ -311,7 +290,7 @@ async fn start_job(
 
 /// A TLS cluster's members as the Job verifies them: the CA bundle they serve (the operator's
 /// copy of their certificate) and the cluster's name. `Err`: what the backup waits for.
-async fn member_tls(
+pub(crate) async fn member_tls(
     ctx: &Context,
     cluster: &ValkeyCluster,
 ) -> Result<Result<Option<crate::backup::MemberTls>, String>, Error> {
@@ -344,63 +323,6 @@ fn shard_status(source: &ShardSource) -> BackupShardStatus {
         role: source.role.clone(),
         ..Default::default()
     }
-}
-
-/// What backup Jobs run: the exact image of the operator's own pod (`POD_NAME` in its
-/// namespace), by digest where the runtime reports one (a moving tag such as `dev` or `latest`
-/// could start another binary), with the pod's image pull Secrets; [`ENV_BACKUP_IMAGE`]
-/// overrides the image.
-async fn job_image(ctx: &Context) -> Result<JobImage, Error> {
-    let pod_name = std::env::var("POD_NAME").ok();
-    let pod = match &pod_name {
-        Some(name) => {
-            Api::<Pod>::namespaced(ctx.client.clone(), &ctx.operator_namespace)
-                .get_opt(name)
-                .await?
-        }
-        None => None,
-    };
-    let pull_secrets = pod
-        .as_ref()
-        .and_then(|p| p.spec.as_ref()?.image_pull_secrets.clone())
-        .unwrap_or_default();
-    if let Ok(image) = std::env::var(ENV_BACKUP_IMAGE) {
-        return Ok(JobImage {
-            image,
-            pull_secrets,
-        });
-    }
-    let by_digest = pod
-        .as_ref()
-        .and_then(|p| {
-            p.status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .first()
-                .cloned()
-        })
-        .map(|s| s.image_id)
-        .filter(|id| id.contains("@sha256:"));
-    let by_spec = pod
-        .as_ref()
-        .and_then(|p| p.spec.as_ref()?.containers.first()?.image.clone());
-    let image = by_digest.or(by_spec).ok_or_else(|| {
-        Error::Invalid(format!(
-            "cannot tell the operator's image for backup Jobs (pod {:?} in {} not found): set {ENV_BACKUP_IMAGE}",
-            pod_name, ctx.operator_namespace
-        ))
-    })?;
-    Ok(JobImage {
-        image,
-        pull_secrets,
-    })
-}
-
-/// The image backup Jobs run and the Secrets to pull it with.
-pub struct JobImage {
-    pub image: String,
-    pub pull_secrets: Vec<k8s_openapi::api::core::v1::LocalObjectReference>,
 }
 
 /// The Job copying `plan`: one pod, never restarted (a failure is the backup's outcome; the
@@ -454,32 +376,9 @@ pub fn build_job(
                 }),
                 spec: Some(PodSpec {
                     image_pull_secrets: Some(image.pull_secrets.clone()),
-                    ..restricted_pod(job_container(&image.image, env, mounts), volumes)
+                    ..restricted_pod(job_container("run", &image.image, env, mounts), volumes)
                 }),
             },
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn value_env(name: &str, value: String) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value),
-        ..Default::default()
-    }
-}
-
-fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.into(),
-                key: key.into(),
-                optional: Some(false),
-            }),
             ..Default::default()
         }),
         ..Default::default()
@@ -505,117 +404,16 @@ fn job_env(location: &ValkeyBackupLocation, plan: &JobPlan) -> Vec<EnvVar> {
     ]
 }
 
-/// The location's CA Secret, mounted read-only.
-fn ca_volume(secret: &str) -> (Vec<Volume>, Vec<VolumeMount>) {
-    let volume = Volume {
-        name: "ca".into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret.into()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let mount = VolumeMount {
-        name: "ca".into(),
-        mount_path: CA_MOUNT.into(),
-        read_only: Some(true),
-        ..Default::default()
-    };
-    (vec![volume], vec![mount])
-}
-
-fn job_container(image: &str, env: Vec<EnvVar>, mounts: Vec<VolumeMount>) -> Container {
-    let quantity = |q: &str| Quantity(q.into());
-    Container {
-        name: "backup".into(),
-        image: Some(image.into()),
-        image_pull_policy: Some("IfNotPresent".into()),
-        command: Some(vec![
-            "valkey-operator".into(),
-            "backup".into(),
-            "run".into(),
-        ]),
-        env: Some(env),
-        volume_mounts: Some(mounts),
-        // The copy holds two 8 MiB parts in flight and one read buffer.
-        resources: Some(ResourceRequirements {
-            requests: Some(BTreeMap::from([
-                ("cpu".into(), quantity("100m")),
-                ("memory".into(), quantity("64Mi")),
-            ])),
-            limits: Some(BTreeMap::from([("memory".into(), quantity("128Mi"))])),
-            ..Default::default()
-        }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// Restricted Pod Security: non-root, default seccomp, no service account token.
-fn restricted_pod(container: Container, volumes: Vec<Volume>) -> PodSpec {
-    PodSpec {
-        restart_policy: Some("Never".into()),
-        automount_service_account_token: Some(false),
-        enable_service_links: Some(false),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(65532),
-            run_as_group: Some(65532),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        containers: vec![container],
-        volumes: Some(volumes),
-        ..Default::default()
-    }
-}
-
 /// A running Job: nothing to do until it ends; then its outcome becomes the status.
 async fn follow_job(ctx: &Context, backup: &ValkeyBackup, job: &Job) -> Result<Action, Error> {
-    let job_status = job.status.clone().unwrap_or_default();
-    let ended = job_status.succeeded.unwrap_or(0) > 0 || job_status.failed.unwrap_or(0) > 0;
-    if !ended {
-        return Ok(Action::requeue(Duration::from_secs(30)));
-    }
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ctx.operator_namespace);
-    let selector = format!("batch.kubernetes.io/job-name={}", job.name_any());
-    let messages: Vec<(String, String)> = pods
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .into_iter()
-        .filter_map(|pod| termination(&pod))
-        .collect();
+    let Some(outcome) = job_outcome::<JobOutcome>(ctx, job).await? else {
+        return Ok(Action::requeue(crate::controller::jobs::RUNNING_JOB_LOOK));
+    };
     let status = backup.status.clone().unwrap_or_default();
-    let outcome = messages
-        .iter()
-        .find_map(|(message, _)| serde_json::from_str::<JobOutcome>(message).ok());
-    let outcome_kept = outcome.clone();
+    let outcome_kept = outcome.clone().ok();
     let finished = match outcome {
-        Some(outcome) => finished_status(status, outcome),
-        None => {
-            let why = messages
-                .first()
-                .map_or_else(|| job_end_reason(job), |(_, reason)| reason.clone());
-            failed_status(
-                status,
-                "job",
-                format!(
-                    "the backup Job {} ended without an outcome: {why}",
-                    job.name_any()
-                ),
-            )
-        }
+        Ok(outcome) => finished_status(status, outcome),
+        Err(why) => failed_status(status, "job", why),
     };
     write_status(ctx, backup, &finished).await?;
     if let Some(JobOutcome::Completed(summary)) = &outcome_kept {
@@ -637,28 +435,6 @@ async fn follow_job(ctx: &Context, backup: &ValkeyBackup, job: &Job) -> Result<A
     )
     .await;
     Ok(Action::await_change())
-}
-
-/// A pod's termination message and reason (`OOMKilled`, `Error`, ...), once it has ended.
-fn termination(pod: &Pod) -> Option<(String, String)> {
-    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-    let terminated = statuses
-        .iter()
-        .find_map(|s| s.state.as_ref()?.terminated.clone())?;
-    let reason = terminated
-        .reason
-        .clone()
-        .unwrap_or_else(|| format!("exit code {}", terminated.exit_code));
-    Some((terminated.message.unwrap_or_default(), reason))
-}
-
-fn job_end_reason(job: &Job) -> String {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Failed"))
-        .and_then(|c| c.message.clone().or_else(|| c.reason.clone()))
-        .unwrap_or_else(|| "its pod is gone".into())
 }
 
 /// The status once the Job's outcome is known.
@@ -914,6 +690,7 @@ mod tests {
                     name: "s3-keys".into(),
                 },
                 ca_secret: None,
+                cross_namespace_restores: Vec::new(),
             },
         );
         let plan = JobPlan {

@@ -5,6 +5,7 @@ pub mod backup;
 pub mod backup_schedule;
 pub mod cluster;
 pub mod image_protection;
+pub mod jobs;
 pub mod leader;
 pub mod metering;
 pub mod names;
@@ -12,6 +13,7 @@ pub mod node;
 pub mod owner;
 pub mod patch;
 pub mod permissions;
+pub mod restore;
 pub mod run;
 
 use std::collections::HashMap;

@@ -155,8 +155,8 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         groups: &["valkey.gomomento.com"],
         resources: &["valkeybackups"],
         names: &[],
-        verbs: &["list", "watch", "create", "delete"],
-        why: "the backup controller's watch of ValkeyBackups in every namespace (controller/backup.rs); a cluster's scheduled backups created as they come due, and those retention replaced deleted (controller/backup_schedule.rs)",
+        verbs: &["get", "list", "watch", "create", "delete"],
+        why: "the backup controller's watch of ValkeyBackups in every namespace (controller/backup.rs); a cluster's scheduled backups created as they come due, and those retention replaced deleted (controller/backup_schedule.rs); the backup a new cluster's spec.restoreFrom names, read by the restore controller and the webhook (controller/restore.rs)",
     },
     Permission {
         groups: &["valkey.gomomento.com"],
@@ -170,7 +170,7 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         resources: &["valkeybackuplocations"],
         names: &[],
         verbs: &["get"],
-        why: "the location a backup names: endpoint, bucket and the names of its Secrets, handed to the backup Job (controller/backup.rs)",
+        why: "the location a backup names: endpoint, bucket and the names of its Secrets, handed to the backup or restore Job (controller/backup.rs, controller/restore.rs)",
     },
     Permission {
         groups: &["", "events.k8s.io"],

@@ -72,6 +72,7 @@ pub async fn run(
     beside_the_controllers(&ctx, &metrics, clusters, (&nodes, &pods, &hosts));
 
     let backups_done = crate::controller::backup::run(ctx.clone());
+    let restores_done = crate::controller::restore::run(ctx.clone());
     let cluster_ctx = Arc::new(ClusterContext {
         ctx: ctx.clone(),
         nodes,
@@ -88,7 +89,7 @@ pub async fn run(
     let nodes_done = node_controller
         .run(reconcile_node, node::error_policy, ctx)
         .for_each(|_| futures::future::ready(()));
-    tokio::join!(clusters_done, nodes_done, backups_done);
+    tokio::join!(clusters_done, nodes_done, backups_done, restores_done);
     Ok(())
 }
 
@@ -729,6 +730,7 @@ mod tests {
                 pod_annotations: BTreeMap::new(),
                 autoscaling: None,
                 backup: None,
+                restore_from: None,
             },
         );
         c.metadata.namespace = Some(namespace.into());

@@ -387,6 +387,7 @@ impl LocalServers {
             operator_password: unique_token(),
             replication_password: unique_token(),
             backup_password: unique_token(),
+            restore_password: unique_token(),
         });
         set.launch(count).await
     }

@@ -346,6 +346,7 @@ mod tests {
                 pod_annotations: Default::default(),
                 autoscaling: None,
                 backup: None,
+                restore_from: None,
             },
         );
         c.metadata.namespace = Some(ns.into());

@@ -154,6 +154,7 @@ pub fn cluster_report(
             operator: UNKNOWN_HASH.into(),
             replication: UNKNOWN_HASH.into(),
             backup: Some(UNKNOWN_HASH.into()),
+            restore: Some(UNKNOWN_HASH.into()),
         }
     });
     let acl_file = render_acl_file_hashed(bindings, roles, &hashes);
@@ -365,6 +366,7 @@ mod tests {
                 pod_annotations: BTreeMap::new(),
                 autoscaling: None,
                 backup: None,
+                restore_from: None,
             },
         );
         c.metadata.namespace = Some("my-app".into());
@@ -451,6 +453,7 @@ mod tests {
             operator_password: "op-secret".into(),
             replication_password: "repl-secret".into(),
             backup_password: "backup-secret".into(),
+            restore_password: "restore-secret".into(),
         };
         let acl_file = render_acl_file(bindings, roles, &credentials);
 

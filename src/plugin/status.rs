@@ -399,6 +399,7 @@ mod tests {
                 pod_annotations: Default::default(),
                 autoscaling: None,
                 backup: None,
+                restore_from: None,
             },
         );
         cluster.metadata.namespace = Some("ns".into());
@@ -496,6 +497,7 @@ mod autoscaling_tests {
                 pod_annotations: Default::default(),
                 autoscaling: None,
                 backup: None,
+                restore_from: None,
             },
         );
         assert_eq!(autoscaling_line(&cluster), None);

@@ -18,7 +18,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::api::constants::{BACKUP_ACL_USERNAME, OPERATOR_ACL_USERNAME, REPLICATION_ACL_USERNAME};
+use crate::api::constants::{
+    BACKUP_ACL_USERNAME, OPERATOR_ACL_USERNAME, REPLICATION_ACL_USERNAME, RESTORE_ACL_USERNAME,
+};
 use crate::api::{AclBinding, KeyAccess, RuleAccess, ValkeyRoleSpec};
 
 use super::conf::sha256_hex;
@@ -102,6 +104,10 @@ pub const REPLICATION_DENIED: &[&str] = &[
 /// nothing, read no single key, and see no setting.
 pub const BACKUP_COMMANDS: &[&str] = &["auth", "ping", "replconf", "sync"];
 
+/// The restore user (restore Jobs): replays a backup's keys and function libraries into a
+/// new cluster's primaries. It writes any key, reads none (`RESTORE` returns no value).
+pub const RESTORE_COMMANDS: &[&str] = &["auth", "ping", "restore", "function|load"];
+
 /// Denied at the end of every selector of every bound user, whatever its role grants: `CONFIG
 /// GET` returns `masterauth`, the replication user's password, and `CONFIG SET` changes what
 /// the operator manages. Roles cannot grant it (the role webhook refuses an explicit
@@ -117,6 +123,8 @@ pub struct OperatorCredentials {
     /// Backup Jobs' password; clusters created before backups existed get one on their next
     /// reconcile (no member knows it yet, so it can be added at any time).
     pub backup_password: String,
+    /// Restore Jobs' password (added as the backup user's was).
+    pub restore_password: String,
 }
 
 /// Prefix of the revision marker user (reserved: bindings may not start a name with `_`).
@@ -165,6 +173,8 @@ pub struct OperatorUserHashes {
     pub replication: String,
     /// None in files rendered before backups existed.
     pub backup: Option<String>,
+    /// None in files rendered before restores existed.
+    pub restore: Option<String>,
 }
 
 impl OperatorCredentials {
@@ -173,6 +183,7 @@ impl OperatorCredentials {
             operator: sha256_hex(&self.operator_password),
             replication: sha256_hex(&self.replication_password),
             backup: Some(sha256_hex(&self.backup_password)),
+            restore: Some(sha256_hex(&self.restore_password)),
         }
     }
 }
@@ -192,6 +203,7 @@ pub fn operator_user_hashes(file: &str) -> Option<OperatorUserHashes> {
         operator: hash_of(OPERATOR_ACL_USERNAME)?,
         replication: hash_of(REPLICATION_ACL_USERNAME)?,
         backup: hash_of(BACKUP_ACL_USERNAME),
+        restore: hash_of(RESTORE_ACL_USERNAME),
     })
 }
 
@@ -236,6 +248,13 @@ fn render_acl_body(
             out,
             "user {BACKUP_ACL_USERNAME} on #{backup} resetkeys resetchannels -@all {}",
             rules(BACKUP_COMMANDS, &[])
+        );
+    }
+    if let Some(restore) = &operator_users.restore {
+        let _ = writeln!(
+            out,
+            "user {RESTORE_ACL_USERNAME} on #{restore} resetchannels ~* -@all {}",
+            rules(RESTORE_COMMANDS, &[])
         );
     }
     if !bindings.iter().any(|b| b.username == "default") {
@@ -373,6 +392,7 @@ mod tests {
             operator_password: "op".into(),
             replication_password: "rep".into(),
             backup_password: "bak".into(),
+            restore_password: "res".into(),
         }
     }
 
@@ -626,8 +646,8 @@ mod tests {
         }
         assert_eq!(
             file.lines().count(),
-            6,
-            "marker, three operator users, default, app:\n{file}"
+            7,
+            "marker, four operator users, default, app:\n{file}"
         );
     }
 
@@ -648,6 +668,7 @@ mod tests {
                 "_valkey-operator",
                 "_valkey-replication",
                 "_valkey-backup",
+                "_valkey-restore",
                 "default",
                 "zeta",
                 "alpha"

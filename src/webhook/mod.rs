@@ -192,15 +192,30 @@ async fn validate_cluster(State(state): State<Arc<WebhookState>>, body: Bytes) -
     match parse_review::<ValkeyCluster>(&body) {
         Ok(req) => {
             let menu = state.menu.snapshot().await;
-            respond(
-                &state.metrics,
-                "ValkeyCluster",
-                started,
-                admission::cluster::validate(&req, &menu),
-            )
+            let mut response = admission::cluster::validate(&req, &menu);
+            if let Some((namespace, name)) = restore_named(&req) {
+                let source = state.menu.restore_source(&namespace, &name).await;
+                response = admission::cluster::restore_response(&req, response, &source);
+            }
+            respond(&state.metrics, "ValkeyCluster", started, response)
         }
         Err(r) => r,
     }
+}
+
+/// The backup a created cluster's `spec.restoreFrom` names.
+fn restore_named(req: &AdmissionRequest<ValkeyCluster>) -> Option<(String, String)> {
+    if req.operation != kube::core::admission::Operation::Create {
+        return None;
+    }
+    let cluster = req.object.as_ref()?;
+    let from = cluster.spec.restore_from.as_ref()?;
+    let mut cluster = cluster.clone();
+    // A created object may have no namespace yet in the review's object: the request's.
+    if cluster.metadata.namespace.is_none() {
+        cluster.metadata.namespace = req.namespace.clone();
+    }
+    Some(crate::backup::restore::source_of(&cluster, from))
 }
 
 #[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeyconfig"))]

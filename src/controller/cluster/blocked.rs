@@ -47,6 +47,70 @@ pub async fn certificate_or_blocked(
     })
 }
 
+/// Condition type of a cluster created with `spec.restoreFrom` whose backup cannot be restored.
+pub const RESTORE_SOURCE_READY: &str = "RestoreSourceReady";
+
+/// A cluster created with `spec.restoreFrom` starts no member while its backup cannot be
+/// restored (missing, not Completed, another shard count, another namespace's without the
+/// platform team's leave): it is Blocked with the reason, and nothing runs. Once members
+/// exist (or the restore started) this no longer holds anything back.
+pub async fn restore_source_or_blocked(
+    cctx: &ClusterContext,
+    cluster: &ValkeyCluster,
+) -> Result<std::ops::ControlFlow<Action, ()>, Error> {
+    use crate::api::backup::{ValkeyBackup, ValkeyBackupLocation};
+    let Some(from) = &cluster.spec.restore_from else {
+        return Ok(std::ops::ControlFlow::Continue(()));
+    };
+    let namespace = cluster.namespace().unwrap_or_default();
+    let started = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.restore.as_ref())
+        .is_some_and(|r| r.attempts.is_some());
+    if started || !cluster_nodes(&cctx.nodes, &namespace, &cluster.name_any()).is_empty() {
+        return Ok(std::ops::ControlFlow::Continue(()));
+    }
+    let client = cctx.ctx.client.clone();
+    let (backup_namespace, backup_name) = crate::backup::restore::source_of(cluster, from);
+    let backup = Api::<ValkeyBackup>::namespaced(client.clone(), &backup_namespace)
+        .get_opt(&backup_name)
+        .await?;
+    let location = match &backup {
+        Some(b) => {
+            Api::<ValkeyBackupLocation>::all(client)
+                .get_opt(&b.spec.location)
+                .await?
+        }
+        None => None,
+    };
+    let problem = crate::backup::restore::source_problem(
+        &namespace,
+        cluster.spec.shards,
+        (&backup_namespace, &backup_name),
+        backup.as_ref(),
+        location.as_ref(),
+    );
+    let Some(problem) = problem else {
+        return Ok(std::ops::ControlFlow::Continue(()));
+    };
+    let message = format!("spec.restoreFrom: {problem}. No member starts until it can be restored");
+    let cause = status::Blocker {
+        condition: RESTORE_SOURCE_READY,
+        reason: "BackupNotRestorable",
+        message: &message,
+    };
+    status::publish(
+        &cctx.ctx,
+        cluster,
+        status::blocked(cluster, cause, &cctx.nodes),
+    )
+    .await?;
+    Ok(std::ops::ControlFlow::Break(Action::requeue(
+        Duration::from_secs(30),
+    )))
+}
+
 /// Publishes the Blocked status `cause` describes and, for a formed cluster, carries on with
 /// failure handling on the members' own spec; the requeue to return.
 pub async fn keep_handling_failures(

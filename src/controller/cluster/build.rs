@@ -35,6 +35,7 @@ pub const CREDENTIALS_UID_LABEL: &str = "valkey.gomomento.com/cluster-uid";
 pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
 pub const BACKUP_PASSWORD_KEY: &str = "backup-password";
+pub const RESTORE_PASSWORD_KEY: &str = "restore-password";
 
 fn meta(cluster: &ValkeyCluster, name: String, component: &str) -> Result<ObjectMeta, BuildError> {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
@@ -354,6 +355,10 @@ pub fn credentials_secret(
                     BACKUP_PASSWORD_KEY.to_string(),
                     credentials.backup_password.clone(),
                 ),
+                (
+                    RESTORE_PASSWORD_KEY.to_string(),
+                    credentials.restore_password.clone(),
+                ),
             ]
             .into(),
         ),
@@ -437,6 +442,7 @@ mod tests {
                 pod_annotations: BTreeMap::new(),
                 autoscaling: None,
                 backup: None,
+                restore_from: None,
             },
         );
         c.metadata.namespace = Some("my-app".into());
@@ -670,6 +676,7 @@ mod tests {
             operator_password: "o".into(),
             replication_password: "r".into(),
             backup_password: "b".into(),
+            restore_password: "r".into(),
         };
         let s = acl_secret(&cluster(), "user x on\n", &creds).unwrap();
         let data = s.string_data.unwrap();
@@ -691,6 +698,7 @@ mod tests {
             operator_password: "o".into(),
             replication_password: "r".into(),
             backup_password: "b".into(),
+            restore_password: "r".into(),
         };
         let spec = desired_node_spec(&c, &resolved("9.0.0"), ZoneSpread::BestEffort);
         assert!(node(&c, "my-cluster-0-0", 0, &spec).is_err());

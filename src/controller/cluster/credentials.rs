@@ -36,11 +36,13 @@ pub async fn ensure_operator_secret(
     let restored = match claim {
         Some(SecretClaim::Ours) => {
             let secret = found.as_ref().expect("found");
-            if has_key(secret, build::BACKUP_PASSWORD_KEY) {
+            if has_key(secret, build::BACKUP_PASSWORD_KEY)
+                && has_key(secret, build::RESTORE_PASSWORD_KEY)
+            {
                 return read_credentials(secret, &ctx.operator_namespace, &secret_name);
             }
-            // Created before backups: the two passwords the members hold stay, the backup
-            // user's is generated and written beside them below.
+            // Created before backups or restores: the passwords the members hold stay, the
+            // backup and restore users' are generated and written beside them below.
             found.as_ref()
         }
         Some(SecretClaim::Restored) => found.as_ref(),
@@ -72,6 +74,7 @@ pub async fn ensure_operator_secret(
             operator_password: random_password(),
             replication_password: random_password(),
             backup_password: random_password(),
+            restore_password: random_password(),
         },
     };
     let secret = build::credentials_secret(cluster, &ctx.operator_namespace, &credentials);
@@ -207,6 +210,7 @@ fn read_credentials(
         replication_password: read(build::REPLICATION_PASSWORD_KEY)?,
         // Missing in Secrets written before backups (and in legacy copies): a new one.
         backup_password: read(build::BACKUP_PASSWORD_KEY).unwrap_or_else(|_| random_password()),
+        restore_password: read(build::RESTORE_PASSWORD_KEY).unwrap_or_else(|_| random_password()),
     })
 }
 

@@ -98,8 +98,8 @@ pub async fn reconcile(
     // Deleted, menu still listing, leadership lost or paused: the pipeline does not run.
     or_stop!(gate::may_proceed(ctx, &cluster).await?);
 
-    // Dereference and resolve. A broken reference blocks the cluster and touches nothing
-    // that runs.
+    // Dereference and resolve (spec.restoreFrom's backup too). A broken reference blocks the
+    // cluster and touches nothing that runs.
     let resolved = or_stop!(resolve::or_block(&cctx, &cluster).await?);
 
     // TLS clusters: the certificate Secret is validated and copied for the members; a missing

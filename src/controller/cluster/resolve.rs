@@ -61,7 +61,14 @@ pub async fn or_block(
     let members = cluster_nodes(&cctx.nodes, &namespace, &cluster.name_any());
     let running = members.iter().map(|n| n.spec.version.as_str());
     match resolve(cluster, &ctx.menu, running) {
-        Ok(resolved) => Ok(ControlFlow::Continue(resolved)),
+        // The backup a new cluster's `spec.restoreFrom` names is a reference too: no member
+        // starts while it cannot be restored.
+        Ok(resolved) => Ok(
+            match super::blocked::restore_source_or_blocked(cctx, cluster).await? {
+                ControlFlow::Continue(()) => ControlFlow::Continue(resolved),
+                ControlFlow::Break(requeue) => ControlFlow::Break(requeue),
+            },
+        ),
         Err(err) => {
             info!(cluster = %object_key(cluster), reason = err.reason(), "blocked: {err}");
             let cause = status::Blocker {
@@ -99,6 +106,7 @@ mod tests {
                 pod_annotations: BTreeMap::new(),
                 autoscaling: None,
                 backup: None,
+                restore_from: None,
             },
         )
     }

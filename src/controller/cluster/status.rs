@@ -77,6 +77,8 @@ pub fn blocked(
         autoscaling: last.autoscaling.clone(),
         persistence: last.persistence.clone(),
         certificate_not_after: last.certificate_not_after.clone(),
+        // Owned by the restore controller's field manager.
+        restore: None,
         endpoint: last.endpoint,
         tls: Some(cluster.spec.tls.is_some()),
         ready: last.ready,
@@ -291,7 +293,7 @@ pub fn from_plan(
     let certificate_not_after = tls
         .and_then(|t| t.expiry.as_ref())
         .map(|e| rfc3339(e.not_after));
-    let state = cluster_state(&plan.phase);
+    let (state, message) = restore_gate(cluster, cluster_state(&plan.phase), &plan.message);
     let figures = crate::plan::figures(topology);
     ValkeyClusterStatus {
         // Set by the autoscaling step (`autoscale::step`), after the plan.
@@ -299,18 +301,27 @@ pub fn from_plan(
         // Set by the volumes step (`volumes::into_status`), which knows the desired spec.
         persistence: None,
         certificate_not_after,
+        // Owned by the restore controller's field manager.
+        restore: None,
         state: Some(state),
-        message: Some(plan.message.clone()),
+        message: Some(message.clone()),
         observed_generation: generation,
-        conditions: plan_conditions(plan, state, topology, acl, generation, &previous)
-            .into_iter()
-            .chain([
-                start_condition(observed, generation, &previous),
-                steps_condition(streak, generation, &previous),
-            ])
-            .chain(tls_conditions.into_iter().flatten())
-            .chain(data_lost_condition(plan, generation, &previous))
-            .collect(),
+        conditions: plan_conditions(
+            plan,
+            (state, &message),
+            topology,
+            acl,
+            generation,
+            &previous,
+        )
+        .into_iter()
+        .chain([
+            start_condition(observed, generation, &previous),
+            steps_condition(streak, generation, &previous),
+        ])
+        .chain(tls_conditions.into_iter().flatten())
+        .chain(data_lost_condition(plan, generation, &previous))
+        .collect(),
         endpoint: Some(endpoint(cluster)),
         tls: Some(cluster.spec.tls.is_some()),
         ready: Some(format!("{}/{}", figures.ready, figures.desired)),
@@ -333,16 +344,56 @@ fn cluster_state(phase: &Phase) -> ClusterState {
     }
 }
 
+/// A cluster created with `spec.restoreFrom` is not Active before its keys are in: Restoring
+/// (Failed once the restore gave up), with the restore's own message.
+pub fn restore_gate(
+    cluster: &ValkeyCluster,
+    state: ClusterState,
+    message: &str,
+) -> (ClusterState, String) {
+    let Some(from) = &cluster.spec.restore_from else {
+        return (state, message.to_string());
+    };
+    let restore = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.restore.clone())
+        .unwrap_or_default();
+    if restore.completed() || state != ClusterState::Active {
+        return (state, message.to_string());
+    }
+    let source = format!(
+        "{}/{}",
+        from.namespace
+            .clone()
+            .unwrap_or_else(|| cluster.namespace().unwrap_or_default()),
+        from.backup
+    );
+    let said = restore
+        .message
+        .unwrap_or_else(|| "the restore Job starts".to_string());
+    if crate::controller::restore::gave_up(cluster) {
+        return (
+            ClusterState::Failed,
+            format!("restoring ValkeyBackup {source} failed: {said}"),
+        );
+    }
+    (
+        ClusterState::Restoring,
+        format!("formed; restoring ValkeyBackup {source}: {said}"),
+    )
+}
+
 /// `ConfigResolved`, `Ready`, `Progressing`, `Degraded` and `AclApplied`, in that order.
 fn plan_conditions(
     plan: &Plan,
-    state: ClusterState,
+    (state, message): (ClusterState, &str),
     topology: &Topology,
     acl: &AclProgress,
     generation: Option<i64>,
     previous: &[Condition],
 ) -> [Condition; 5] {
-    let ready = plan.phase == Phase::Ready;
+    let ready = plan.phase == Phase::Ready && state == ClusterState::Active;
     let degraded = plan.phase == Phase::Degraded;
     let (degraded_reason, degraded_message) = if degraded {
         (
@@ -371,7 +422,7 @@ fn plan_conditions(
             "Ready",
             ready,
             &format!("{state:?}"),
-            &plan.message,
+            message,
             generation,
             previous,
         ),

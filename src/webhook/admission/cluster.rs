@@ -203,6 +203,67 @@ fn check_references(
     Ok(())
 }
 
+/// A new cluster's `spec.restoreFrom`, checked against the backup as the API server has it
+/// (`source`): refused when the backup is known and can never be restored into this cluster
+/// (another shard count, another namespace's without the location's leave). A backup that is
+/// missing or not Completed yet is only a warning: the cluster waits, Blocked, until it is.
+pub fn restore_response(
+    req: &AdmissionRequest<ValkeyCluster>,
+    response: AdmissionResponse,
+    source: &super::RestoreSource,
+) -> AdmissionResponse {
+    use crate::api::backup::BackupPhase;
+    let Some(cluster) = req.object.as_ref() else {
+        return response;
+    };
+    let Some(from) = cluster.spec.restore_from.as_ref() else {
+        return response;
+    };
+    if !response.allowed || req.operation != Operation::Create {
+        return response;
+    }
+    let mut warnings = response.warnings.clone().unwrap_or_default();
+    let (backup, location) = match source {
+        Ok(found) => found,
+        Err(e) => {
+            warnings.push(format!("spec.restoreFrom was not checked: {e}"));
+            return allow_with_warnings(req, warnings);
+        }
+    };
+    let own_namespace = cluster
+        .metadata
+        .namespace
+        .clone()
+        .or_else(|| req.namespace.clone())
+        .unwrap_or_default();
+    let namespace = from
+        .namespace
+        .clone()
+        .unwrap_or_else(|| own_namespace.clone());
+    let name = from.backup.clone();
+    let problem = crate::backup::restore::source_problem(
+        &own_namespace,
+        cluster.spec.shards,
+        (&namespace, &name),
+        backup.as_ref(),
+        location.as_ref(),
+    );
+    let Some(problem) = problem else {
+        return response;
+    };
+    let completed = backup
+        .as_ref()
+        .and_then(|b| b.status.as_ref())
+        .is_some_and(|s| s.phase == Some(BackupPhase::Completed));
+    if completed && location.is_some() {
+        return deny(req, format!("spec.restoreFrom: {problem}"), warnings);
+    }
+    warnings.push(format!(
+        "spec.restoreFrom: {problem}; the cluster stays Blocked, starting no member, until it can be restored"
+    ));
+    allow_with_warnings(req, warnings)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -525,5 +586,110 @@ mod tests {
             v["request"]["object"] = serde_json::Value::Null;
         });
         assert!(validate(&req, &Err(unreadable("down"))).allowed);
+    }
+
+    fn restoring(shards: i32, from_namespace: Option<&str>) -> AdmissionRequest<ValkeyCluster> {
+        request("valkeycluster-create.json", |v| {
+            let object = &mut v["request"]["object"];
+            object["spec"]["shards"] = serde_json::json!(shards);
+            object["spec"]["restoreFrom"] = match from_namespace {
+                Some(ns) => serde_json::json!({"backup": "nightly", "namespace": ns}),
+                None => serde_json::json!({"backup": "nightly"}),
+            };
+        })
+    }
+
+    fn found(
+        namespace: &str,
+        phase: crate::api::backup::BackupPhase,
+        shards: usize,
+        pairs: Vec<crate::api::backup::CrossNamespaceRestore>,
+    ) -> super::super::RestoreSource {
+        use crate::api::backup::*;
+        let mut backup = ValkeyBackup::new(
+            "nightly",
+            ValkeyBackupSpec {
+                cluster: "cache".into(),
+                location: "local".into(),
+            },
+        );
+        backup.metadata.namespace = Some(namespace.into());
+        backup.status = Some(ValkeyBackupStatus {
+            phase: Some(phase),
+            shards: vec![BackupShardStatus::default(); shards],
+            ..Default::default()
+        });
+        let location = ValkeyBackupLocation::new(
+            "local",
+            ValkeyBackupLocationSpec {
+                endpoint: "http://store:8333".into(),
+                bucket: "b".into(),
+                prefix: None,
+                region: None,
+                credentials_secret: SecretName { name: "k".into() },
+                ca_secret: None,
+                cross_namespace_restores: pairs,
+            },
+        );
+        Ok((Some(backup), Some(location)))
+    }
+
+    #[test]
+    fn a_restore_of_another_shard_count_is_refused_at_creation() {
+        use crate::api::backup::BackupPhase::Completed;
+        let req = restoring(2, None);
+        let ns = req.namespace.clone().unwrap_or_default();
+        let allowed = allow_with_warnings(&req, vec![]);
+        let response = restore_response(&req, allowed, &found(&ns, Completed, 3, vec![]));
+        assert!(!response.allowed);
+        assert!(
+            response.result.message.contains("holds 3 shard(s)"),
+            "{}",
+            response.result.message
+        );
+        let req = restoring(3, None);
+        let allowed = allow_with_warnings(&req, vec![]);
+        assert!(restore_response(&req, allowed, &found(&ns, Completed, 3, vec![])).allowed);
+    }
+
+    #[test]
+    fn another_tenants_backup_is_refused_unless_the_location_allows_it() {
+        use crate::api::backup::{BackupPhase::Completed, CrossNamespaceRestore};
+        let req = restoring(3, Some("team-a"));
+        let ns = req.namespace.clone().unwrap_or_default();
+        let allowed = allow_with_warnings(&req, vec![]);
+        let refused = restore_response(
+            &req,
+            allowed.clone(),
+            &found("team-a", Completed, 3, vec![]),
+        );
+        assert!(!refused.allowed);
+        assert!(refused.result.message.contains("crossNamespaceRestores"));
+        let pair = CrossNamespaceRestore {
+            from: "team-a".into(),
+            to: vec![ns],
+        };
+        let response = restore_response(&req, allowed, &found("team-a", Completed, 3, vec![pair]));
+        assert!(response.allowed, "{}", response.result.message);
+    }
+
+    #[test]
+    fn a_backup_not_completed_or_not_readable_is_only_a_warning() {
+        use crate::api::backup::BackupPhase::Running;
+        let req = restoring(3, None);
+        let ns = req.namespace.clone().unwrap_or_default();
+        let allowed = allow_with_warnings(&req, vec![]);
+        let response = restore_response(&req, allowed.clone(), &found(&ns, Running, 3, vec![]));
+        assert!(response.allowed);
+        let warnings = response.warnings.unwrap_or_default().join(" ");
+        assert!(
+            warnings.contains("Running") && warnings.contains("Blocked"),
+            "{warnings}"
+        );
+        let missing = restore_response(&req, allowed.clone(), &Ok((None, None)));
+        assert!(missing.allowed);
+        let unread = restore_response(&req, allowed, &Err(unreadable("down")));
+        assert!(unread.allowed);
+        assert!(unread.warnings.unwrap_or_default()[0].contains("not checked"));
     }
 }

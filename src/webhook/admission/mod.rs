@@ -116,6 +116,54 @@ pub trait MenuSource: Send + Sync {
     /// Every ValkeyCluster, as the API server has it now (a ValkeyConfig's bindings must not
     /// clash with those of the clusters using it).
     fn clusters(&self) -> BoxFuture<'_, Clusters>;
+    /// A ValkeyBackup and its location, as the API server has them now (a new cluster's
+    /// `spec.restoreFrom`); `(None, None)` where the source cannot read them.
+    fn restore_source<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _name: &'a str,
+    ) -> BoxFuture<'a, RestoreSource> {
+        Box::pin(async { Ok((None, None)) })
+    }
+}
+
+/// A ValkeyBackup and its ValkeyBackupLocation, as found.
+pub type RestoreSource = Result<
+    (
+        Option<crate::api::backup::ValkeyBackup>,
+        Option<crate::api::backup::ValkeyBackupLocation>,
+    ),
+    LookupError,
+>;
+
+impl ApiMenu {
+    /// Two GETs (restores are rare: no watch is kept for them).
+    fn get_restore_source<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, RestoreSource> {
+        use crate::api::backup::{ValkeyBackup, ValkeyBackupLocation};
+        Box::pin(async move {
+            let lookups = async {
+                let backup = Api::<ValkeyBackup>::namespaced(self.client.clone(), namespace)
+                    .get_opt(name)
+                    .await?;
+                let location = match &backup {
+                    Some(b) => {
+                        Api::<ValkeyBackupLocation>::all(self.client.clone())
+                            .get_opt(&b.spec.location)
+                            .await?
+                    }
+                    None => None,
+                };
+                Ok::<_, kube::Error>((backup, location))
+            };
+            Ok(tokio::time::timeout(self.timeout, lookups)
+                .await
+                .map_err(|_| LookupError::Timeout(self.timeout))??)
+        })
+    }
 }
 
 /// The menu from the API server: three cluster-scoped lists, bounded in time.
@@ -138,6 +186,14 @@ impl MenuSource for ApiMenu {
                 .map_err(|_| LookupError::Timeout(self.timeout))??;
             Ok(MenuMap::from_objects(configs, images, roles))
         })
+    }
+
+    fn restore_source<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, RestoreSource> {
+        self.get_restore_source(namespace, name)
     }
 
     fn clusters(&self) -> BoxFuture<'_, Clusters> {
@@ -222,6 +278,14 @@ impl WatchedMenu {
 /// by the controller (the clusters on it are Blocked, `ConfigResolved=False`), so no review
 /// costs a LIST.
 impl MenuSource for WatchedMenu {
+    fn restore_source<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, RestoreSource> {
+        self.fallback.get_restore_source(namespace, name)
+    }
+
     fn clusters(&self) -> BoxFuture<'_, Clusters> {
         if !self.ready.load(std::sync::atomic::Ordering::Acquire) {
             return self.fallback.clusters();
