@@ -63,10 +63,12 @@ P
   --dir "$D/restored" --daemonize yes --logfile "$D/restored.log"
 for _ in $(seq 30); do cli2 ping >/dev/null 2>&1 && break; sleep 1; done
 cli2 cluster addslotsrange 0 16383 >/dev/null
+until cli2 cluster info | grep -q '^cluster_state:ok'; do sleep 0.2; done
 cli2 acl setuser _valkey-restore on '>rpw' resetchannels '~*' -@all +auth +ping +restore '+function|load' >/dev/null
 export VALKEY_USERNAME=_valkey-restore VALKEY_PASSWORD=rpw BACKUP_OUTCOME_FILE="$D/restored.json"
 export RESTORE_PLAN='{"location":{"endpoint":"http://127.0.0.1:8333","bucket":"valkey-backups","region":"us-east-1"},"path":"bench/job","backup":"n/b","cluster":{"namespace":"n","name":"r","uid":"u"},"targets":[{"member":"m","address":"127.0.0.1:7501","slots":["0-16383"]}]}'
-/usr/bin/time -v "$BINARY" backup restore 2> "$D/rtime.txt" > /dev/null
+/usr/bin/time -v "$BINARY" backup restore 2> "$D/rtime.txt" > /dev/null \
+  || { echo "restore failed:"; grep -v '^\s' "$D/rtime.txt" | head -5; exit 1; }
 restored_keys=$(cli2 dbsize)
 # Raw: GET the snapshot to a file, then a server loads it from disk (until it answers PING
 # with the keys in).
