@@ -223,7 +223,7 @@ pub const OPERATOR_NAMESPACE_PERMISSIONS: &[Permission] = &[
         groups: &["batch"],
         resources: &["jobs"],
         names: &[],
-        verbs: &["get", "list", "watch", "create"],
-        why: "backup Jobs: one per ValkeyBackup, created in the operator's namespace (never a tenant's: its object-store keys and the backup user's password would be readable there), watched until they end, then left to their TTL (controller/backup.rs)",
+        verbs: &["get", "list", "watch", "create", "delete"],
+        why: "backup and restore Jobs: one per ValkeyBackup or restore attempt, created in the operator's namespace (never a tenant's: its object-store keys and the Valkey user's password would be readable there), watched until they end, then left to their TTL; one whose pod cannot start (a Secret missing, an image not pulled) is deleted so it never runs late (controller/jobs.rs)",
     },
 ];
