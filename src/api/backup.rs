@@ -299,9 +299,18 @@ pub struct RestoreStatus {
     pub shards: Vec<RestoreShardStatus>,
 }
 
+/// Restore Jobs tried before a restore gives up (the cluster is Failed then).
+pub const MAX_RESTORE_ATTEMPTS: i32 = 3;
+
 impl RestoreStatus {
     pub fn completed(&self) -> bool {
         self.phase == Some(RestorePhase::Completed)
+    }
+
+    /// The restore failed [`MAX_RESTORE_ATTEMPTS`] times: nothing more is tried.
+    pub fn gave_up(&self) -> bool {
+        self.phase == Some(RestorePhase::Failed)
+            && self.attempts.unwrap_or(0) >= MAX_RESTORE_ATTEMPTS
     }
 }
 

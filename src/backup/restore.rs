@@ -6,7 +6,8 @@
 //!
 //! The types here are the contract between the operator and the Job, and the checks every
 //! place that looks at a `restoreFrom` makes (admission, the cluster controller before any
-//! member starts, the restore controller): all pure.
+//! member starts, the restore controller): all pure, after the one lookup they all start from
+//! ([`find_source`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -123,6 +124,27 @@ impl RestoreOutcome {
         };
         serde_json::to_string(&shorter).unwrap_or_default()
     }
+}
+
+/// The ValkeyBackup `namespace/name` and the ValkeyBackupLocation it names, as the API server
+/// has them (`None` where missing).
+pub async fn find_source(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(Option<ValkeyBackup>, Option<ValkeyBackupLocation>), kube::Error> {
+    let backup = kube::Api::<ValkeyBackup>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await?;
+    let location = match &backup {
+        Some(b) => {
+            kube::Api::<ValkeyBackupLocation>::all(client.clone())
+                .get_opt(&b.spec.location)
+                .await?
+        }
+        None => None,
+    };
+    Ok((backup, location))
 }
 
 /// The backup a `restoreFrom` names: its namespace (the cluster's unless given) and name.

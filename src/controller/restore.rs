@@ -33,7 +33,7 @@ use crate::backup::job::{
     ENV_ACCESS_KEY, ENV_CA_FILE, ENV_SECRET_KEY, ENV_VALKEY_PASSWORD, ENV_VALKEY_USER,
 };
 use crate::backup::restore::{
-    RestoreOutcome, RestorePlan, RestoreTarget, source_of, source_problem,
+    RestoreOutcome, RestorePlan, RestoreTarget, find_source, source_of, source_problem,
 };
 use crate::backup::restore_job::ENV_RESTORE_PLAN;
 use crate::backup::{ClusterIdentity, StoreAddress};
@@ -50,8 +50,7 @@ use crate::controller::{Context, Error, names, object_key};
 /// members' NetworkPolicy lets those reach the client port).
 pub const LABEL_RESTORE_NAMESPACE: &str = "valkey.gomomento.com/restore-namespace";
 pub const LABEL_RESTORE_CLUSTER: &str = "valkey.gomomento.com/restore-cluster";
-/// Jobs tried before the restore gives up (the cluster is Failed then).
-pub const MAX_ATTEMPTS: i32 = 3;
+use crate::api::backup::MAX_RESTORE_ATTEMPTS as MAX_ATTEMPTS;
 /// The field manager of `status.restore` (the cluster controller owns the rest of the status).
 const RESTORE_MANAGER: &str = "valkey-operator-restore";
 
@@ -102,18 +101,12 @@ fn restore_status(cluster: &ValkeyCluster) -> RestoreStatus {
         .unwrap_or_default()
 }
 
-/// The restore failed [`MAX_ATTEMPTS`] times: nothing more is tried.
-pub fn gave_up(cluster: &ValkeyCluster) -> bool {
-    let restore = restore_status(cluster);
-    restore.phase == Some(RestorePhase::Failed) && restore.attempts.unwrap_or(0) >= MAX_ATTEMPTS
-}
-
 async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let Some(from) = cluster.spec.restore_from.clone() else {
         return Ok(Action::await_change());
     };
     let restore = restore_status(&cluster);
-    if restore.completed() || gave_up(&cluster) || cluster.metadata.deletion_timestamp.is_some() {
+    if restore.completed() || restore.gave_up() || cluster.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     ctx.confirm_leading().await?;
@@ -129,7 +122,7 @@ async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Act
         };
     }
     let (backup_namespace, backup_name) = source_of(&cluster, &from);
-    let (backup, location) = source(&ctx, &backup_namespace, &backup_name).await?;
+    let (backup, location) = find_source(&ctx.client, &backup_namespace, &backup_name).await?;
     let from_text = format!("{backup_namespace}/{backup_name}");
     let problem = source_problem(
         &cluster.namespace().unwrap_or_default(),
@@ -179,26 +172,6 @@ async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Act
         }
     };
     start_job(&ctx, &cluster, (&backup, &location), targets, restore).await
-}
-
-/// The ValkeyBackup and its location, as found.
-async fn source(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-) -> Result<(Option<ValkeyBackup>, Option<ValkeyBackupLocation>), Error> {
-    let backup = Api::<ValkeyBackup>::namespaced(ctx.client.clone(), namespace)
-        .get_opt(name)
-        .await?;
-    let location = match &backup {
-        Some(b) => {
-            Api::<ValkeyBackupLocation>::all(ctx.client.clone())
-                .get_opt(&b.spec.location)
-                .await?
-        }
-        None => None,
-    };
-    Ok((backup, location))
 }
 
 /// The Job of attempt `attempt` (1, 2, 3): the cluster's uid and the attempt.

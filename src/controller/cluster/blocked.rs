@@ -58,7 +58,6 @@ pub async fn restore_source_or_blocked(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
 ) -> Result<std::ops::ControlFlow<Action, ()>, Error> {
-    use crate::api::backup::{ValkeyBackup, ValkeyBackupLocation};
     let Some(from) = &cluster.spec.restore_from else {
         return Ok(std::ops::ControlFlow::Continue(()));
     };
@@ -71,19 +70,10 @@ pub async fn restore_source_or_blocked(
     if started || !cluster_nodes(&cctx.nodes, &namespace, &cluster.name_any()).is_empty() {
         return Ok(std::ops::ControlFlow::Continue(()));
     }
-    let client = cctx.ctx.client.clone();
     let (backup_namespace, backup_name) = crate::backup::restore::source_of(cluster, from);
-    let backup = Api::<ValkeyBackup>::namespaced(client.clone(), &backup_namespace)
-        .get_opt(&backup_name)
-        .await?;
-    let location = match &backup {
-        Some(b) => {
-            Api::<ValkeyBackupLocation>::all(client)
-                .get_opt(&b.spec.location)
-                .await?
-        }
-        None => None,
-    };
+    let (backup, location) =
+        crate::backup::restore::find_source(&cctx.ctx.client, &backup_namespace, &backup_name)
+            .await?;
     let problem = crate::backup::restore::source_problem(
         &namespace,
         cluster.spec.shards,

@@ -362,17 +362,13 @@ pub fn restore_gate(
     if restore.completed() || state != ClusterState::Active {
         return (state, message.to_string());
     }
-    let source = format!(
-        "{}/{}",
-        from.namespace
-            .clone()
-            .unwrap_or_else(|| cluster.namespace().unwrap_or_default()),
-        from.backup
-    );
+    let (namespace, backup) = crate::backup::restore::source_of(cluster, from);
+    let source = format!("{namespace}/{backup}");
+    let gave_up = restore.gave_up();
     let said = restore
         .message
         .unwrap_or_else(|| "the restore Job starts".to_string());
-    if crate::controller::restore::gave_up(cluster) {
+    if gave_up {
         return (
             ClusterState::Failed,
             format!("restoring ValkeyBackup {source} failed: {said}"),

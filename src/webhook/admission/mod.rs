@@ -143,22 +143,8 @@ impl ApiMenu {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, RestoreSource> {
-        use crate::api::backup::{ValkeyBackup, ValkeyBackupLocation};
         Box::pin(async move {
-            let lookups = async {
-                let backup = Api::<ValkeyBackup>::namespaced(self.client.clone(), namespace)
-                    .get_opt(name)
-                    .await?;
-                let location = match &backup {
-                    Some(b) => {
-                        Api::<ValkeyBackupLocation>::all(self.client.clone())
-                            .get_opt(&b.spec.location)
-                            .await?
-                    }
-                    None => None,
-                };
-                Ok::<_, kube::Error>((backup, location))
-            };
+            let lookups = crate::backup::restore::find_source(&self.client, namespace, name);
             Ok(tokio::time::timeout(self.timeout, lookups)
                 .await
                 .map_err(|_| LookupError::Timeout(self.timeout))??)
