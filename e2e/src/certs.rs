@@ -41,6 +41,30 @@ pub fn valkey_certificate_yaml(ns: &str, cluster: &str, secret: &str, issuer: &s
     )
 }
 
+/// A CA Issuer `e2e-ca` in `ns` and, for each ValkeyCluster named, its certificate in Secret
+/// `<cluster>-tls` (docs/tls.md's objects); returns once all are Ready.
+pub async fn issue_for_clusters(
+    client: &Client,
+    ns: &str,
+    clusters: &[&str],
+) -> anyhow::Result<()> {
+    let mut objects = ca_issuer_yaml(ns, "e2e-ca");
+    for cluster in clusters {
+        objects.push_str("---\n");
+        objects.push_str(&valkey_certificate_yaml(
+            ns,
+            cluster,
+            &format!("{cluster}-tls"),
+            "e2e-ca",
+        ));
+    }
+    apply_yaml(client, &objects).await?;
+    for cluster in clusters {
+        wait_ready(client, ns, &format!("{cluster}-tls")).await?;
+    }
+    Ok(())
+}
+
 fn certificates(client: &Client, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("cert-manager.io", "v1", "Certificate");
     Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))

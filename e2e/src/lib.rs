@@ -13,6 +13,7 @@ pub mod dns;
 pub mod faults;
 pub mod floors;
 pub mod harness;
+pub mod outage;
 pub mod real_node;
 pub mod report;
 pub mod safety;

@@ -132,6 +132,22 @@ pub struct WriterReport {
     pub longest_write_per_primary: Vec<(String, Duration)>,
 }
 
+/// [`cluster_client`], tried for a minute: a TLS cluster's client Service can lag its Active
+/// by a moment (its endpoints; first tries were refused).
+pub async fn reachable_cluster_client(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<fred::clients::Client> {
+    crate::harness::wait_for(
+        &format!("a client connection to {ns}/{name}"),
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async { Ok(Some(cluster_client(client, ns, name).await?)) },
+    )
+    .await
+}
+
 /// A cluster client of ValkeyCluster `name` as the product team's app uses one (user `app`).
 /// Plaintext clusters: seeded with the serving members' IPs. TLS clusters: TLS only, seeded
 /// with the client Service's name, trusting the CA bundle of the cluster's Secret and verifying

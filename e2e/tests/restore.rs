@@ -22,7 +22,9 @@ use valkey_e2e::harness::{
     TestNamespace, apply_yaml, client, delete_cluster_scoped, random_suffix, wait_for,
 };
 use valkey_e2e::valkey::wait_state;
-use valkey_e2e::workload::{apply, cluster, cluster_client, config, image, preload_keys};
+use valkey_e2e::workload::{
+    apply, cluster, cluster_client, config, image, preload_keys, reachable_cluster_client,
+};
 use valkey_operator::api::backup::{BackupPhase, ValkeyBackup, ValkeyBackupLocation};
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
 
@@ -342,6 +344,7 @@ async fn restore_round_trip(
     )
     .await?;
     let took = started.elapsed();
+    let active_at = Instant::now();
     let seen_restoring = seen.load(std::sync::atomic::Ordering::Relaxed);
     let restore = active
         .status
@@ -385,6 +388,54 @@ async fn restore_round_trip(
         .into_iter()
         .any(|e| e.reason.as_deref() == Some("RestoreCompleted"));
     ensure!(completed, "a RestoreCompleted Event");
+    restore_user_retired(client, target, "shop", active_at).await
+}
+
+/// Once restored, the restore user leaves the cluster: its ACL file drops `_valkey-restore`
+/// and every member loads that file (`AclApplied` True naming its revision).
+async fn restore_user_retired(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    active_at: Instant,
+) -> anyhow::Result<()> {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    let secret = format!("{name}-acl");
+    let revision = wait_for(
+        "an ACL file without the restore user",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let data = secrets.get(&secret).await?.data.context("data")?;
+            let file = String::from_utf8(data["users.acl"].0.clone())?;
+            let revision = valkey_operator::resolve::acl::file_revision(&file).map(String::from);
+            Ok(revision.filter(|_| !file.contains("_valkey-restore")))
+        },
+    )
+    .await?;
+    let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("every member to load ACL revision {revision}"),
+        Duration::from_secs(150),
+        Duration::from_secs(1),
+        || async {
+            let c = clusters.get(name).await?;
+            let applied = c
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .any(|c| {
+                    c.type_ == "AclApplied" && c.status == "True" && c.message.contains(&revision)
+                });
+            Ok(applied.then_some(()))
+        },
+    )
+    .await?;
+    println!(
+        "the restore user left every member (ACL revision {revision}) within {:.1} s of Active",
+        active_at.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -401,14 +452,7 @@ async fn a_tls_cluster_restores_over_verified_tls() -> anyhow::Result<()> {
     );
     apply(&client, "image", image(&img, "9.1.2")).await?;
     apply(&client, "config", config(&cfg, &img)).await?;
-    let objects = format!(
-        "{}---\n{}---\n{}",
-        valkey_e2e::certs::ca_issuer_yaml(&ns.name, "e2e-ca"),
-        valkey_e2e::certs::valkey_certificate_yaml(&ns.name, "vault", "vault-tls", "e2e-ca"),
-        valkey_e2e::certs::valkey_certificate_yaml(&ns.name, "copy", "copy-tls", "e2e-ca")
-    );
-    valkey_e2e::certs::issue(&client, &ns.name, &objects, "vault-tls").await?;
-    valkey_e2e::certs::wait_ready(&client, &ns.name, "copy-tls").await?;
+    valkey_e2e::certs::issue_for_clusters(&client, &ns.name, &["vault", "copy"]).await?;
     let mut tls = cluster(&ns.name, "vault", &cfg, 1, 1);
     tls["spec"]["tls"] = json!({"secretRef": "vault-tls"});
     apply(&client, &ns.name, tls).await?;
@@ -420,13 +464,7 @@ async fn a_tls_cluster_restores_over_verified_tls() -> anyhow::Result<()> {
         Duration::from_secs(240),
     )
     .await?;
-    let valkey = wait_for(
-        "a TLS client connection",
-        Duration::from_secs(60),
-        Duration::from_secs(1),
-        || async { Ok(Some(cluster_client(&client, &ns.name, "vault").await?)) },
-    )
-    .await?;
+    let valkey = reachable_cluster_client(&client, &ns.name, "vault").await?;
     let keys = write_mixed(&valkey, 1000).await?;
     apply_yaml(
         &client,
@@ -450,13 +488,7 @@ async fn a_tls_cluster_restores_over_verified_tls() -> anyhow::Result<()> {
         Duration::from_secs(300),
     )
     .await?;
-    let valkey = wait_for(
-        "a TLS client connection",
-        Duration::from_secs(60),
-        Duration::from_secs(1),
-        || async { Ok(Some(cluster_client(&client, &ns.name, "copy").await?)) },
-    )
-    .await?;
+    let valkey = reachable_cluster_client(&client, &ns.name, "copy").await?;
     let after = dump_all(&valkey, &keys).await?;
     let _ = valkey.quit().await;
     let with_ttl = compare(&before, &after, dumped_at.elapsed().as_millis() as i64)?;

@@ -138,6 +138,13 @@ impl ValkeyCluster {
         let shards = recorded.unwrap_or(self.spec.shards).max(1) as usize;
         crate::plan::autoscale::initial_target(&policy, shards) as i32
     }
+
+    /// Created with `spec.restoreFrom` and the restore neither completed nor given up: restore
+    /// Jobs may still run (and log in to the members as the restore user).
+    pub fn restore_outstanding(&self) -> bool {
+        let restore = self.status.as_ref().and_then(|s| s.restore.as_ref());
+        self.spec.restore_from.is_some() && !restore.is_some_and(|r| r.completed() || r.gave_up())
+    }
 }
 
 /// TLS settings of a Valkey cluster.

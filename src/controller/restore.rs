@@ -106,7 +106,7 @@ async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     };
     let restore = restore_status(&cluster);
-    if restore.completed() || restore.gave_up() || cluster.metadata.deletion_timestamp.is_some() {
+    if !cluster.restore_outstanding() || cluster.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     ctx.confirm_leading().await?;

@@ -186,6 +186,16 @@ impl OperatorCredentials {
             restore: Some(sha256_hex(&self.restore_password)),
         }
     }
+
+    /// The hashes a cluster's ACL file carries: the restore user only while `restoring` (it
+    /// may write every key; outside a restore nothing needs it, so no member knows it).
+    pub fn hashes_of_users(&self, restoring: bool) -> OperatorUserHashes {
+        let hashes = self.hashes();
+        OperatorUserHashes {
+            restore: hashes.restore.filter(|_| restoring),
+            ..hashes
+        }
+    }
 }
 
 /// The password hashes of the operator's own users in a rendered ACL file, if it has both.
@@ -674,6 +684,25 @@ mod tests {
                 "alpha"
             ]
         );
+    }
+
+    #[test]
+    fn the_restore_user_is_in_the_file_only_while_a_restore_is_outstanding() {
+        let render =
+            |restoring| render_acl_file_hashed(&[], &roles(), &creds().hashes_of_users(restoring));
+        let (restoring, done) = (render(true), render(false));
+        assert!(
+            restoring.contains("user _valkey-restore on #"),
+            "{restoring}"
+        );
+        assert!(!done.contains("_valkey-restore"), "{done}");
+        assert_ne!(file_revision(&restoring), file_revision(&done));
+        // Read back from the file (as the plugin does), the hashes render the same file.
+        for file in [&restoring, &done] {
+            let hashes = operator_user_hashes(file).unwrap();
+            assert_eq!(&render_acl_file_hashed(&[], &roles(), &hashes), file);
+        }
+        assert_eq!(creds().hashes_of_users(true), creds().hashes());
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct MenuMap {
     pub configs: BTreeMap<String, ValkeyConfigSpec>,
     pub images: BTreeMap<String, ValkeyImageSpec>,
     pub roles: BTreeMap<String, ValkeyRoleSpec>,
+    /// Images being deleted (held by the image-in-use finalizer until no config names them).
+    pub terminating_images: std::collections::BTreeSet<String>,
 }
 
 impl MenuMap {
@@ -38,15 +40,29 @@ impl MenuMap {
         roles: impl IntoIterator<Item = crate::api::ValkeyRole>,
     ) -> MenuMap {
         use kube::ResourceExt as _;
+        let images: Vec<_> = images.into_iter().collect();
         MenuMap {
             configs: configs
                 .into_iter()
                 .map(|c| (c.name_any(), c.spec))
                 .collect(),
+            terminating_images: terminating(&images),
             images: images.into_iter().map(|i| (i.name_any(), i.spec)).collect(),
             roles: roles.into_iter().map(|r| (r.name_any(), r.spec)).collect(),
         }
     }
+}
+
+/// The names of the images being deleted.
+pub fn terminating<'a>(
+    images: impl IntoIterator<Item = &'a crate::api::ValkeyImage>,
+) -> std::collections::BTreeSet<String> {
+    use kube::ResourceExt as _;
+    images
+        .into_iter()
+        .filter(|i| i.metadata.deletion_timestamp.is_some())
+        .map(|i| i.name_any())
+        .collect()
 }
 
 impl Menu for MenuMap {

@@ -14,7 +14,7 @@ use tracing::warn;
 use super::{ClusterContext, Resolved, build, credentials, status};
 use crate::api::ValkeyCluster;
 use crate::controller::{CLUSTER_MANAGER, Context, Error, object_key};
-use crate::resolve::acl::{OperatorCredentials, render_acl_file};
+use crate::resolve::acl::{OperatorCredentials, render_acl_file_hashed};
 
 /// Applies the cluster-wide objects; returns the operator's credentials and the rendered ACL
 /// file. A name taken by an object that is not this cluster's publishes Blocked
@@ -62,7 +62,8 @@ async fn apply_cluster_objects(
     let namespace = cluster.namespace().unwrap_or_default();
     let credentials = credentials::ensure_operator_secret(ctx, cluster, formed).await?;
     let (bindings, roles) = &resolved.acl_file_inputs;
-    let acl_file = render_acl_file(bindings, roles, &credentials);
+    let users = credentials.hashes_of_users(cluster.restore_outstanding());
+    let acl_file = render_acl_file_hashed(bindings, roles, &users);
     apply(
         ctx,
         &namespace,

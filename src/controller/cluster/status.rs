@@ -1310,4 +1310,56 @@ mod steps_tests {
         ));
         assert!(!turned(&[], std::slice::from_ref(&ok)));
     }
+
+    fn restored_cluster(restore: serde_json::Value) -> ValkeyCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": "copy", "namespace": "team"},
+            "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 0,
+                     "restoreFrom": {"backup": "nightly"}},
+            "status": {"restore": restore},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_restored_cluster_is_restoring_until_its_keys_are_in_then_active_or_failed() {
+        let gate = |restore| {
+            let c = restored_cluster(restore);
+            let (state, message) = restore_gate(&c, ClusterState::Active, "formed");
+            (state, message, c.restore_outstanding())
+        };
+        let (state, message, outstanding) = gate(serde_json::json!({}));
+        assert_eq!(state, ClusterState::Restoring);
+        assert!(message.contains("team/nightly"), "{message}");
+        assert!(outstanding);
+        let (state, message, outstanding) =
+            gate(serde_json::json!({"phase": "Failed", "attempts": 1, "message": "bucket gone"}));
+        assert_eq!(state, ClusterState::Restoring, "another attempt follows");
+        assert!(message.contains("bucket gone"), "{message}");
+        assert!(outstanding);
+        let (state, message, outstanding) =
+            gate(serde_json::json!({"phase": "Failed", "attempts": 3,
+                                                        "message": "bucket gone"}));
+        assert_eq!(state, ClusterState::Failed);
+        assert!(message.contains("failed: bucket gone"), "{message}");
+        assert!(!outstanding, "given up: no more Jobs, no restore user");
+        let (state, message, outstanding) = gate(serde_json::json!({"phase": "Completed"}));
+        assert_eq!((state, message.as_str()), (ClusterState::Active, "formed"));
+        assert!(!outstanding);
+        // A cluster that is not formed yet keeps its own state; one without restoreFrom is
+        // never held.
+        let c = restored_cluster(serde_json::json!({}));
+        assert_eq!(
+            restore_gate(&c, ClusterState::Creating, "forming").0,
+            ClusterState::Creating
+        );
+        let mut plain = c.clone();
+        plain.spec.restore_from = None;
+        assert!(!plain.restore_outstanding());
+        assert_eq!(
+            restore_gate(&plain, ClusterState::Active, "formed").0,
+            ClusterState::Active
+        );
+    }
 }

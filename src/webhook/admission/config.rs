@@ -186,6 +186,7 @@ pub fn validate(
         return deny(req, problem, warnings);
     }
     warnings.extend(forced_setting_warnings(config));
+    warnings.extend(terminating_image_warning(req, menu, config));
     let after = menu_after_write(menu, &name, config, &mut warnings);
     let denial = check_chain(menu, &after, &name, config, &mut warnings)
         .or_else(|| check_memory_rules(&after, &name, &mut warnings))
@@ -211,6 +212,27 @@ fn forced_setting_warnings(config: &ValkeyConfig) -> Vec<String> {
             ),
         })
         .collect()
+}
+
+/// A config that starts naming an image being deleted: allowed (the image stays while any
+/// config names it), but the platform team meant to retire it, so say so.
+fn terminating_image_warning(
+    req: &AdmissionRequest<ValkeyConfig>,
+    menu: &MenuSnapshot,
+    config: &ValkeyConfig,
+) -> Option<String> {
+    let image = config.spec.image_ref.as_deref()?;
+    let before = req
+        .old_object
+        .as_ref()
+        .and_then(|o| o.spec.image_ref.as_deref());
+    let terminating = menu.as_ref().ok()?.terminating_images.contains(image);
+    (terminating && before != Some(image)).then(|| {
+        format!(
+            "ValkeyImage {image:?} is being deleted: it stays only while configs name it; \
+             name another image (kubectl get valkeyimages) unless you mean to keep it"
+        )
+    })
 }
 
 /// The menu as it will be once this write is stored (only this object when the menu could
@@ -492,6 +514,30 @@ mod tests {
         request::<ValkeyConfig>("valkeyconfig-create.json", |v| {
             edit(&mut v["request"]["object"]["spec"])
         })
+    }
+
+    #[test]
+    fn naming_an_image_being_deleted_is_warned_about_once() {
+        let mut retiring = menu();
+        retiring.terminating_images.insert("valkey-9-0".into());
+        let warned = |req: &AdmissionRequest<ValkeyConfig>, menu: &MenuMap| {
+            let resp = validate(req, &Ok(menu.clone()), &Ok(vec![]));
+            assert!(resp.allowed, "{}", resp.result.message);
+            resp.warnings
+                .unwrap_or_default()
+                .iter()
+                .any(|w| w.contains("ValkeyImage \"valkey-9-0\" is being deleted"))
+        };
+        let create = with_spec(|s| s["imageRef"] = "valkey-9-0".into());
+        assert!(warned(&create, &retiring));
+        assert!(!warned(&create, &menu()), "a live image");
+        // An update of a config that already named it says nothing new.
+        let update = request::<ValkeyConfig>("valkeyconfig-create.json", |v| {
+            v["request"]["operation"] = "UPDATE".into();
+            v["request"]["object"]["spec"]["imageRef"] = "valkey-9-0".into();
+            v["request"]["oldObject"] = v["request"]["object"].clone();
+        });
+        assert!(!warned(&update, &retiring));
     }
 
     #[test]

@@ -289,6 +289,7 @@ impl MenuSource for WatchedMenu {
         if !self.ready.load(std::sync::atomic::Ordering::Acquire) {
             return self.fallback.snapshot();
         }
+        let images = self.images.state();
         let menu = MenuMap {
             configs: self
                 .configs
@@ -296,12 +297,11 @@ impl MenuSource for WatchedMenu {
                 .iter()
                 .map(|c| (c.name_any(), c.spec.clone()))
                 .collect(),
-            images: self
-                .images
-                .state()
+            images: images
                 .iter()
                 .map(|i| (i.name_any(), i.spec.clone()))
                 .collect(),
+            terminating_images: crate::resolve::chain::terminating(images.iter().map(|i| &**i)),
             roles: self
                 .roles
                 .state()
