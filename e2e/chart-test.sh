@@ -60,8 +60,8 @@ no_ca_refused() {
 }
 check "no cert-manager and no caBundle: refused with what to set" no_ca_refused
 render --set webhook.certManager.enabled=false --set webhook.caBundle=Q0FDQQ== > "$tmp/plain.yaml"
-check "caBundle in 6 webhooks and 2 conversion webhooks, no cert-manager objects" \
-  bash -c "test \$(grep -c 'caBundle: Q0FDQQ==' '$tmp/plain.yaml') = 8 && ! grep -qE '^apiVersion: cert-manager.io|inject-ca-from:' '$tmp/plain.yaml'"
+check "caBundle in 7 webhooks and 2 conversion webhooks, no cert-manager objects" \
+  bash -c "test \$(grep -c 'caBundle: Q0FDQQ==' '$tmp/plain.yaml') = 9 && ! grep -qE '^apiVersion: cert-manager.io|inject-ca-from:' '$tmp/plain.yaml'"
 check "release namespace on every namespaced object and webhook service" \
   bash -c "! grep -n 'valkey-operator-system' '$tmp/plain.yaml' && test \$(grep -c 'namespace: ops' '$tmp/plain.yaml') -ge 14"
 

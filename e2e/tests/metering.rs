@@ -86,6 +86,31 @@ async fn annotate_release(api: &Api<ValkeyMeteringRecord>, name: &str) -> anyhow
     Ok(())
 }
 
+/// A cluster-admin (this suite's user) cannot rewrite a record's usage or spec: the admission
+/// webhook refuses, naming the release annotation instead; annotations stay open.
+async fn only_the_operator_writes_usage(
+    records: &Api<ValkeyMeteringRecord>,
+    name: &str,
+) -> anyhow::Result<()> {
+    let zeroed = Patch::Merge(json!({"status": {"totalGBHours": "0.000000"}}));
+    let refused = records
+        .patch_status(name, &PatchParams::default(), &zeroed)
+        .await;
+    let message = match refused {
+        Err(kube::Error::Api(e)) => e.message,
+        other => bail!("a status rewrite by an admin was not refused: {other:?}"),
+    };
+    println!("status rewrite refused: {message}");
+    ensure!(
+        message.contains("written by valkey-operator only") && message.contains(RELEASE_ANNOTATION),
+        "{message}"
+    );
+    let note =
+        Patch::Merge(json!({"metadata": {"annotations": {"billing.example.com/team": "shop"}}}));
+    records.patch(name, &PatchParams::default(), &note).await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_cluster_is_metered_until_its_record_is_released() -> anyhow::Result<()> {
     let client = client().await?;
@@ -126,6 +151,7 @@ async fn a_cluster_is_metered_until_its_record_is_released() -> anyhow::Result<(
     );
     ensure!(first.finalizers().iter().any(|f| f == RETAIN_FINALIZER));
     ensure!(first.spec.cluster.name == "metered" && first.spec.cluster.namespace == ns.name);
+    only_the_operator_writes_usage(&records, &first.name_any()).await?;
 
     wait_state(
         &client,

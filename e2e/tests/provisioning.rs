@@ -18,7 +18,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use valkey_e2e::harness::{
-    TestNamespace, apply_yaml, client, delete_cluster_scoped, random_suffix, wait_for,
+    TestNamespace, apply_yaml, client, delete_cluster_scoped, kubectl_input, kubectl_outcome,
+    random_suffix, wait_for,
 };
 use valkey_e2e::valkey::{kill_operator, member_pods, operator_driver, wait_state};
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
@@ -651,14 +652,40 @@ async fn an_image_in_use_survives_delete_until_no_config_names_it() -> anyhow::R
         },
     )
     .await?;
-    // Deleted while named: only marked.
-    images.delete(&img, &DeleteParams::default()).await?;
+    // Deleted while named: only marked, and kubectl says which configs keep it.
+    let deleted = kubectl_outcome(&["delete", "valkeyimage", &img, "--wait=false"])?;
+    println!("kubectl delete: {}{}", deleted.stdout, deleted.stderr);
+    assert!(deleted.ok, "{}", deleted.stderr);
+    assert!(
+        deleted.stderr.contains(&format!(
+            "is named by ValkeyConfig(s) {cfg} (spec.imageRef)"
+        )),
+        "a warning naming the config: {}",
+        deleted.stderr
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
     let kept = images.get(&img).await?;
     assert!(
         kept.metadata.deletion_timestamp.is_some(),
         "terminating, kept by {IMAGE_IN_USE_FINALIZER}"
     );
+    // A new config naming the terminating image is accepted with a warning.
+    let late = format!("{cfg}-late");
+    let applied = kubectl_input(
+        &["apply", "-f", "-"],
+        &json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyConfig",
+                "metadata": {"name": late}, "spec": {"imageRef": img}})
+        .to_string(),
+    )?;
+    assert!(applied.ok, "{}", applied.stderr);
+    assert!(
+        applied
+            .stderr
+            .contains(&format!("ValkeyImage \"{img}\" is being deleted")),
+        "a warning on the new config: {}",
+        applied.stderr
+    );
+    delete_cluster_scoped::<ValkeyConfig>(&client, &late).await?;
     // Unnamed: gone at once, no finalizer ever added.
     assert!(
         images.get(&spare).await?.finalizers().is_empty(),

@@ -80,6 +80,7 @@ pub fn router_with_limits(state: Arc<WebhookState>, limits: Arc<Limits>) -> Rout
         .route("/validate/valkeyconfig", post(validate_config))
         .route("/validate/valkeyrole", post(validate_role))
         .route("/validate/valkeyimage", post(validate_image))
+        .route(METERING_PATH, post(validate_metering_record))
         .route(crate::api::crd::CONVERSION_PATH, post(convert))
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
@@ -216,6 +217,23 @@ fn restore_named(req: &AdmissionRequest<ValkeyCluster>) -> Option<(String, Strin
         cluster.metadata.namespace = req.namespace.clone();
     }
     Some(crate::backup::restore::source_of(&cluster, from))
+}
+
+/// The metering records' route (the chart registers it for records and their status).
+pub const METERING_PATH: &str = "/validate/valkeymeteringrecord";
+
+#[tracing::instrument(name = "webhook", skip_all, fields(path = METERING_PATH))]
+async fn validate_metering_record(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    match parse_review::<crate::api::metering::ValkeyMeteringRecord>(&body) {
+        Ok(req) => respond(
+            &state.metrics,
+            "ValkeyMeteringRecord",
+            started,
+            admission::metering::validate(&req, &state.node_policy.operator),
+        ),
+        Err(r) => r,
+    }
 }
 
 #[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeyconfig"))]

@@ -9,6 +9,7 @@ pub mod config;
 pub mod dependants;
 pub mod downgrade;
 pub mod image;
+pub mod metering;
 pub mod node;
 pub mod role;
 pub mod settings;
