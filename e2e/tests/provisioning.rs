@@ -18,8 +18,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use valkey_e2e::harness::{
-    TestNamespace, apply_yaml, client, delete_cluster_scoped, kubectl_input, kubectl_outcome,
-    random_suffix, wait_for,
+    TestNamespace, apply_yaml, client, delete_cluster_scoped, kubectl_input, random_suffix,
+    wait_for,
 };
 use valkey_e2e::valkey::{kill_operator, member_pods, operator_driver, wait_state};
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
@@ -604,6 +604,27 @@ async fn delete_removes_everything_within_60_seconds() -> anyhow::Result<()> {
     .await
 }
 
+/// What kubectl warns of for `args` (with `input` on stdin) as a server-side dry run, once the
+/// warning contains `needle`: tried for a minute, as the webhook may be restarting.
+async fn warned(args: &[&str], input: &str, needle: &str) -> anyhow::Result<String> {
+    let mut args = args.to_vec();
+    args.push("--dry-run=server");
+    wait_for(
+        &format!("kubectl {} to warn {needle:?}", args.join(" ")),
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+        || {
+            let args = args.clone();
+            async move {
+                let said = kubectl_input(&args, input)?;
+                anyhow::ensure!(said.ok, "{}", said.stderr);
+                Ok(said.stderr.contains(needle).then_some(said.stderr))
+            }
+        },
+    )
+    .await
+}
+
 /// Momento v0.9: a ValkeyImage a ValkeyConfig names survives `kubectl delete` (terminating,
 /// kept by the image-in-use finalizer) until no config names it; an image no config names is
 /// deleted at once.
@@ -652,17 +673,18 @@ async fn an_image_in_use_survives_delete_until_no_config_names_it() -> anyhow::R
         },
     )
     .await?;
-    // Deleted while named: only marked, and kubectl says which configs keep it.
-    let deleted = kubectl_outcome(&["delete", "valkeyimage", &img, "--wait=false"])?;
-    println!("kubectl delete: {}{}", deleted.stdout, deleted.stderr);
-    assert!(deleted.ok, "{}", deleted.stderr);
-    assert!(
-        deleted.stderr.contains(&format!(
-            "is named by ValkeyConfig(s) {cfg} (spec.imageRef)"
-        )),
-        "a warning naming the config: {}",
-        deleted.stderr
-    );
+    // Deleted while named: kubectl says which configs keep it (asked as a server dry run
+    // until the webhook answers: suites running beside this one restart the operator), then
+    // only marked.
+    let delete = ["delete", "valkeyimage", img.as_str()];
+    let said = warned(
+        &delete,
+        "",
+        &format!("is named by ValkeyConfig(s) {cfg} (spec.imageRef)"),
+    )
+    .await?;
+    println!("kubectl delete --dry-run=server: {said}");
+    images.delete(&img, &DeleteParams::default()).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let kept = images.get(&img).await?;
     assert!(
@@ -671,20 +693,18 @@ async fn an_image_in_use_survives_delete_until_no_config_names_it() -> anyhow::R
     );
     // A new config naming the terminating image is accepted with a warning.
     let late = format!("{cfg}-late");
-    let applied = kubectl_input(
+    let manifest = json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyConfig",
+                          "metadata": {"name": late}, "spec": {"imageRef": img}})
+    .to_string();
+    let said = warned(
         &["apply", "-f", "-"],
-        &json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyConfig",
-                "metadata": {"name": late}, "spec": {"imageRef": img}})
-        .to_string(),
-    )?;
+        &manifest,
+        &format!("ValkeyImage \"{img}\" is being deleted"),
+    )
+    .await?;
+    println!("kubectl apply --dry-run=server: {said}");
+    let applied = kubectl_input(&["apply", "-f", "-"], &manifest)?;
     assert!(applied.ok, "{}", applied.stderr);
-    assert!(
-        applied
-            .stderr
-            .contains(&format!("ValkeyImage \"{img}\" is being deleted")),
-        "a warning on the new config: {}",
-        applied.stderr
-    );
     delete_cluster_scoped::<ValkeyConfig>(&client, &late).await?;
     // Unnamed: gone at once, no finalizer ever added.
     assert!(

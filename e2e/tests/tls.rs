@@ -406,6 +406,7 @@ async fn a_missing_tls_secret_is_waited_for_while_the_cluster_is_created() -> an
         "{conditions:?}"
     );
     certificate_expiry_is_watched(&client, ns, cluster, secret_name).await?;
+    a_lost_secret_is_invalid_until_it_is_back(&client, ns, cluster, secret_name).await?;
     // TLS stays for the cluster's life: removing it is refused, saying why.
     let out = kubectl_outcome(&[
         "-n",
@@ -426,6 +427,73 @@ async fn a_missing_tls_secret_is_waited_for_while_the_cluster_is_created() -> an
         out.stderr
     );
     menu.remove(&client).await?;
+    Ok(())
+}
+
+/// Momento v0.9: a cluster that has been Active and loses its TLS Secret is `Invalid` (not
+/// Blocked, never Failed): its members keep running untouched, and it is Active again, with
+/// the same `status.activeSince`, once the Secret is back, without any edit of the cluster.
+async fn a_lost_secret_is_invalid_until_it_is_back(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    secret: &str,
+) -> anyhow::Result<()> {
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
+    let since = |c: &ValkeyCluster| c.status.as_ref().and_then(|s| s.active_since.clone());
+    let before = api.get(cluster).await?;
+    let active_since = since(&before).context("status.activeSince on an Active cluster")?;
+    let pods = pod_identities(client, ns, cluster).await?;
+    // cert-manager would issue the Secret again at once: its Certificate goes first.
+    let out = kubectl_outcome(&["-n", ns, "delete", "certificate", secret])?;
+    assert!(out.ok, "{}", out.stderr);
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .delete(secret, &Default::default())
+        .await?;
+    let started = Instant::now();
+    let invalid = wait_state(
+        client,
+        ns,
+        cluster,
+        ClusterState::Invalid,
+        Duration::from_secs(120),
+    )
+    .await?;
+    let message = invalid
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    println!(
+        "Secret deleted: Invalid after {:.1} s: {message}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(message.contains(secret), "{message}");
+    assert_eq!(since(&invalid).as_deref(), Some(active_since.as_str()));
+    assert_eq!(
+        pod_identities(client, ns, cluster).await?,
+        pods,
+        "members keep running, unrestarted"
+    );
+    apply_yaml(client, &cert_manager_objects(ns, cluster, secret)).await?;
+    certs::wait_ready(client, ns, secret).await?;
+    let active = wait_state(
+        client,
+        ns,
+        cluster,
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    assert_eq!(
+        since(&active),
+        Some(active_since),
+        "activeSince is never reset"
+    );
+    assert_eq!(
+        active.metadata.generation, before.metadata.generation,
+        "not edited"
+    );
     Ok(())
 }
 

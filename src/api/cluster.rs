@@ -212,6 +212,12 @@ pub struct ValkeyClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_not_after: Option<String>,
 
+    /// When the cluster first became Active (RFC 3339); never cleared. A cluster that has been
+    /// Active is never "still being created": a TLS problem makes it `Invalid` (recoverable),
+    /// never `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_since: Option<String>,
+
     /// Clusters created with `spec.restoreFrom`: the backup, its progress, keys per shard.
     /// Written by the restore controller (its own field manager).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,8 +264,9 @@ pub enum ClusterState {
     Degraded,
     /// The cluster is being deleted.
     Deleting,
-    /// The spec cannot work as given (for example a TLS Secret that is not a usable
-    /// certificate); fix the referenced object or the spec.
+    /// Has been Active, and its TLS Secret is now missing, incomplete, unparseable, for other
+    /// names or expired: members keep serving on their copy and failures are still handled,
+    /// nothing else changes; Active again once the Secret is usable.
     Invalid,
     /// Formed, and loading `spec.restoreFrom`'s keys; Active once they are all in.
     Restoring,

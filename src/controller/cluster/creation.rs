@@ -21,12 +21,16 @@ use crate::driver::Version;
 use crate::settings::VersionFloor;
 use crate::webhook::admission::image::VERSION_FLOOR;
 
-/// The cluster has never been Active: no status yet, or `Creating`.
+/// The cluster has never been Active: no status yet, or `Creating` without
+/// `status.activeSince` (a formed cluster that lost every member forms again as `Creating`,
+/// yet is not being created).
 pub fn still_creating(cluster: &ValkeyCluster) -> bool {
-    matches!(
-        cluster.status.as_ref().and_then(|s| s.state),
-        None | Some(ClusterState::Creating)
-    )
+    let status = cluster.status.as_ref();
+    status.and_then(|s| s.active_since.as_ref()).is_none()
+        && matches!(
+            status.and_then(|s| s.state),
+            None | Some(ClusterState::Creating)
+        )
 }
 
 /// Why creation fails, naming the member, what it runs, the floor and what the image declares;

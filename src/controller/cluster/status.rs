@@ -73,7 +73,16 @@ pub fn blocked(
     let message = cause.message.to_string();
     let last = cluster.status.clone().unwrap_or_default();
     let expiry = carried_expiry_condition(cluster, &last, generation, &previous);
+    // Momento v0.9: a TLS problem of a cluster that has been Active is Invalid.
+    let state =
+        if cause.condition == super::tls::TLS_CERTIFICATE_VALID && last.active_since.is_some() {
+            ClusterState::Invalid
+        } else {
+            ClusterState::Blocked
+        };
+    let reason = format!("{state:?}");
     ValkeyClusterStatus {
+        active_since: last.active_since.clone(),
         autoscaling: last.autoscaling.clone(),
         persistence: last.persistence.clone(),
         certificate_not_after: last.certificate_not_after.clone(),
@@ -84,7 +93,7 @@ pub fn blocked(
         ready: last.ready,
         version: last.version,
         progress: last.progress,
-        state: Some(ClusterState::Blocked),
+        state: Some(state),
         message: Some(message.clone()),
         observed_generation: generation,
         // The members keep the ACL revision they loaded: carry that condition over.
@@ -97,8 +106,8 @@ pub fn blocked(
                 generation,
                 &previous,
             ),
-            condition("Ready", false, "Blocked", &message, generation, &previous),
-            condition(DEGRADED, true, "Blocked", &message, generation, &previous),
+            condition("Ready", false, &reason, &message, generation, &previous),
+            condition(DEGRADED, true, &reason, &message, generation, &previous),
         ]
         .into_iter()
         .chain(previous.iter().find(|c| c.type_ == ACL_APPLIED).cloned())
@@ -131,6 +140,7 @@ pub fn blocked(
 /// Why a cluster is blocked: the condition that turns False (`ConfigResolved` for a broken
 /// menu reference, `ObjectsOwned` for a name taken by someone else's object), its reason and
 /// the message for status.
+#[derive(Clone, Copy, Debug)]
 pub struct Blocker<'a> {
     pub condition: &'a str,
     pub reason: &'a str,
@@ -301,6 +311,7 @@ pub fn from_plan(
         // Set by the volumes step (`volumes::into_status`), which knows the desired spec.
         persistence: None,
         certificate_not_after,
+        active_since: active_since(cluster, state),
         // Owned by the restore controller's field manager.
         restore: None,
         state: Some(state),
@@ -332,6 +343,12 @@ pub fn from_plan(
             .map(|o| node_status(o, plan, observed))
             .collect(),
     }
+}
+
+/// `status.activeSince`: kept once set; set when the cluster is Active for the first time.
+fn active_since(cluster: &ValkeyCluster, state: ClusterState) -> Option<String> {
+    let kept = cluster.status.as_ref().and_then(|s| s.active_since.clone());
+    kept.or_else(|| (state == ClusterState::Active).then(|| rfc3339(crate::time::now_seconds())))
 }
 
 /// The cluster's state as status shows it, from the plan's phase.
@@ -1131,7 +1148,7 @@ mod tests {
         assert_eq!(endpoint(&c), "shop.my-app.svc:6379");
     }
 
-    fn tls_cluster(status: serde_json::Value) -> ValkeyCluster {
+    pub(super) fn tls_cluster(status: serde_json::Value) -> ValkeyCluster {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
             "metadata": {"name": "shop", "namespace": "team", "generation": 2},
@@ -1361,5 +1378,72 @@ mod steps_tests {
             restore_gate(&plain, ClusterState::Active, "formed").0,
             ClusterState::Active
         );
+    }
+
+    #[test]
+    fn a_tls_problem_is_invalid_once_the_cluster_has_been_active_and_blocked_before() {
+        let nodes = kube::runtime::reflector::store::Writer::<ValkeyNode>::default().as_reader();
+        let tls = Blocker {
+            condition: super::super::tls::TLS_CERTIFICATE_VALID,
+            reason: "SecretMissing",
+            message: "Secret team/shop-cert does not exist",
+        };
+        let config = Blocker {
+            condition: "ConfigResolved",
+            reason: "ConfigMissing",
+            message: "ValkeyConfig standard does not exist",
+        };
+        let formed = super::tests::tls_cluster(serde_json::json!({"state": "Active",
+                                                    "activeSince": "2026-12-01T00:00:00Z"}));
+        let status = blocked(&formed, tls, &nodes);
+        assert_eq!(status.state, Some(ClusterState::Invalid));
+        assert_eq!(status.active_since.as_deref(), Some("2026-12-01T00:00:00Z"));
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "Invalid")
+        );
+        assert_eq!(
+            blocked(&formed, config, &nodes).state,
+            Some(ClusterState::Blocked),
+            "a dangling menu reference stays Blocked"
+        );
+        // Never Active: Blocked (and, while Creating, not "formed": creation still decides).
+        let new = super::tests::tls_cluster(serde_json::json!({"state": "Creating"}));
+        assert_eq!(
+            blocked(&new, tls, &nodes).state,
+            Some(ClusterState::Blocked)
+        );
+        assert!(super::super::creation::still_creating(&new));
+        let reforming = super::tests::tls_cluster(serde_json::json!({"state": "Creating",
+                                                       "activeSince": "2026-12-01T00:00:00Z"}));
+        assert!(
+            !super::super::creation::still_creating(&reforming),
+            "a formed cluster forming again is not being created"
+        );
+    }
+
+    #[test]
+    fn active_since_is_set_the_first_time_the_cluster_is_active_and_kept() {
+        let fresh = super::tests::tls_cluster(serde_json::json!({"state": "Creating"}));
+        assert_eq!(active_since(&fresh, ClusterState::Creating), None);
+        let first = active_since(&fresh, ClusterState::Active).unwrap();
+        assert!(first.ends_with('Z'), "{first}");
+        let kept = super::tests::tls_cluster(serde_json::json!({"state": "Degraded",
+                                                  "activeSince": "2026-12-01T00:00:00Z"}));
+        for state in [
+            ClusterState::Active,
+            ClusterState::Degraded,
+            ClusterState::Creating,
+        ] {
+            assert_eq!(
+                active_since(&kept, state).as_deref(),
+                Some("2026-12-01T00:00:00Z")
+            );
+        }
     }
 }
