@@ -132,15 +132,35 @@ mod tests {
         ] {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let yaml = std::fs::read_to_string(path).unwrap();
-            let expressions: Vec<&str> = yaml
-                .lines()
-                .filter(|l| l.trim_start().starts_with("expression:"))
+            let lines: Vec<&str> = yaml.lines().collect();
+            // (match condition name, the names its expression lists)
+            let conditions: Vec<(&str, Vec<&str>)> = lines
+                .windows(2)
+                .filter(|w| w[1].trim_start().starts_with("expression:"))
+                .map(|w| {
+                    let name = w[0].trim_start().trim_start_matches("- name:").trim();
+                    (name, w[1].split('"').skip(1).step_by(2).collect())
+                })
                 .collect();
-            assert_eq!(expressions.len(), 2, "{file}: both ValkeyNode entries");
-            for expression in expressions {
-                let listed: Vec<&str> = expression.split('"').skip(1).step_by(2).collect();
-                assert_eq!(listed, policy().system_controllers, "{file}");
+            let controllers = policy().system_controllers;
+            let nodes: Vec<_> = conditions
+                .iter()
+                .filter(|(name, _)| *name == "not-kubernetes-controllers")
+                .collect();
+            assert_eq!(nodes.len(), 2, "{file}: both ValkeyNode entries");
+            for (_, listed) in nodes {
+                assert_eq!(listed, &controllers, "{file}");
             }
+            // Metering records: the operator's own writes and the same controllers skip it.
+            let (_, metering) = conditions
+                .iter()
+                .find(|(name, _)| *name == "not-the-operator-or-kubernetes-controllers")
+                .unwrap_or_else(|| panic!("{file}: the metering entry"));
+            assert!(
+                metering[0].ends_with(":valkey-operator"),
+                "{file}: {metering:?}"
+            );
+            assert_eq!(metering[1..], controllers, "{file}");
         }
     }
 
