@@ -803,6 +803,33 @@ fn replication_lag(member: &Observed, observed: &[Observed]) -> Option<i64> {
     Some((primary.repl_offset - view.repl_offset).max(0))
 }
 
+/// Whether `status` says nothing `previous` did not (then no write: condition transition
+/// times and unchanged figures are not worth a request).
+fn unchanged(previous: &ValkeyClusterStatus, status: &ValkeyClusterStatus) -> bool {
+    let conditions = |s: &ValkeyClusterStatus| {
+        s.conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.message.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    previous.state == status.state
+        && previous.message == status.message
+        && previous.observed_generation == status.observed_generation
+        && previous.nodes == status.nodes
+        && previous.persistence == status.persistence
+        && previous.certificate_not_after == status.certificate_not_after
+        && previous.active_since == status.active_since
+        && previous.autoscaling == status.autoscaling
+        && conditions(previous) == conditions(status)
+}
+
 /// Patches status (server-side apply on the status subresource) and emits an Event when the
 /// state changes.
 #[tracing::instrument(name = "cluster.status", skip_all)]
@@ -812,22 +839,7 @@ pub async fn publish(
     status: ValkeyClusterStatus,
 ) -> Result<(), Error> {
     let previous = cluster.status.clone().unwrap_or_default();
-    let same = previous.state == status.state
-        && previous.message == status.message
-        && previous.observed_generation == status.observed_generation
-        && previous.nodes == status.nodes
-        && previous.persistence == status.persistence
-        && previous.certificate_not_after == status.certificate_not_after
-        && previous.autoscaling == status.autoscaling
-        && previous
-            .conditions
-            .iter()
-            .map(|c| (&c.type_, &c.status, &c.reason, &c.message))
-            .eq(status
-                .conditions
-                .iter()
-                .map(|c| (&c.type_, &c.status, &c.reason, &c.message)));
-    if same {
+    if unchanged(&previous, &status) {
         return Ok(());
     }
     let api: Api<ValkeyCluster> =
@@ -1445,5 +1457,22 @@ mod steps_tests {
                 Some("2026-12-01T00:00:00Z")
             );
         }
+    }
+
+    #[test]
+    fn a_first_active_since_is_written_even_when_nothing_else_changed() {
+        let before = ValkeyClusterStatus {
+            state: Some(ClusterState::Active),
+            ..Default::default()
+        };
+        let after = ValkeyClusterStatus {
+            active_since: Some("2026-12-06T03:00:00Z".into()),
+            ..before.clone()
+        };
+        assert!(unchanged(&before, &before.clone()));
+        assert!(
+            !unchanged(&before, &after),
+            "an upgraded Active cluster gets activeSince"
+        );
     }
 }
