@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, ensure};
+use fred::prelude::*;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
@@ -136,6 +137,120 @@ async fn a_mislabelled_image_fails_creation_naming_both_versions() -> anyhow::Re
     wait_gone(&api, "mis").await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// On a cluster that has been Active, the floor holds a rollout instead of failing anything:
+/// the config repointed to a mislabelled image (declares 9.0.1, runs 9.0.0), the new member
+/// never joins, the old members keep serving, the cluster is `Updating` with
+/// `Progressing=False, VersionBelowFloor` and one Warning Event; repointed back, it is Active.
+#[tokio::test]
+async fn a_rollout_onto_a_binary_below_the_floor_is_held_with_the_old_members_serving()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-floor-rollout").await?;
+    let suffix = valkey_e2e::harness::random_suffix(4);
+    let (good, bad, cfg) = (
+        format!("e2e-flr-{suffix}-good"),
+        format!("e2e-flr-{suffix}-bad"),
+        format!("e2e-flr-{suffix}-cfg"),
+    );
+    apply(&client, "image", image(&good, "9.0.0")).await?;
+    let mut mislabelled = image(&bad, "9.0.0");
+    mislabelled["spec"]["version"] = json!("9.0.1");
+    apply(&client, "image", mislabelled).await?;
+    apply(&client, "config", config(&cfg, &good)).await?;
+    apply(&client, &ns.name, cluster(&ns.name, "held", &cfg, 1, 1)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "held",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let valkey = valkey_e2e::workload::cluster_client(&client, &ns.name, "held").await?;
+    valkey
+        .set::<(), _, _>("before", "1", None, None, false)
+        .await?;
+
+    let configs: Api<ValkeyConfig> = Api::all(client.clone());
+    let repoint = |image: &str| Patch::Merge(json!({"spec": {"imageRef": image}}));
+    configs
+        .patch(&cfg, &PatchParams::default(), &repoint(&bad))
+        .await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let held = wait_for(
+        "the rollout held by the floor",
+        Duration::from_secs(180),
+        Duration::from_secs(1),
+        || async {
+            let c = api.get("held").await?;
+            let status = c.status.clone().unwrap_or_default();
+            let holding = status.state == Some(ClusterState::Updating)
+                && status.conditions.iter().any(|c| {
+                    c.type_ == "Progressing"
+                        && c.status == "False"
+                        && c.reason == "VersionBelowFloor"
+                });
+            Ok(holding.then_some(status))
+        },
+    )
+    .await?;
+    let message = held.message.clone().unwrap_or_default();
+    println!("held: {message}");
+    ensure!(
+        message.contains("rollout held: member")
+            && message.contains("runs Valkey 9.0.0, below the supported floor 9.0.1")
+            && message.contains(&format!("ValkeyImage \"{bad}\" declares 9.0.1")),
+        "{message}"
+    );
+    // Still held a while later, the old members serving reads and writes.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let later = api.get("held").await?.status.unwrap_or_default();
+    ensure!(
+        later.state == Some(ClusterState::Updating),
+        "{:?}",
+        later.state
+    );
+    valkey
+        .set::<(), _, _>("during", "1", None, None, false)
+        .await?;
+    let before: Option<String> = valkey.get("before").await?;
+    ensure!(before.as_deref() == Some("1"), "the old members serve");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns.name);
+    let warned = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("VersionBelowFloor"))
+        .map(|e| e.count.unwrap_or(1))
+        .sum::<i32>();
+    ensure!(warned == 1, "one VersionBelowFloor Event, not {warned}");
+
+    configs
+        .patch(&cfg, &PatchParams::default(), &repoint(&good))
+        .await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "held",
+        ClusterState::Active,
+        Duration::from_secs(240),
+    )
+    .await?;
+    let during: Option<String> = valkey.get("during").await?;
+    ensure!(
+        during.as_deref() == Some("1"),
+        "the write made while held is kept"
+    );
+    let _ = valkey.quit().await;
+    api.delete("held", &Default::default()).await?;
+    wait_gone(&api, "held").await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &good).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &bad).await?;
     Ok(())
 }
 

@@ -6,6 +6,10 @@
 //! and running it keep working. `Failed` is terminal: nothing more is done to the cluster
 //! (members already created stay for inspection; deleting the cluster removes them), and the
 //! spec is frozen (CEL), so the way out is to fix the image, delete and create again.
+//!
+//! On a cluster that has been Active (its image repointed), the same check holds the rollout
+//! instead ([`hold_below_floor`]): a new member below the floor never joins, the old members
+//! keep serving, and the cluster is never `Failed`.
 
 use std::ops::ControlFlow;
 
@@ -57,15 +61,15 @@ pub fn binary_below_floor<'a>(
 }
 
 /// While the cluster is created: `Break` after marking it `Failed` when a member runs a binary
-/// below the floor.
-pub async fn fail_below_floor(
+/// below the floor. Once it has been Active: [`hold_below_floor`].
+pub async fn stop_below_floor(
     ctx: &Context,
     cluster: &ValkeyCluster,
     resolved: &super::Resolved,
     observed: &[Observed],
 ) -> Result<ControlFlow<Action>, Error> {
     if !still_creating(cluster) {
-        return Ok(ControlFlow::Continue(()));
+        return hold_below_floor(ctx, cluster, resolved, observed).await;
     }
     let running = observed
         .iter()
@@ -84,6 +88,42 @@ pub async fn fail_below_floor(
     status::publish(ctx, cluster, failed).await?;
     status::warning(ctx, cluster, "CreationFailed", &message).await;
     Ok(ControlFlow::Break(Action::await_change()))
+}
+
+/// Reason of `Progressing=False` while a rollout is held by a binary below the floor.
+pub const VERSION_BELOW_FLOOR: &str = "VersionBelowFloor";
+
+/// On a formed cluster: `Break` while a member on the current spec (a rollout's new member)
+/// runs a binary below the floor: nothing is planned, so it never joins and the old members
+/// keep serving; `Updating` with `Progressing=False, VersionBelowFloor`, and one Warning Event.
+/// Repointing the config to a good image (or fixing the image) lets the rollout go on.
+async fn hold_below_floor(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    resolved: &super::Resolved,
+    observed: &[Observed],
+) -> Result<ControlFlow<Action>, Error> {
+    let running = observed
+        .iter()
+        .filter(|o| o.member.current)
+        .filter_map(|o| Some((o.member.name.as_str(), o.version.as_deref()?)));
+    let config = &resolved.config;
+    let Some(cause) = binary_below_floor(
+        running,
+        &config.image_ref,
+        &config.image.version,
+        ctx.settings.version_floor,
+    ) else {
+        return Ok(ControlFlow::Continue(()));
+    };
+    let held = status::rollout_held(cluster, VERSION_BELOW_FLOOR, &cause);
+    let first = !status::has_reason(cluster, "Progressing", VERSION_BELOW_FLOOR);
+    let message = held.message.clone().unwrap_or_default();
+    status::publish(ctx, cluster, held).await?;
+    if first {
+        status::warning(ctx, cluster, VERSION_BELOW_FLOOR, &message).await;
+    }
+    Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(30))))
 }
 
 /// What a cluster being created does about an unusable certificate Secret.

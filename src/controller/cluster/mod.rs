@@ -126,7 +126,7 @@ pub async fn reconcile(
     let desired_hash = build::spec_hash(&desired_spec);
     let observed = observe::members(driver.as_ref(), &members, &cctx, &desired_hash).await;
     pods::sync(ctx, &cluster, &observed, &cctx.pods).await;
-    or_stop!(creation::fail_below_floor(ctx, &cluster, &resolved, &observed).await?);
+    or_stop!(creation::stop_below_floor(ctx, &cluster, &resolved, &observed).await?);
 
     // Plan the next step (a rolling replacement waits for a maxConcurrentRollouts slot).
     let topology = observe::topology(&cluster, &observed);

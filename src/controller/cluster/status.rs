@@ -213,6 +213,39 @@ pub fn failed(cluster: &ValkeyCluster, cause: &str) -> ValkeyClusterStatus {
     status
 }
 
+/// Status of a formed cluster whose rollout is held (`reason`, `cause`): `Updating`, members and
+/// `Ready` as last observed, `Progressing=False` with the reason and the way out.
+pub fn rollout_held(cluster: &ValkeyCluster, reason: &str, cause: &str) -> ValkeyClusterStatus {
+    let previous = previous_conditions(cluster);
+    let generation = cluster.metadata.generation;
+    let message = format!(
+        "rollout held: {cause}; the new member does not join and the others keep serving: repoint the ValkeyConfig to an image whose binary is at least the floor, or fix the image"
+    );
+    let mut status = cluster.status.clone().unwrap_or_default();
+    status.state = Some(ClusterState::Updating);
+    status.message = Some(message.clone());
+    status.observed_generation = generation;
+    status.conditions.retain(|c| c.type_ != "Progressing");
+    status.conditions.push(condition(
+        "Progressing",
+        false,
+        reason,
+        &message,
+        generation,
+        &previous,
+    ));
+    status
+}
+
+/// Whether the cluster's condition `type_` has `reason` now.
+pub fn has_reason(cluster: &ValkeyCluster, type_: &str, reason: &str) -> bool {
+    cluster.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.reason == reason)
+    })
+}
+
 /// Status of a cluster whose rollout waits for one of the `maxConcurrentRollouts` slots: state,
 /// members and `Ready` as last observed (nothing changes yet: it serves as before), the
 /// message and `Progressing=True, WaitingForRolloutSlot`.
@@ -1473,6 +1506,45 @@ mod steps_tests {
         assert!(
             !unchanged(&before, &after),
             "an upgraded Active cluster gets activeSince"
+        );
+    }
+
+    #[test]
+    fn a_held_rollout_is_updating_and_says_why_and_the_way_out() {
+        let formed = super::tests::tls_cluster(serde_json::json!({"state": "Updating",
+                                                                  "activeSince": "2026-12-01T00:00:00Z"}));
+        let cause = "member shop-0-x runs Valkey 9.0.0, below the supported floor 9.0.1 (ValkeyImage \"v\" declares 9.1.2)";
+        let held = rollout_held(&formed, "VersionBelowFloor", cause);
+        assert_eq!(held.state, Some(ClusterState::Updating));
+        let message = held.message.clone().unwrap();
+        assert!(
+            message.starts_with("rollout held: member shop-0-x runs Valkey 9.0.0"),
+            "{message}"
+        );
+        assert!(message.contains("repoint the ValkeyConfig"), "{message}");
+        let progressing: Vec<_> = held
+            .conditions
+            .iter()
+            .filter(|c| c.type_ == "Progressing")
+            .collect();
+        assert_eq!(progressing.len(), 1);
+        assert_eq!(
+            (
+                progressing[0].status.as_str(),
+                progressing[0].reason.as_str()
+            ),
+            ("False", "VersionBelowFloor")
+        );
+        assert!(!has_reason(&formed, "Progressing", "VersionBelowFloor"));
+        let mut after = formed.clone();
+        after.status = Some(held);
+        assert!(
+            has_reason(&after, "Progressing", "VersionBelowFloor"),
+            "one Warning Event"
+        );
+        assert_eq!(
+            after.status.unwrap().active_since.as_deref(),
+            Some("2026-12-01T00:00:00Z")
         );
     }
 }
