@@ -99,5 +99,7 @@ deny:
 bench:
 	cargo run --release --quiet -p valkey-e2e --bin vk-bench -- --runs 3
 
+## chaos: every e2e suite one at a time, with the long fault-injection suites and the 1 GiB
+## backup (e2e/tests/backup_large.rs); needs make up
 chaos:
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e,valkey-e2e/chaos --test '*' -- --test-threads=1
