@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail, ensure};
 use fred::prelude::*;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -629,10 +629,12 @@ async fn next_final_run(
     .await
 }
 
-/// A failed upload is retried by the next run: a schedule whose location first has the wrong
-/// keys (Failed: credentials), then, keys fixed, an object store that goes down in the middle
-/// of the upload (Failed: network, nothing left in the bucket, nothing listed as Completed),
-/// then, the store back, a run that completes. The store's outage is a proxy in front of it
+/// A failed run is followed by a good one once the cause is fixed, for each cause a user meets:
+/// a schedule (every minute) whose location names a bucket that does not exist (Failed:
+/// bucket; the location fixed, the next run Completed), then whose keys are wrong (Failed:
+/// credentials; fixed, Completed), then whose object store goes down in the middle of the
+/// upload (Failed: network, nothing left in the bucket; the store back, Completed). No failed
+/// run is ever listed as Completed. The store's outage is a proxy in front of it
 /// (`valkey_e2e::outage`), so the suites sharing the store are not disturbed.
 #[tokio::test]
 async fn the_next_run_succeeds_after_a_failure_is_fixed() -> anyhow::Result<()> {
@@ -646,11 +648,11 @@ async fn the_next_run_succeeds_after_a_failure_is_fixed() -> anyhow::Result<()> 
     );
     let outage = valkey_e2e::outage::Outage::start(store_address(&client).await?).await?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    let wrong: Secret = serde_json::from_value(json!({
+    let keys: Secret = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE},
-        "stringData": {"accessKeyId": ACCESS_KEY, "secretAccessKey": "not-the-key"}}))?;
-    secrets.create(&PostParams::default(), &wrong).await?;
-    let mut flaky = location(&name, BUCKET, &name);
+        "stringData": {"accessKeyId": ACCESS_KEY, "secretAccessKey": SECRET_KEY}}))?;
+    secrets.create(&PostParams::default(), &keys).await?;
+    let mut flaky = location(&name, &format!("missing-{suffix}"), &name);
     flaky["spec"]["endpoint"] = json!(outage.endpoint());
     apply_yaml(&client, &flaky.to_string()).await?;
     apply(&client, "image", image(&img, "9.0.0")).await?;
@@ -667,91 +669,47 @@ async fn the_next_run_succeeds_after_a_failure_is_fixed() -> anyhow::Result<()> 
             Duration::from_secs(180),
         )
         .await?;
-        // 16 MiB that does not compress: two of the Job's 8 MiB parts, so the cut falls
-        // inside the upload.
-        let valkey = cluster_client(&client, &ns.name, "flaky").await?;
-        for chunk in (0..4096).collect::<Vec<usize>>().chunks(256) {
-            let values: Vec<(String, String)> = chunk
-                .iter()
-                .map(|i| (format!("big:{i}"), random_suffix(4096)))
-                .collect();
-            futures::future::try_join_all(
-                values
-                    .into_iter()
-                    .map(|(k, v)| valkey.set::<(), _, _>(k, v, None, None, false)),
-            )
-            .await?;
-        }
-        let _ = valkey.quit().await;
+        write_incompressible(&client, &ns.name, "flaky").await?;
         let backups: Api<ValkeyBackup> = Api::namespaced(client.clone(), &ns.name);
         let store = bucket(&client).await?;
+        let mut failed = vec![];
+        let run = |what: &'static str| {
+            let (backups, since) = (backups.clone(), k8s_openapi::jiff::Timestamp::now());
+            async move { next_final_run(&backups, &since, what).await }
+        };
 
-        let start = k8s_openapi::jiff::Timestamp::now();
-        let first = next_final_run(&backups, &start, "a run with the wrong keys").await?;
-        expect_failure(&first, "credentials", &store, &["not-the-key"]).await?;
+        let missing = run("a run into a missing bucket").await?;
+        expect_failure(&missing, "bucket", &store, &[]).await?;
+        flaky["spec"]["bucket"] = json!(BUCKET);
+        apply_yaml(&client, &flaky.to_string()).await?;
+        expect_completed(&run("a run after the bucket is fixed").await?, &store).await?;
+        failed.push(missing);
 
+        let set_key = |key: &str| Patch::Merge(json!({"stringData": {"secretAccessKey": key}}));
         secrets
-            .patch(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(json!({"stringData": {"secretAccessKey": SECRET_KEY}})),
-            )
+            .patch(&name, &PatchParams::default(), &set_key("not-the-key"))
             .await?;
+        let refused = run("a run with the wrong keys").await?;
+        expect_failure(&refused, "credentials", &store, &["not-the-key"]).await?;
+        secrets
+            .patch(&name, &PatchParams::default(), &set_key(SECRET_KEY))
+            .await?;
+        expect_completed(&run("a run after the keys are fixed").await?, &store).await?;
+        failed.push(refused);
+
         outage.cut_after(4 << 20);
-        let fixed = k8s_openapi::jiff::Timestamp::now();
-        let second = next_final_run(&backups, &fixed, "a run cut mid-upload").await?;
+        let cut = run("a run cut mid-upload").await?;
         ensure!(
             outage.is_down(),
             "the upload never crossed 4 MiB: {:?}",
-            second.status
+            cut.status
         );
-        expect_failure(&second, "network", &store, &[]).await?;
-
+        expect_failure(&cut, "network", &store, &[]).await?;
         outage.restore();
-        let back = k8s_openapi::jiff::Timestamp::now();
-        let third = next_final_run(&backups, &back, "a run after the store is back").await?;
-        let status = third.status.clone().unwrap_or_default();
-        println!(
-            "after the fix: {} {:?}, {} bytes through the proxy in all",
-            third.metadata.name.clone().unwrap_or_default(),
-            status.phase,
-            outage.forwarded()
-        );
-        ensure!(status.phase == Some(BackupPhase::Completed), "{status:?}");
-        let path = status.path.clone().context("a completed backup's path")?;
-        let prefix = path.trim_start_matches(&format!("s3://{BUCKET}/"));
-        store
-            .head(&Path::from(format!(
-                "{}/manifest.json",
-                prefix.trim_end_matches('/')
-            )))
-            .await
-            .context("the completed backup's manifest")?;
-        // Never listed as Completed; retention removes the failed runs once a later one
-        // completed (docs/backup.md).
-        let failed = [&first, &second].map(|b| b.metadata.name.clone().unwrap_or_default());
-        wait_for(
-            "retention to remove the failed runs",
-            Duration::from_secs(60),
-            Duration::from_secs(1),
-            || async {
-                let listed = backups.list(&ListParams::default()).await?.items;
-                for b in &listed {
-                    let name = b.metadata.name.clone().unwrap_or_default();
-                    let phase = b.status.as_ref().and_then(|s| s.phase);
-                    ensure!(
-                        !(failed.contains(&name) && phase == Some(BackupPhase::Completed)),
-                        "{name} failed, then listed as Completed"
-                    );
-                }
-                Ok((!listed
-                    .iter()
-                    .any(|b| failed.contains(&b.metadata.name.clone().unwrap_or_default())))
-                .then_some(()))
-            },
-        )
-        .await?;
-        Ok(())
+        expect_completed(&run("a run after the store is back").await?, &store).await?;
+        failed.push(cut);
+        println!("{} bytes through the proxy in all", outage.forwarded());
+        never_completed(&backups, &failed).await
     }
     .await;
     let clusters: Api<valkey_operator::api::ValkeyCluster> =
@@ -762,6 +720,79 @@ async fn the_next_run_succeeds_after_a_failure_is_fixed() -> anyhow::Result<()> 
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     result
+}
+
+/// 16 MiB that does not compress into a cluster: two of the backup Job's 8 MiB parts, so a
+/// cut after 4 MiB falls inside the upload.
+async fn write_incompressible(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<()> {
+    let valkey = cluster_client(client, ns, name).await?;
+    for chunk in (0..4096).collect::<Vec<usize>>().chunks(256) {
+        let values: Vec<(String, String)> = chunk
+            .iter()
+            .map(|i| (format!("big:{i}"), random_suffix(4096)))
+            .collect();
+        futures::future::try_join_all(
+            values
+                .into_iter()
+                .map(|(k, v)| valkey.set::<(), _, _>(k, v, None, None, false)),
+        )
+        .await?;
+    }
+    let _ = valkey.quit().await;
+    Ok(())
+}
+
+/// A run that completed, with its manifest in the bucket.
+async fn expect_completed(run: &ValkeyBackup, store: &Arc<dyn ObjectStore>) -> anyhow::Result<()> {
+    let status = run.status.clone().unwrap_or_default();
+    println!(
+        "after the fix: {} {:?}",
+        run.metadata.name.clone().unwrap_or_default(),
+        status.phase
+    );
+    ensure!(status.phase == Some(BackupPhase::Completed), "{status:?}");
+    let path = status.path.clone().context("a completed backup's path")?;
+    let prefix = path.trim_start_matches(&format!("s3://{BUCKET}/"));
+    store
+        .head(&Path::from(format!(
+            "{}/manifest.json",
+            prefix.trim_end_matches('/')
+        )))
+        .await
+        .context("the completed backup's manifest")?;
+    Ok(())
+}
+
+/// The `failed` runs are never listed as Completed; retention removes them once a later run
+/// of the schedule completed (docs/backup.md).
+async fn never_completed(
+    backups: &Api<ValkeyBackup>,
+    failed: &[ValkeyBackup],
+) -> anyhow::Result<()> {
+    let failed: Vec<String> = failed
+        .iter()
+        .map(|b| b.metadata.name.clone().unwrap_or_default())
+        .collect();
+    wait_for(
+        "retention to remove the failed runs",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            let listed = backups.list(&ListParams::default()).await?.items;
+            let mut left = false;
+            for b in &listed {
+                let name = b.metadata.name.clone().unwrap_or_default();
+                let phase = b.status.as_ref().and_then(|s| s.phase);
+                ensure!(
+                    !(failed.contains(&name) && phase == Some(BackupPhase::Completed)),
+                    "{name} failed, then listed as Completed"
+                );
+                left |= failed.contains(&name);
+            }
+            Ok((!left).then_some(()))
+        },
+    )
+    .await
 }
 
 /// A run that failed for `cause`: said so in status, no key (the store's or one of `keys`) in
