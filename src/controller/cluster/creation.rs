@@ -71,16 +71,7 @@ pub async fn stop_below_floor(
     if !still_creating(cluster) {
         return hold_below_floor(ctx, cluster, resolved, observed).await;
     }
-    let running = observed
-        .iter()
-        .filter_map(|o| Some((o.member.name.as_str(), o.version.as_deref()?)));
-    let config = &resolved.config;
-    let Some(cause) = binary_below_floor(
-        running,
-        &config.image_ref,
-        &config.image.version,
-        ctx.settings.version_floor,
-    ) else {
+    let Some(cause) = floor_cause(ctx, resolved, observed.iter()) else {
         return Ok(ControlFlow::Continue(()));
     };
     let failed = status::failed(cluster, &cause);
@@ -88,6 +79,22 @@ pub async fn stop_below_floor(
     status::publish(ctx, cluster, failed).await?;
     status::warning(ctx, cluster, "CreationFailed", &message).await;
     Ok(ControlFlow::Break(Action::await_change()))
+}
+
+/// [`binary_below_floor`] for these members (those that answered) against the resolved image.
+fn floor_cause<'a>(
+    ctx: &Context,
+    resolved: &super::Resolved,
+    members: impl Iterator<Item = &'a Observed>,
+) -> Option<String> {
+    let running = members.filter_map(|o| Some((o.member.name.as_str(), o.version.as_deref()?)));
+    let config = &resolved.config;
+    binary_below_floor(
+        running,
+        &config.image_ref,
+        &config.image.version,
+        ctx.settings.version_floor,
+    )
 }
 
 /// Reason of `Progressing=False` while a rollout is held by a binary below the floor.
@@ -103,17 +110,8 @@ async fn hold_below_floor(
     resolved: &super::Resolved,
     observed: &[Observed],
 ) -> Result<ControlFlow<Action>, Error> {
-    let running = observed
-        .iter()
-        .filter(|o| o.member.current)
-        .filter_map(|o| Some((o.member.name.as_str(), o.version.as_deref()?)));
-    let config = &resolved.config;
-    let Some(cause) = binary_below_floor(
-        running,
-        &config.image_ref,
-        &config.image.version,
-        ctx.settings.version_floor,
-    ) else {
+    let current = observed.iter().filter(|o| o.member.current);
+    let Some(cause) = floor_cause(ctx, resolved, current) else {
         return Ok(ControlFlow::Continue(()));
     };
     let held = status::rollout_held(cluster, VERSION_BELOW_FLOOR, &cause);
