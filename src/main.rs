@@ -129,20 +129,32 @@ fn backup_run(action: BackupAction) -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let completed = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime.block_on(async {
-            match action {
-                BackupAction::Run => valkey_operator::backup::job::run().await,
-                BackupAction::Restore => valkey_operator::backup::restore_job::run().await,
+            let copy = async {
+                match action {
+                    BackupAction::Run => valkey_operator::backup::job::run().await,
+                    BackupAction::Restore => valkey_operator::backup::restore_job::run().await,
+                }
+            };
+            tokio::select! {
+                completed = copy => Some(completed),
+                // A drain, an eviction or a deletion: stop at once (as a container's pid 1 the
+                // signal is otherwise ignored until the grace period's SIGKILL). An unfinished
+                // multipart upload is no object; the Job's replacement pod starts over.
+                () = valkey_operator::controller::leader::shutdown_signal() => None,
             }
         }),
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            false
+            Some(false)
         }
     };
-    if completed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    match completed {
+        Some(true) => ExitCode::SUCCESS,
+        Some(false) => ExitCode::FAILURE,
+        None => {
+            eprintln!("stopped by SIGTERM before the copy ended");
+            ExitCode::from(143)
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! * [`real_node`]: placing pods on the real node (upstream kubelet, containerd, images).
 //! * [`report`]: docs/benchmarks.md, its plots and figures.json from vk-bench's figures.
 
+pub mod backups;
 pub mod certs;
 pub mod cri;
 pub mod dns;

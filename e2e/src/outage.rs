@@ -1,8 +1,9 @@
-//! A service that goes down in the middle of a transfer: a TCP proxy on the host, at the
-//! address pods reach the host by, in front of a real service (say, the object store). A test
-//! points one client at the proxy, arms it to cut every connection once so many bytes went
-//! towards the service, and brings it back when it chooses; everything else keeps using the
-//! service directly, so suites that share it are not disturbed.
+//! A service that goes down or stalls in the middle of a transfer: a TCP proxy on the host, at
+//! the address pods reach the host by, in front of a real service (say, the object store). A
+//! test points one client at the proxy, arms it to cut (or hold) every connection once so many
+//! bytes went towards the service, and brings it back when it chooses; everything else keeps
+//! using the service directly, so suites that share it are not disturbed. A hold gives a test
+//! a transfer that is certainly under way, for as long as it needs to do something to it.
 //!
 //! ```no_run
 //! # async fn f(store: std::net::SocketAddr) -> anyhow::Result<()> {
@@ -11,6 +12,8 @@
 //! outage.cut_after(4 << 20);          // after 4 MiB towards the store: connections reset, down
 //! // ... the client fails ...
 //! outage.restore();                   // up again
+//! outage.hold_after(2 << 20);         // after 2 MiB: nothing moves, connections stay open
+//! outage.restore();                   // held bytes move on
 //! # Ok(()) }
 //! ```
 
@@ -30,6 +33,18 @@ enum Mode {
     CutAfter(u64),
     /// Every connection is closed as soon as it is accepted.
     Down,
+    /// Up until this many more bytes went towards the service, then held.
+    HoldAfter(u64),
+    /// Connections stay open and nothing moves towards the service (a store that stopped
+    /// answering mid-request) until [`Outage::restore`].
+    Held,
+}
+
+/// What happens to bytes on their way to the service.
+enum Pass {
+    Forward,
+    Hold,
+    Cut,
 }
 
 struct State {
@@ -41,27 +56,29 @@ struct State {
 }
 
 impl State {
-    /// Counts `n` bytes towards the service; false when they cross an armed cut (the service
-    /// is then down and the bytes are not forwarded).
-    fn pass(&self, n: usize) -> bool {
+    /// Counts `n` bytes towards the service, unless they cross an armed cut (the service is
+    /// then down and they are not forwarded) or hold (they wait).
+    fn pass(&self, n: usize) -> Pass {
         let mut mode = self.mode.lock().unwrap();
+        let n = n as u64;
         match *mode {
-            Mode::Down => false,
-            Mode::CutAfter(left) if n as u64 >= left => {
+            Mode::Down => return Pass::Cut,
+            Mode::Held => return Pass::Hold,
+            Mode::CutAfter(left) if n >= left => {
                 *mode = Mode::Down;
                 self.cuts.send_modify(|c| *c += 1);
-                false
+                return Pass::Cut;
             }
-            Mode::CutAfter(left) => {
-                *mode = Mode::CutAfter(left - n as u64);
-                *self.forwarded.lock().unwrap() += n as u64;
-                true
+            Mode::HoldAfter(left) if n >= left => {
+                *mode = Mode::Held;
+                return Pass::Hold;
             }
-            Mode::Up => {
-                *self.forwarded.lock().unwrap() += n as u64;
-                true
-            }
+            Mode::CutAfter(left) => *mode = Mode::CutAfter(left - n),
+            Mode::HoldAfter(left) => *mode = Mode::HoldAfter(left - n),
+            Mode::Up => {}
         }
+        *self.forwarded.lock().unwrap() += n;
+        Pass::Forward
     }
 }
 
@@ -110,11 +127,21 @@ impl Outage {
         *self.state.mode.lock().unwrap() = Mode::CutAfter(bytes);
     }
 
+    /// Once `bytes` more went towards the service, nothing more moves towards it (connections
+    /// stay open, new ones are accepted and held too) until [`Outage::restore`].
+    pub fn hold_after(&self, bytes: u64) {
+        *self.state.mode.lock().unwrap() = Mode::HoldAfter(bytes);
+    }
+
+    pub fn is_held(&self) -> bool {
+        *self.state.mode.lock().unwrap() == Mode::Held
+    }
+
     pub fn is_down(&self) -> bool {
         *self.state.mode.lock().unwrap() == Mode::Down
     }
 
-    /// The service is reachable again.
+    /// The service is reachable again (held bytes move on).
     pub fn restore(&self) {
         *self.state.mode.lock().unwrap() = Mode::Up;
     }
@@ -147,8 +174,12 @@ async fn relay(client: TcpStream, service: SocketAddr, state: Arc<State>) {
             if n == 0 {
                 return to_server.shutdown().await;
             }
-            if !state.pass(n) {
-                return Err(std::io::Error::other("cut"));
+            loop {
+                match state.pass(n) {
+                    Pass::Forward => break,
+                    Pass::Cut => return Err(std::io::Error::other("cut")),
+                    Pass::Hold => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                }
             }
             to_server.write_all(&buf[..n]).await?;
         }

@@ -144,6 +144,43 @@ pub async fn kill_operator(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Deletes the operator's pods (as a rollout or a lost node does) and waits until a new one
+/// is Ready and the old ones are gone.
+pub async fn restart_operator(client: &Client) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let selector =
+        kube::api::ListParams::default().labels("app.kubernetes.io/name=valkey-operator");
+    let old: Vec<String> = pods
+        .list(&selector)
+        .await?
+        .items
+        .iter()
+        .map(kube::ResourceExt::name_any)
+        .collect();
+    for name in &old {
+        pods.delete(name, &Default::default()).await?;
+    }
+    crate::harness::wait_for(
+        "a new operator pod Ready",
+        Duration::from_secs(180),
+        Duration::from_secs(1),
+        || {
+            let (pods, selector, old) = (pods.clone(), selector.clone(), old.clone());
+            async move {
+                let list = pods.list(&selector).await?.items;
+                let ready = list
+                    .iter()
+                    .any(|p| !old.contains(&kube::ResourceExt::name_any(p)) && pod_ready(p));
+                let gone = list
+                    .iter()
+                    .all(|p| !old.contains(&kube::ResourceExt::name_any(p)));
+                Ok((ready && gone).then_some(()))
+            }
+        },
+    )
+    .await
+}
+
 /// A pod's `/metrics`, fetched over plain HTTP from the host (pods are reachable on the
 /// bridge).
 pub fn pod_metrics(pod: &Pod) -> anyhow::Result<String> {

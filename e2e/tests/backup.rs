@@ -13,13 +13,16 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use fred::prelude::*;
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde_json::json;
 
+use valkey_e2e::backups::{
+    ACCESS_KEY, BUCKET, LOCAL_LOCATION, SECRET_KEY, backup, bucket, expect_completed, location,
+    store_address, wait_final, write_incompressible,
+};
 use valkey_e2e::harness::{
     TestNamespace, apply_yaml, client, delete_cluster_scoped, random_suffix, wait_for,
 };
@@ -34,57 +37,6 @@ use valkey_operator::backup::Manifest;
 use valkey_operator::driver::testing::ValkeyBuild;
 
 const OPERATOR_NAMESPACE: &str = "valkey-operator-system";
-/// The sample location `make up` creates (manifests/samples/05-backup-location.yaml).
-const LOCAL_LOCATION: &str = "local";
-const BUCKET: &str = "valkey-backups";
-const ACCESS_KEY: &str = "local-backup-key";
-const SECRET_KEY: &str = "local-backup-secret-0123456789";
-
-/// The object store as the test reaches it: SeaweedFS's pod, from the host.
-async fn bucket(client: &kube::Client) -> anyhow::Result<Arc<dyn ObjectStore>> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let address = store_address(client).await?;
-    let store = AmazonS3Builder::new()
-        .with_endpoint(format!("http://{address}"))
-        .with_allow_http(true)
-        .with_bucket_name(BUCKET)
-        .with_region("us-east-1")
-        .with_access_key_id(ACCESS_KEY)
-        .with_secret_access_key(SECRET_KEY)
-        .build()?;
-    Ok(Arc::new(store))
-}
-
-fn backup(ns: &str, name: &str, cluster: &str, location: &str) -> serde_json::Value {
-    json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyBackup",
-           "metadata": {"name": name, "namespace": ns},
-           "spec": {"cluster": cluster, "location": location}})
-}
-
-fn location(name: &str, bucket: &str, secret: &str) -> serde_json::Value {
-    json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyBackupLocation",
-           "metadata": {"name": name},
-           "spec": {"endpoint": "http://seaweedfs.object-store.svc.cluster.local:8333",
-                    "bucket": bucket, "prefix": "e2e", "credentialsSecret": {"name": secret}}})
-}
-
-async fn wait_final(
-    api: &Api<ValkeyBackup>,
-    name: &str,
-    timeout: Duration,
-) -> anyhow::Result<ValkeyBackup> {
-    wait_for(
-        &format!("backup {name} to end"),
-        timeout,
-        Duration::from_secs(1),
-        || async move {
-            let b = api.get(name).await?;
-            let phase = b.status.as_ref().and_then(|s| s.phase);
-            Ok(phase.is_some_and(BackupPhase::is_final).then_some(b))
-        },
-    )
-    .await
-}
 
 /// Writes `count` keys of four types, a third of them with a TTL; returns each key's type.
 async fn write_dataset(
@@ -579,20 +531,6 @@ async fn a_schedule_keeps_its_newest_backups() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The object store's address as the host reaches it (SeaweedFS's pod).
-async fn store_address(client: &kube::Client) -> anyhow::Result<std::net::SocketAddr> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "object-store");
-    let pod = pods
-        .list(&ListParams::default().labels("app.kubernetes.io/name=seaweedfs"))
-        .await?
-        .items
-        .into_iter()
-        .next()
-        .context("the SeaweedFS pod (make up runs it in namespace object-store)")?;
-    let ip = pod.status.and_then(|s| s.pod_ip).context("its pod IP")?;
-    Ok(format!("{ip}:8333").parse()?)
-}
-
 /// The scheduled backups of `cluster` created after `since`, oldest first, once one of them
 /// ended.
 async fn next_final_run(
@@ -669,7 +607,7 @@ async fn the_next_run_succeeds_after_a_failure_is_fixed() -> anyhow::Result<()> 
             Duration::from_secs(180),
         )
         .await?;
-        write_incompressible(&client, &ns.name, "flaky").await?;
+        write_incompressible(&client, &ns.name, "flaky", 16).await?;
         let backups: Api<ValkeyBackup> = Api::namespaced(client.clone(), &ns.name);
         let store = bucket(&client).await?;
         let mut failed = vec![];
@@ -720,47 +658,6 @@ async fn the_next_run_succeeds_after_a_failure_is_fixed() -> anyhow::Result<()> 
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     result
-}
-
-/// 16 MiB that does not compress into a cluster: two of the backup Job's 8 MiB parts, so a
-/// cut after 4 MiB falls inside the upload.
-async fn write_incompressible(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<()> {
-    let valkey = cluster_client(client, ns, name).await?;
-    for chunk in (0..4096).collect::<Vec<usize>>().chunks(256) {
-        let values: Vec<(String, String)> = chunk
-            .iter()
-            .map(|i| (format!("big:{i}"), random_suffix(4096)))
-            .collect();
-        futures::future::try_join_all(
-            values
-                .into_iter()
-                .map(|(k, v)| valkey.set::<(), _, _>(k, v, None, None, false)),
-        )
-        .await?;
-    }
-    let _ = valkey.quit().await;
-    Ok(())
-}
-
-/// A run that completed, with its manifest in the bucket.
-async fn expect_completed(run: &ValkeyBackup, store: &Arc<dyn ObjectStore>) -> anyhow::Result<()> {
-    let status = run.status.clone().unwrap_or_default();
-    println!(
-        "after the fix: {} {:?}",
-        run.metadata.name.clone().unwrap_or_default(),
-        status.phase
-    );
-    ensure!(status.phase == Some(BackupPhase::Completed), "{status:?}");
-    let path = status.path.clone().context("a completed backup's path")?;
-    let prefix = path.trim_start_matches(&format!("s3://{BUCKET}/"));
-    store
-        .head(&Path::from(format!(
-            "{}/manifest.json",
-            prefix.trim_end_matches('/')
-        )))
-        .await
-        .context("the completed backup's manifest")?;
-    Ok(())
 }
 
 /// The `failed` runs are never listed as Completed; retention removes them once a later run

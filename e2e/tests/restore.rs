@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
+use valkey_e2e::backups::{BUCKET, backup};
 use valkey_e2e::harness::{
     TestNamespace, apply_yaml, client, delete_cluster_scoped, random_suffix, wait_for,
 };
@@ -30,7 +31,6 @@ use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImag
 
 /// The sample location's keys (manifests/samples/05-backup-location.yaml).
 const SAMPLE_KEYS_SECRET: &str = "local-backup-keys";
-const BUCKET: &str = "valkey-backups";
 
 fn location(name: &str, pairs: serde_json::Value) -> serde_json::Value {
     json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyBackupLocation",
@@ -39,12 +39,6 @@ fn location(name: &str, pairs: serde_json::Value) -> serde_json::Value {
                     "bucket": BUCKET, "prefix": "e2e-restore",
                     "credentialsSecret": {"name": SAMPLE_KEYS_SECRET},
                     "crossNamespaceRestores": pairs}})
-}
-
-fn backup(ns: &str, name: &str, cluster: &str, location: &str) -> serde_json::Value {
-    json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyBackup",
-           "metadata": {"name": name, "namespace": ns},
-           "spec": {"cluster": cluster, "location": location}})
 }
 
 /// A cluster created from `backup_ns/backup`.

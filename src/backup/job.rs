@@ -35,10 +35,8 @@ const PART_SIZE: usize = 8 * 1024 * 1024;
 /// Runs the plan, writes the outcome, and says whether it succeeded.
 pub async fn run() -> bool {
     let outcome = match run_plan().await {
-        Ok((manifest, pruned)) => {
+        Ok((manifest, summary)) => {
             println!("{}", serde_json::to_string(&manifest).unwrap_or_default());
-            let mut summary = super::CopySummary::of(&manifest);
-            summary.pruned = pruned;
             JobOutcome::Completed(summary)
         }
         Err(failure) => JobOutcome::Failed(failure),
@@ -56,7 +54,7 @@ pub(crate) fn env(name: &str) -> Result<String, Failure> {
     std::env::var(name).map_err(|_| Failure::new(FailureCause::Plan, format!("{name} is not set")))
 }
 
-async fn run_plan() -> Result<(Manifest, Vec<String>), Failure> {
+async fn run_plan() -> Result<(Manifest, super::CopySummary), Failure> {
     let plan: JobPlan = serde_json::from_str(&env(ENV_PLAN)?)
         .map_err(|e| Failure::new(FailureCause::Plan, format!("{ENV_PLAN} is not a plan: {e}")))?;
     let store = object_store(&plan.location)?;
@@ -99,7 +97,11 @@ async fn run_plan() -> Result<(Manifest, Vec<String>), Failure> {
             Err(e) => eprintln!("could not prune {prefix}/: {e}"),
         }
     }
-    Ok((manifest, pruned))
+    let summary = super::CopySummary {
+        pruned,
+        ..super::CopySummary::of(&manifest, &plan.shards)
+    };
+    Ok((manifest, summary))
 }
 
 /// Deletes every object below `prefix` (an older backup of the same schedule); the count.
@@ -161,8 +163,10 @@ pub(crate) fn object_path(prefix: &str, name: &str) -> Path {
 }
 
 /// A member drops its replica connections when its role changes (a failover while the backup
-/// runs) or restarts: such a shard is copied again, from the start, up to three times in all.
-/// What the object store refused is final.
+/// runs) or restarts, and is gone when its pod is deleted or evicted: such a shard is copied
+/// again, from the start, from the shard's next member (the plan's fallbacks, round and
+/// round), up to three times in all or once per member if there are more. What the object
+/// store refused is final.
 async fn copy_shard_patiently(
     store: &Arc<dyn ObjectStore>,
     plan: &JobPlan,
@@ -170,13 +174,13 @@ async fn copy_shard_patiently(
     user: &str,
     password: &str,
 ) -> Result<ShardCopy, Failure> {
-    const ATTEMPTS: u32 = 3;
+    let attempts = 3.max(shard.fallbacks.len() as u32 + 1);
     let mut attempt = 1;
     loop {
-        match copy_shard(store, plan, shard, user, password).await {
-            Err(failure) if failure.cause == FailureCause::Member && attempt < ATTEMPTS => {
+        match copy_shard(store, plan, &shard.for_attempt(attempt), user, password).await {
+            Err(failure) if failure.cause == FailureCause::Member && attempt < attempts => {
                 eprintln!(
-                    "shard {} attempt {attempt} of {ATTEMPTS}: {}",
+                    "shard {} attempt {attempt} of {attempts}: {}",
                     shard.index, failure.message
                 );
                 attempt += 1;

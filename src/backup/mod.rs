@@ -107,6 +107,36 @@ pub struct ShardSource {
     pub role: String,
     /// `host:port` of its client port.
     pub address: String,
+    /// The shard's other members, in the order they are tried when this one drops out of the
+    /// copy (its pod deleted, evicted or restarted): the copy goes on from one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<MemberAddress>,
+}
+
+/// A member a shard can be copied from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberAddress {
+    pub member: String,
+    pub role: String,
+    pub address: String,
+}
+
+impl ShardSource {
+    /// The source of copy attempt `attempt` (from 1): the chosen member, then each fallback in
+    /// turn, round and round.
+    pub fn for_attempt(&self, attempt: u32) -> ShardSource {
+        let turn = (attempt.saturating_sub(1) as usize) % (self.fallbacks.len() + 1);
+        let Some(other) = turn.checked_sub(1).map(|i| &self.fallbacks[i]) else {
+            return self.clone();
+        };
+        ShardSource {
+            member: other.member.clone(),
+            role: other.role.clone(),
+            address: other.address.clone(),
+            ..self.clone()
+        }
+    }
 }
 
 /// One shard as it was written to the bucket.
@@ -217,10 +247,17 @@ pub struct ShardFigures {
     /// Left out when the message would not fit (many shards); the manifest has every one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// The member copied and its role, when not the planned one (that one dropped out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
 }
 
 impl CopySummary {
-    pub fn of(manifest: &Manifest) -> Self {
+    /// The summary of `manifest`, copied as `planned` said (or from fallbacks where it says).
+    pub fn of(manifest: &Manifest, planned: &[ShardSource]) -> Self {
+        let member_of = |index: u32| planned.iter().find(|p| p.index == index);
         CopySummary {
             started_at: manifest.started_at.clone(),
             completed_at: manifest.completed_at.clone(),
@@ -228,11 +265,16 @@ impl CopySummary {
             shards: manifest
                 .shards
                 .iter()
-                .map(|s| ShardFigures {
-                    index: s.index,
-                    bytes: s.bytes,
-                    keys: s.keys,
-                    sha256: Some(s.sha256.clone()),
+                .map(|s| {
+                    let moved = member_of(s.index).is_none_or(|p| p.member != s.member);
+                    ShardFigures {
+                        index: s.index,
+                        bytes: s.bytes,
+                        keys: s.keys,
+                        sha256: Some(s.sha256.clone()),
+                        member: moved.then(|| s.member.clone()),
+                        role: moved.then(|| s.role.clone()),
+                    }
                 })
                 .collect(),
             pruned: Vec::new(),
@@ -422,6 +464,8 @@ mod tests {
                     bytes: 1 << 30,
                     keys: Some(12_345_678),
                     sha256: Some("f".repeat(64)),
+                    member: None,
+                    role: None,
                 })
                 .collect(),
             pruned: vec![],
@@ -438,6 +482,61 @@ mod tests {
         assert_eq!(back.shards.len(), 60);
         let failed = JobOutcome::Failed(Failure::new(FailureCause::Network, "x".repeat(9000)));
         assert!(failed.termination_message().len() <= TERMINATION_MESSAGE_LIMIT);
+    }
+
+    #[test]
+    fn the_summary_names_a_member_only_where_the_copy_came_from_another_than_planned() {
+        let copy = |index: u32, member: &str, role: &str| ShardCopy {
+            index,
+            slots: vec![],
+            member: member.into(),
+            role: role.into(),
+            object: shard_object(index),
+            bytes: 1,
+            sha256: "00".into(),
+            keys: None,
+            keys_with_ttl: None,
+            rdb_version: 12,
+            valkey_version: None,
+        };
+        let source = |index: u32, member: &str| ShardSource {
+            index,
+            slots: vec![],
+            member: member.into(),
+            role: "replica".into(),
+            address: "10.0.0.1:6379".into(),
+            fallbacks: vec![],
+        };
+        let manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            cluster: ClusterIdentity {
+                namespace: "ns".into(),
+                name: "c".into(),
+                uid: "u".into(),
+            },
+            backup: "b".into(),
+            backup_uid: "bu".into(),
+            started_at: "2026-12-06T06:00:00Z".into(),
+            completed_at: "2026-12-06T06:00:01Z".into(),
+            valkey_version: None,
+            total_bytes: 2,
+            shards: vec![copy(0, "c-0-1", "replica"), copy(1, "c-1-0", "primary")],
+        };
+        let summary = CopySummary::of(&manifest, &[source(0, "c-0-1"), source(1, "c-1-1")]);
+        assert_eq!(
+            (
+                summary.shards[0].member.as_deref(),
+                summary.shards[0].role.as_deref()
+            ),
+            (None, None)
+        );
+        assert_eq!(
+            (
+                summary.shards[1].member.as_deref(),
+                summary.shards[1].role.as_deref()
+            ),
+            (Some("c-1-0"), Some("primary"))
+        );
     }
 
     #[test]

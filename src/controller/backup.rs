@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{EnvVar, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{EnvVar, PodSpec};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -31,11 +31,13 @@ use crate::api::{ClusterNodeStatus, ClusterState, Lifecycle, NodeRole, ValkeyClu
 use crate::backup::job::{
     ENV_ACCESS_KEY, ENV_CA_FILE, ENV_PLAN, ENV_SECRET_KEY, ENV_VALKEY_PASSWORD, ENV_VALKEY_USER,
 };
-use crate::backup::{ClusterIdentity, JobOutcome, JobPlan, ShardSource, StoreAddress, backup_path};
+use crate::backup::{
+    ClusterIdentity, JobOutcome, JobPlan, MemberAddress, ShardSource, StoreAddress, backup_path,
+};
 use crate::controller::cluster::build::BACKUP_PASSWORD_KEY;
 use crate::controller::jobs::{
-    CA_MOUNT, JOB_DEADLINE_SECONDS, JOB_TTL_SECONDS, JobImage, ca_volume, job_container, job_image,
-    job_outcome, restricted_pod, secret_env, value_env,
+    CA_MOUNT, JobImage, ca_volume, copy_job_spec, job_container, job_image, job_outcome,
+    restricted_pod, secret_env, value_env,
 };
 use crate::controller::{Context, Error, names, object_key};
 
@@ -188,6 +190,25 @@ pub fn choose_sources(
             Some(replica) => (*replica, "replica"),
             None => (*primary, "primary"),
         };
+        // Should the chosen member drop out mid-copy: the primary, then the other replicas.
+        let mut others: Vec<&&ClusterNodeStatus> =
+            members.iter().filter(|n| n.name != member.name).collect();
+        others.sort_by_key(|n| (n.role != Some(NodeRole::Primary), n.name.clone()));
+        let fallbacks = others
+            .into_iter()
+            .filter_map(|n| {
+                Some(MemberAddress {
+                    member: n.name.clone(),
+                    role: if n.role == Some(NodeRole::Primary) {
+                        "primary"
+                    } else {
+                        "replica"
+                    }
+                    .into(),
+                    address: address(n)?,
+                })
+            })
+            .collect();
         let Some(address) = address(member) else {
             return Err(format!(
                 "member {} of shard {shard} has no pod IP yet",
@@ -208,6 +229,7 @@ pub fn choose_sources(
             member: member.name.clone(),
             role: role.into(),
             address,
+            fallbacks,
         });
     }
     Ok(sources)
@@ -365,22 +387,13 @@ pub fn build_job(
             labels: Some(labels.clone()),
             ..Default::default()
         },
-        spec: Some(JobSpec {
-            backoff_limit: Some(0),
-            active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
-            ttl_seconds_after_finished: Some(JOB_TTL_SECONDS),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    image_pull_secrets: Some(image.pull_secrets.clone()),
-                    ..restricted_pod(job_container("run", &image.image, env, mounts), volumes)
-                }),
+        spec: Some(copy_job_spec(
+            labels,
+            PodSpec {
+                image_pull_secrets: Some(image.pull_secrets.clone()),
+                ..restricted_pod(job_container("run", &image.image, env, mounts), volumes)
             },
-            ..Default::default()
-        }),
+        )),
         ..Default::default()
     }
 }
@@ -451,6 +464,10 @@ pub fn finished_status(mut status: ValkeyBackupStatus, outcome: JobOutcome) -> V
                     shard.bytes = Some(figures.bytes as i64);
                     shard.keys = figures.keys.map(|k| k as i64);
                     shard.sha256 = figures.sha256.clone();
+                    if let Some(member) = &figures.member {
+                        shard.member = member.clone();
+                        shard.role = figures.role.clone().unwrap_or_default();
+                    }
                 }
             }
             let keys: u64 = summary.shards.iter().filter_map(|s| s.keys).sum();
@@ -608,6 +625,44 @@ mod tests {
             ("c-1-0", "primary")
         );
         assert_eq!(sources[1].slots, vec!["8192-16000", "16001-16383"]);
+        let fallbacks: Vec<(&str, &str, &str)> = sources[0]
+            .fallbacks
+            .iter()
+            .map(|f| (f.member.as_str(), f.role.as_str(), f.address.as_str()))
+            .collect();
+        assert_eq!(
+            fallbacks,
+            [
+                ("c-0-0", "primary", "10.0.0.0:6379"),
+                ("c-0-1", "replica", "10.0.0.1:6379")
+            ]
+        );
+        assert!(sources[1].fallbacks.is_empty());
+    }
+
+    #[test]
+    fn a_copy_moves_on_to_the_next_member_when_one_drops_out_and_comes_round_again() {
+        let nodes = [
+            member("c-0-0", 0, NodeRole::Primary, None, Some("0-16383")),
+            member("c-0-1", 0, NodeRole::Replica, Some(0), None),
+        ];
+        let source = &choose_sources(&nodes, &ips(&["c-0-0", "c-0-1"])).unwrap()[0];
+        let tried: Vec<(String, String)> = (1..=4)
+            .map(|a| source.for_attempt(a))
+            .map(|s| (s.member, s.address))
+            .collect();
+        let at = |m: &str, a: &str| (m.to_string(), a.to_string());
+        assert_eq!(
+            tried,
+            [
+                at("c-0-1", "10.0.0.1:6379"),
+                at("c-0-0", "10.0.0.0:6379"),
+                at("c-0-1", "10.0.0.1:6379"),
+                at("c-0-0", "10.0.0.0:6379")
+            ]
+        );
+        assert_eq!(source.for_attempt(2).slots, source.slots);
+        assert_eq!(source.for_attempt(2).role, "primary");
     }
 
     #[test]
@@ -624,8 +679,9 @@ mod tests {
         assert!(choose_sources(&[], &ips(&[])).is_err());
     }
 
-    #[test]
-    fn a_completed_outcome_fills_the_shards_and_the_size() {
+    /// A running one-shard backup planned from replica c-0-1, and the Job's outcome with
+    /// `figures` for that shard.
+    fn one_shard(figures: crate::backup::ShardFigures) -> (ValkeyBackupStatus, JobOutcome) {
         let status = ValkeyBackupStatus {
             phase: Some(BackupPhase::Running),
             path: Some("s3://b/p/".into()),
@@ -641,15 +697,39 @@ mod tests {
             started_at: "2026-12-05T18:00:00Z".into(),
             completed_at: "2026-12-05T18:00:05Z".into(),
             valkey_version: Some("9.0.1".into()),
-            shards: vec![crate::backup::ShardFigures {
-                index: 0,
-                bytes: 3 * 1024 * 1024,
-                keys: Some(100_000),
-                sha256: Some("ab".into()),
-            }],
+            shards: vec![figures],
             pruned: vec![],
         });
+        (status, outcome)
+    }
+
+    fn figures(member: Option<&str>, role: Option<&str>) -> crate::backup::ShardFigures {
+        crate::backup::ShardFigures {
+            index: 0,
+            bytes: 3 * 1024 * 1024,
+            keys: Some(100_000),
+            sha256: Some("ab".into()),
+            member: member.map(str::to_string),
+            role: role.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_copy_from_a_fallback_names_the_member_it_came_from() {
+        let (status, outcome) = one_shard(figures(Some("c-0-0"), Some("primary")));
         let done = finished_status(status, outcome);
+        let shard = &done.shards[0];
+        assert_eq!(
+            (shard.member.as_str(), shard.role.as_str()),
+            ("c-0-0", "primary")
+        );
+    }
+
+    #[test]
+    fn a_completed_outcome_fills_the_shards_and_the_size() {
+        let (status, outcome) = one_shard(figures(None, None));
+        let done = finished_status(status, outcome);
+        assert_eq!(done.shards[0].member, "c-0-1");
         assert_eq!(done.phase, Some(BackupPhase::Completed));
         assert_eq!(done.size.as_deref(), Some("3.0 MiB"));
         assert_eq!(done.shards[0].keys, Some(100_000));

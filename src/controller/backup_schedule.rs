@@ -122,8 +122,9 @@ async fn siblings(ctx: &Context, backup: &ValkeyBackup) -> Result<Vec<ValkeyBack
         .collect())
 }
 
-/// For a scheduled backup about to start: the object prefixes of the completed backups of the
-/// same schedule and location it replaces once complete (`keep` from the cluster's schedule).
+/// For a scheduled backup about to start: the object prefixes it deletes once complete, in the
+/// same schedule and location: the completed backups it replaces (`keep` from the cluster's
+/// schedule) and whatever earlier failed runs left.
 pub async fn retention_plan(
     ctx: &Context,
     backup: &ValkeyBackup,
@@ -133,37 +134,45 @@ pub async fn retention_plan(
     let Some(schedule) = &cluster.spec.backup else {
         return Ok(Vec::new());
     };
-    if scheduled_for(backup).is_none() {
+    let Some(this) = scheduled_for(backup) else {
         return Ok(Vec::new());
-    }
+    };
     let bucket = format!("s3://{}/", location.spec.bucket);
-    let completed = siblings(ctx, backup)
-        .await?
-        .into_iter()
-        .filter(|b| b.spec.location == backup.spec.location)
-        .filter_map(|b| {
-            let status = b.status.as_ref()?;
-            (status.phase == Some(BackupPhase::Completed)).then_some(())?;
-            let path = status
-                .path
-                .as_ref()?
-                .strip_prefix(&bucket)?
-                .trim_end_matches('/');
-            Some(Kept {
-                name: b.name_any(),
-                scheduled_for: scheduled_for(&b)?,
-                path: path.to_string(),
-            })
-        })
-        .collect();
-    Ok(to_prune(completed, schedule.keep)
+    let (mut completed, mut leftovers) = (Vec::new(), Vec::new());
+    for sibling in siblings(ctx, backup).await? {
+        let status = sibling.status.clone().unwrap_or_default();
+        let (Some(path), Some(at)) = (status.path.as_deref(), scheduled_for(&sibling)) else {
+            continue;
+        };
+        let Some(path) = path.strip_prefix(&bucket) else {
+            continue;
+        };
+        if sibling.spec.location != backup.spec.location {
+            continue;
+        }
+        let path = path.trim_end_matches('/').to_string();
+        match status.phase {
+            Some(BackupPhase::Completed) => completed.push(Kept {
+                name: sibling.name_any(),
+                scheduled_for: at,
+                path,
+            }),
+            // A run whose Job was killed could not clean up after itself: what it wrote goes
+            // with the next run's pruning (a run that failed cleanly left nothing there).
+            Some(BackupPhase::Failed) if at < this => leftovers.push(path),
+            _ => {}
+        }
+    }
+    let mut prune: Vec<String> = to_prune(completed, schedule.keep)
         .into_iter()
         .map(|k| k.path)
-        .collect())
+        .collect();
+    prune.extend(leftovers);
+    Ok(prune)
 }
 
 /// Once a scheduled backup completed: deletes the ValkeyBackups whose objects its Job pruned,
-/// and the failed ones of the same schedule older than it (they hold no objects).
+/// and the failed ones of the same schedule older than it (their prefixes were pruned too).
 pub async fn forget_pruned(
     ctx: &Context,
     backup: &ValkeyBackup,

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EnvVar, EnvVarSource, Pod, PodSecurityContext, PodSpec,
     ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext,
@@ -23,6 +25,8 @@ pub const ENV_BACKUP_IMAGE: &str = "BACKUP_JOB_IMAGE";
 pub const JOB_TTL_SECONDS: i32 = 24 * 3600;
 /// A Job still copying after this long is stopped (Failed).
 pub const JOB_DEADLINE_SECONDS: i64 = 6 * 3600;
+/// A copy streams (two 8 MiB parts in flight and one read buffer), whatever the shard's size.
+pub const JOB_MEMORY_LIMIT: &str = "128Mi";
 pub const CA_MOUNT: &str = "/etc/valkey-backup/ca";
 
 /// How a Job ended, once it has.
@@ -67,9 +71,7 @@ pub async fn job_end(ctx: &Context, job: &Job) -> Result<Option<JobEnd>, Error> 
     let name = kube::ResourceExt::name_any(job);
     let selector = format!("batch.kubernetes.io/job-name={name}");
     let listed = pods.list(&ListParams::default().labels(&selector)).await?;
-    let job_status = job.status.clone().unwrap_or_default();
-    let ended = job_status.succeeded.unwrap_or(0) > 0 || job_status.failed.unwrap_or(0) > 0;
-    if !ended {
+    if !finished(job) {
         let Some(why) = listed.iter().find_map(cannot_start) else {
             return Ok(None);
         };
@@ -81,7 +83,11 @@ pub async fn job_end(ctx: &Context, job: &Job) -> Result<Option<JobEnd>, Error> 
         jobs.delete(&name, &background).await?;
         return Ok(Some(JobEnd::CannotStart(why)));
     }
-    let messages = listed.iter().filter_map(termination).collect();
+    // A pod that succeeded speaks for the Job: one replaced after a disruption may have left a
+    // failure behind.
+    let mut pods: Vec<&Pod> = listed.iter().collect();
+    pods.sort_by_key(|pod| !succeeded(pod));
+    let messages = pods.into_iter().filter_map(termination).collect();
     Ok(Some(JobEnd::Ended(messages)))
 }
 
@@ -267,7 +273,10 @@ pub fn job_container(
                 ("cpu".into(), quantity("100m")),
                 ("memory".into(), quantity("64Mi")),
             ])),
-            limits: Some(BTreeMap::from([("memory".into(), quantity("128Mi"))])),
+            limits: Some(BTreeMap::from([(
+                "memory".into(),
+                quantity(JOB_MEMORY_LIMIT),
+            )])),
             ..Default::default()
         }),
         security_context: Some(SecurityContext {
@@ -279,6 +288,37 @@ pub fn job_container(
             }),
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// The spec of a backup or restore Job: one pod, not retried when the copy itself fails (that
+/// is the backup's or restore's outcome, reported as such), but replaced when the pod was taken
+/// away from under it (`kubectl drain`, an eviction, a preemption, node pressure: the pod's
+/// `DisruptionTarget` condition), so routine maintenance never fails a copy. A replacement
+/// starts the copy over at the same path.
+pub fn copy_job_spec(labels: BTreeMap<String, String>, pod: PodSpec) -> JobSpec {
+    JobSpec {
+        backoff_limit: Some(0),
+        pod_failure_policy: Some(PodFailurePolicy {
+            rules: vec![PodFailurePolicyRule {
+                action: "Ignore".into(),
+                on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                    type_: "DisruptionTarget".into(),
+                    status: "True".into(),
+                }]),
+                on_exit_codes: None,
+            }],
+        }),
+        active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
+        ttl_seconds_after_finished: Some(JOB_TTL_SECONDS),
+        template: k8s_openapi::api::core::v1::PodTemplateSpec {
+            metadata: Some(kube::api::ObjectMeta {
+                labels: Some(labels),
+                ..Default::default()
+            }),
+            spec: Some(pod),
+        },
         ..Default::default()
     }
 }
@@ -311,11 +351,38 @@ pub fn termination(pod: &Pod) -> Option<(String, String)> {
     let terminated = statuses
         .iter()
         .find_map(|s| s.state.as_ref()?.terminated.clone())?;
-    let reason = terminated
-        .reason
-        .clone()
-        .unwrap_or_else(|| format!("exit code {}", terminated.exit_code));
+    let reason = ended_why(terminated.reason.as_deref(), terminated.exit_code);
     Some((terminated.message.unwrap_or_default(), reason))
+}
+
+fn succeeded(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+}
+
+/// Why a Job's container ended without an outcome, for a person: a kill says what killed it.
+pub fn ended_why(reason: Option<&str>, exit_code: i32) -> String {
+    match (reason, exit_code) {
+        (Some("OOMKilled"), _) => format!(
+            "its container was OOM-killed (over its {JOB_MEMORY_LIMIT} memory limit; exit code {exit_code})"
+        ),
+        (_, 137) => "its container was killed (SIGKILL, exit code 137)".into(),
+        (_, 143) => "its container was stopped (SIGTERM, exit code 143)".into(),
+        (Some(reason), code) => format!("{reason} (exit code {code})"),
+        (None, code) => format!("exit code {code}"),
+    }
+}
+
+/// The Job has ended: `Complete` or `Failed` (a pod that failed is not the end: one taken
+/// away by a disruption is replaced, see [`copy_job_spec`]).
+pub fn finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
 }
 
 pub fn job_end_reason(job: &Job) -> String {
@@ -363,6 +430,60 @@ mod tests {
         .unwrap();
         assert!(why.contains("CreateContainerConfigError") && why.contains("not found"));
         assert!(cannot_start(&waiting("ImagePullBackOff", "no such image")).is_some());
+    }
+
+    fn job_with(conditions: &[(&str, &str)], failed: i32) -> Job {
+        use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+        Job {
+            status: Some(JobStatus {
+                failed: Some(failed),
+                conditions: Some(
+                    conditions
+                        .iter()
+                        .map(|(type_, status)| JobCondition {
+                            type_: type_.to_string(),
+                            status: status.to_string(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_job_has_ended_when_its_conditions_say_so_not_when_a_pod_failed() {
+        assert!(!finished(&Job::default()));
+        assert!(!finished(&job_with(&[], 1)));
+        assert!(!finished(&job_with(&[("FailureTarget", "True")], 1)));
+        assert!(!finished(&job_with(&[("Complete", "False")], 0)));
+        assert!(finished(&job_with(&[("Complete", "True")], 0)));
+        assert!(finished(&job_with(&[("Failed", "True")], 1)));
+    }
+
+    #[test]
+    fn a_killed_copy_says_what_killed_it() {
+        assert!(ended_why(Some("OOMKilled"), 137).contains("OOM-killed (over its 128Mi"));
+        assert!(ended_why(Some("Error"), 137).contains("SIGKILL"));
+        assert!(ended_why(Some("Error"), 143).contains("SIGTERM"));
+        assert_eq!(ended_why(Some("Error"), 2), "Error (exit code 2)");
+        assert_eq!(ended_why(None, 1), "exit code 1");
+    }
+
+    #[test]
+    fn copy_jobs_replace_a_disrupted_pod_and_nothing_else() {
+        let spec = copy_job_spec(BTreeMap::new(), PodSpec::default());
+        assert_eq!(spec.backoff_limit, Some(0));
+        let rules = spec.pod_failure_policy.unwrap().rules;
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].action, "Ignore");
+        let on = rules[0].on_pod_conditions.clone().unwrap();
+        assert_eq!(
+            (on[0].type_.as_str(), on[0].status.as_str()),
+            ("DisruptionTarget", "True")
+        );
     }
 
     #[test]

@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::batch::v1::Job;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -40,8 +39,8 @@ use crate::backup::{ClusterIdentity, StoreAddress};
 use crate::controller::backup::BACKUP_COMPONENT;
 use crate::controller::cluster::build::RESTORE_PASSWORD_KEY;
 use crate::controller::jobs::{
-    CA_MOUNT, JOB_DEADLINE_SECONDS, JOB_TTL_SECONDS, ca_volume, job_container, job_image,
-    job_outcome, restricted_pod, secret_env, value_env,
+    CA_MOUNT, ca_volume, copy_job_spec, job_container, job_image, job_outcome, restricted_pod,
+    secret_env, value_env,
 };
 use crate::controller::{Context, Error, names, object_key};
 
@@ -388,22 +387,13 @@ pub fn build_job(
             labels: Some(labels.clone()),
             ..Default::default()
         },
-        spec: Some(JobSpec {
-            backoff_limit: Some(0),
-            active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
-            ttl_seconds_after_finished: Some(JOB_TTL_SECONDS),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..Default::default()
-                }),
-                spec: Some(k8s_openapi::api::core::v1::PodSpec {
-                    image_pull_secrets: Some(image.pull_secrets.clone()),
-                    ..restricted_pod(job_container("restore", &image.image, env, mounts), volumes)
-                }),
+        spec: Some(copy_job_spec(
+            labels,
+            k8s_openapi::api::core::v1::PodSpec {
+                image_pull_secrets: Some(image.pull_secrets.clone()),
+                ..restricted_pod(job_container("restore", &image.image, env, mounts), volumes)
             },
-            ..Default::default()
-        }),
+        )),
         ..Default::default()
     }
 }

@@ -546,13 +546,17 @@ async fn reconciles_so_far(client: &Client) -> anyhow::Result<f64> {
 /// for: the local nodes hold 110 pods each) and the operator's RSS; then the reconciles per
 /// minute once everything is at rest.
 /// The fleet's namespace and menu are returned: the webhook is measured with the clusters
-/// present. Small clusters: the menu's config asks for 100m CPU (the `standard` sample's 1
-/// CPU would fit 192 members on the local nodes' 3 x 64 CPUs).
+/// present. Small clusters: the menu's config asks for 10m CPU and 64Mi, so that 200 members
+/// fit the local nodes (4 x 2 CPUs, 110 pods each) with room left for the operator's pod
+/// when the sampling cost is measured (it restarts the operator).
 async fn fleet(
     client: &Client,
     steps: &[usize],
 ) -> anyhow::Result<(report::Fleet, TestNamespace, Menu)> {
     let menu = Menu::publish(client, "fleet", "9.1.2").await?;
+    let mut small = valkey_e2e::workload::config(&menu.config, &menu.image);
+    small["spec"]["resources"] = json!({"cpu": "10m", "memory": "64Mi"});
+    apply(client, "config", small).await?;
     // One 1 x 0 cluster alone first: the unit the fleet's settling time is compared with.
     let one = time_to_active(client, &menu.config, 1, 0)
         .await?
@@ -628,7 +632,7 @@ async fn sampling_cost(client: &Client) -> anyhow::Result<Vec<report::SamplingCo
                 &Patch::Merge(&patch),
             )
             .await?;
-        restart_operator_pods(client).await?;
+        valkey_e2e::valkey::restart_operator(client).await?;
         tokio::time::sleep(Duration::from_secs(120)).await;
         let before = reconciles_so_far(client).await?;
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -644,44 +648,6 @@ async fn sampling_cost(client: &Client) -> anyhow::Result<Vec<report::SamplingCo
         costs.push(cost);
     }
     Ok(costs)
-}
-
-/// Deletes the operator's pods and waits until a new one is Ready (settings are read at
-/// startup).
-async fn restart_operator_pods(client: &Client) -> anyhow::Result<()> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    let selector =
-        kube::api::ListParams::default().labels("app.kubernetes.io/name=valkey-operator");
-    let old: Vec<String> = pods
-        .list(&selector)
-        .await?
-        .items
-        .iter()
-        .map(kube::ResourceExt::name_any)
-        .collect();
-    for name in &old {
-        pods.delete(name, &Default::default()).await?;
-    }
-    wait_for(
-        "a new operator pod Ready",
-        Duration::from_secs(180),
-        Duration::from_secs(1),
-        || {
-            let (pods, selector, old) = (pods.clone(), selector.clone(), old.clone());
-            async move {
-                let list = pods.list(&selector).await?.items;
-                let ready = list.iter().any(|p| {
-                    !old.contains(&kube::ResourceExt::name_any(p))
-                        && valkey_e2e::valkey::pod_ready(p)
-                });
-                let gone = list
-                    .iter()
-                    .all(|p| !old.contains(&kube::ResourceExt::name_any(p)));
-                Ok((ready && gone).then_some(()))
-            }
-        },
-    )
-    .await
 }
 
 /// Waits until each of the `n` clusters is Active or waits only for room on the nodes (the
