@@ -1,6 +1,7 @@
 //! valkey-operator: module tree only (see docs/architecture.md).
 pub mod api;
 pub mod backup;
+pub mod cache;
 pub mod controller;
 pub mod driver;
 pub mod plan;

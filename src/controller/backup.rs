@@ -15,7 +15,7 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
@@ -34,6 +34,7 @@ use crate::backup::job::{
 use crate::backup::{
     ClusterIdentity, JobOutcome, JobPlan, MemberAddress, ShardSource, StoreAddress, backup_path,
 };
+use crate::cache::controller_for;
 use crate::controller::cluster::build::BACKUP_PASSWORD_KEY;
 use crate::controller::jobs::{
     CA_MOUNT, JobImage, ca_volume, copy_job_spec, job_container, job_image, job_outcome,
@@ -55,7 +56,7 @@ pub async fn run(ctx: Arc<Context>) {
     let jobs = Api::<Job>::namespaced(client.clone(), &ctx.operator_namespace);
     let selector =
         format!("{LABEL_APP_MANAGED_BY}={MANAGER},{LABEL_APP_COMPONENT}={BACKUP_COMPONENT}");
-    Controller::new(Api::<ValkeyBackup>::all(client), watcher::Config::default())
+    controller_for::<ValkeyBackup>(&client, watcher::Config::default())
         .watches(
             jobs,
             watcher::Config::default().labels(&selector),

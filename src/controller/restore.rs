@@ -15,7 +15,7 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
@@ -36,6 +36,7 @@ use crate::backup::restore::{
 };
 use crate::backup::restore_job::ENV_RESTORE_PLAN;
 use crate::backup::{ClusterIdentity, StoreAddress};
+use crate::cache::controller_for;
 use crate::controller::backup::BACKUP_COMPONENT;
 use crate::controller::cluster::build::RESTORE_PASSWORD_KEY;
 use crate::controller::jobs::{
@@ -60,19 +61,17 @@ pub async fn run(ctx: Arc<Context>) {
     let selector = format!(
         "{LABEL_APP_MANAGED_BY}={MANAGER},{LABEL_APP_COMPONENT}={BACKUP_COMPONENT},{LABEL_RESTORE_CLUSTER}"
     );
-    Controller::new(
-        Api::<ValkeyCluster>::all(client),
-        watcher::Config::default(),
-    )
-    .watches(
-        jobs,
-        watcher::Config::default().labels(&selector),
-        cluster_of_job,
-    )
-    .shutdown_on_signal()
-    .run(reconcile, error_policy, ctx)
-    .for_each(|_| futures::future::ready(()))
-    .await;
+    // A second store of every cluster (the cluster controller keeps its own): trimmed likewise.
+    controller_for::<ValkeyCluster>(&client, watcher::Config::default())
+        .watches(
+            jobs,
+            watcher::Config::default().labels(&selector),
+            cluster_of_job,
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
 }
 
 fn cluster_of_job(job: Job) -> Option<ObjectRef<ValkeyCluster>> {

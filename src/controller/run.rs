@@ -22,6 +22,7 @@ use tracing::info;
 
 use crate::api::constants::{LABEL_APP_MANAGED_BY, LABEL_CLUSTER, MANAGER};
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
+use crate::cache::{controller_for, forget_managed_fields};
 use crate::controller::cluster::{self, ClusterContext};
 use crate::controller::{Context, Error, MenuStores, node, object_key, until_ready};
 use crate::resolve::{MenuRef, menu_refs};
@@ -279,27 +280,6 @@ fn controlled_by_a_valkey_node(pod: &Pod) -> bool {
             && o.kind == "ValkeyNode"
             && o.api_version.starts_with("valkey.gomomento.com/")
     })
-}
-
-/// Server-side apply's field ownership is not read by any reconcile, and in memory it is most
-/// of a pod (22 KB of a pod's 32 KB as JSON, more as parsed values): the stores drop it.
-fn forget_managed_fields<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
-}
-
-/// A controller for `K` whose own store holds its objects without their managed fields (see
-/// [`forget_managed_fields`]).
-fn controller_for<K>(client: &Client, config: watcher::Config) -> Controller<K>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store::<K>();
-    let objects = watcher(Api::<K>::all(client.clone()), config)
-        .default_backoff()
-        .modify(forget_managed_fields)
-        .reflect(writer)
-        .applied_objects();
-    Controller::for_stream(objects, store)
 }
 
 /// The ValkeyCluster controller, reconciling a cluster when it changes, when an object it

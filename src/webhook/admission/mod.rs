@@ -208,28 +208,9 @@ pub struct WatchedMenu {
 }
 
 impl WatchedMenu {
-    /// Starts the three watches (background tasks for the life of the process).
+    /// Starts the four watches (background tasks for the life of the process).
     pub fn start(client: Client, timeout: std::time::Duration) -> WatchedMenu {
-        use futures::StreamExt;
-        use kube::runtime::{WatchStreamExt, reflector, watcher};
-        fn watch<K>(client: &Client) -> reflector::Store<K>
-        where
-            K: Resource<DynamicType = ()>
-                + Clone
-                + std::fmt::Debug
-                + serde::de::DeserializeOwned
-                + Send
-                + Sync
-                + 'static,
-        {
-            let (store, writer) = reflector::store();
-            let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
-                .default_backoff()
-                .reflect(writer)
-                .for_each(|_| futures::future::ready(()));
-            tokio::spawn(stream);
-            store
-        }
+        use crate::cache::watched_store as watch;
         let (configs, images, roles) = (watch(&client), watch(&client), watch(&client));
         let clusters = watch(&client);
         let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
