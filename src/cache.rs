@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -19,34 +19,43 @@ pub fn forget_managed_fields<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
-/// A controller for every `K` (as `config` selects) whose own store holds its objects
-/// without their managed fields.
+/// A watch of every `K` (as `config` selects) filling a store with its objects, managed fields
+/// dropped, and the watch's events. The store fills only while the events are polled.
+pub fn trimmed_watch<K>(
+    client: &Client,
+    config: watcher::Config,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let events = watcher(Api::<K>::all(client.clone()), config)
+        .default_backoff()
+        .modify(forget_managed_fields)
+        .reflect(writer);
+    (store, events)
+}
+
+/// A controller for every `K` (as `config` selects) whose own store is a [`trimmed_watch`].
 pub fn controller_for<K>(client: &Client, config: watcher::Config) -> Controller<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store::<K>();
-    let objects = watcher(Api::<K>::all(client.clone()), config)
-        .default_backoff()
-        .modify(forget_managed_fields)
-        .reflect(writer)
-        .applied_objects();
-    Controller::for_stream(objects, store)
+    let (store, events) = trimmed_watch(client, config);
+    Controller::for_stream(events.applied_objects(), store)
 }
 
-/// A store of every `K`, kept by a background watch for the life of the process, without
-/// managed fields. Must be called within a tokio runtime.
+/// A store of every `K` ([`trimmed_watch`]), kept by a background task for the life of the
+/// process. Must be called within a tokio runtime.
 pub fn watched_store<K>(client: &Client) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store::<K>();
-    let watch = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .modify(forget_managed_fields)
-        .reflect(writer)
-        .for_each(|_| futures::future::ready(()));
-    tokio::spawn(watch);
+    let (store, events) = trimmed_watch(client, watcher::Config::default());
+    tokio::spawn(events.for_each(|_| futures::future::ready(())));
     store
 }
 

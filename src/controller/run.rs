@@ -22,7 +22,7 @@ use tracing::info;
 
 use crate::api::constants::{LABEL_APP_MANAGED_BY, LABEL_CLUSTER, MANAGER};
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
-use crate::cache::{controller_for, forget_managed_fields};
+use crate::cache::{controller_for, forget_managed_fields, trimmed_watch};
 use crate::controller::cluster::{self, ClusterContext};
 use crate::controller::{Context, Error, MenuStores, node, object_key, until_ready};
 use crate::resolve::{MenuRef, menu_refs};
@@ -156,32 +156,11 @@ fn reflect<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    reflect_trimmed(client, config, forget_managed_fields::<K>)
+    let (store, events) = trimmed_watch(client, config);
+    (store, events.touched_objects())
 }
 
-/// [`reflect`], keeping each object as `trim` leaves it (what no reconcile reads is not held
-/// in memory for every object of the fleet).
-fn reflect_trimmed<K>(
-    client: &Client,
-    config: watcher::Config,
-    trim: fn(&mut K),
-) -> (
-    Store<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store::<K>();
-    let changes = watcher(Api::<K>::all(client.clone()), config)
-        .default_backoff()
-        .modify(trim)
-        .reflect(writer)
-        .touched_objects();
-    (store, changes)
-}
-
-/// The members' pods: [`reflect_trimmed`] of the pods labelled as ours, keeping only those a
+/// The members' pods: [`reflect`] of the pods labelled as ours, keeping only those a
 /// ValkeyNode controls (see [`members_only`]).
 fn reflect_member_pods(
     client: &Client,
@@ -208,19 +187,15 @@ fn reflect_node_names(
     Store<PartialObjectMeta<Node>>,
     impl Stream<Item = Result<PartialObjectMeta<Node>, watcher::Error>> + Send + 'static,
 ) {
-    let (store, writer) = reflector::store::<PartialObjectMeta<Node>>();
-    let nodes = Api::<PartialObjectMeta<Node>>::all(client.clone());
-    let deleted = watcher(nodes, watcher::Config::default())
-        .default_backoff()
-        .modify(forget_managed_fields)
-        .reflect(writer)
-        .filter_map(|event| {
-            std::future::ready(match event {
-                Ok(watcher::Event::Delete(node)) => Some(Ok(node)),
-                Ok(_) => None,
-                Err(e) => Some(Err(e)),
-            })
-        });
+    let (store, events) =
+        trimmed_watch::<PartialObjectMeta<Node>>(client, watcher::Config::default());
+    let deleted = events.filter_map(|event| {
+        std::future::ready(match event {
+            Ok(watcher::Event::Delete(node)) => Some(Ok(node)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+    });
     (store, deleted)
 }
 
@@ -397,20 +372,14 @@ fn clusters_using(
 /// The ValkeyNode controller: one ConfigMap and one Pod per member, reconciled again when
 /// either changes.
 fn node_controller(client: &Client) -> Controller<ValkeyNode> {
-    let (store, writer) = reflector::store::<ValkeyNode>();
-    let nodes = watcher(
-        Api::<ValkeyNode>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(forget_managed_fields)
-    .reflect(writer)
-    .applied_objects()
-    // A member's utilization, written every 30 s, changes nothing its reconcile reads.
-    .predicate_filter(
-        cluster::utilization::without_utilization,
-        Default::default(),
-    );
+    let (store, events) = trimmed_watch::<ValkeyNode>(client, watcher::Config::default());
+    let nodes = events
+        .applied_objects()
+        // A member's utilization, written every 30 s, changes nothing its reconcile reads.
+        .predicate_filter(
+            cluster::utilization::without_utilization,
+            Default::default(),
+        );
     Controller::for_stream(nodes, store)
         .owns(Api::<Pod>::all(client.clone()), managed())
         .owns(Api::<ConfigMap>::all(client.clone()), managed())
