@@ -191,12 +191,16 @@ pki() {
   gen_cert controller-manager "/CN=system:kube-controller-manager"
   gen_cert scheduler "/CN=system:kube-scheduler"
   gen_cert kube-proxy "/CN=system:kube-proxy"
+  # The CSI sidecars of the expandable class (on the host, like kube-proxy): cluster admins, as
+  # the local cluster's control-plane components are, rather than a copy of their RBAC.
+  gen_cert csi-sidecars "/O=system:masters/CN=csi-sidecars"
   gen_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
   [ -f "$PKI/sa.key" ] || { openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null; openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null; }
   write_kubeconfig "$LC_DIR/kubeconfig" admin
   write_kubeconfig "$PKI/controller-manager.kubeconfig" controller-manager
   write_kubeconfig "$PKI/scheduler.kubeconfig" scheduler
   write_kubeconfig "$PKI/kube-proxy.kubeconfig" kube-proxy
+  write_kubeconfig "$PKI/csi-sidecars.kubeconfig" csi-sidecars
 }
 
 # ---------------------------------------------------------------- components
@@ -336,6 +340,46 @@ storage_up() {
   log "default StorageClass local-path (volumes on the real nodes: $REAL_NODES)"
 }
 
+# The expandable StorageClass (`expandable`, not the default): volumes that grow online, which
+# local-path cannot. On the host, as kube-proxy is: e2e/tools/csi-expandable serves the CSI
+# controller to the upstream csi-provisioner and csi-resizer and one node endpoint per kubelet,
+# registered through the kubelet's plugins_registry as node-driver-registrar would; the
+# volumes are directories under $CSI_DIR/volumes, bind-mounted into pods.
+CSI_DIR=$LC_DIR/csi
+CSI_DRIVER=expandable.csi.valkey-operator.local
+expandable_storage_up() {
+  local node nodes=()
+  for node in $REAL_NODES; do nodes+=(--node "$node=$LC_DIR/real/$node/kubelet"); done
+  start_daemon csi-expandable "$CACHE/csi-expandable/bin/csi-expandable" --name "$CSI_DRIVER" \
+    --volumes "$CSI_DIR/volumes" --controller-socket "$CSI_DIR/controller.sock" "${nodes[@]}"
+  wait_for "csi-expandable's controller socket" 30 test -S "$CSI_DIR/controller.sock"
+  local sidecar=(--csi-address "$CSI_DIR/controller.sock" --kubeconfig "$PKI/csi-sidecars.kubeconfig"
+    --leader-election=false --timeout=30s)
+  start_daemon csi-provisioner "$CACHE/csi-provisioner-v$CSI_PROVISIONER_VERSION/bin/csi-provisioner" "${sidecar[@]}"
+  start_daemon csi-resizer "$CACHE/csi-resizer-v$CSI_RESIZER_VERSION/bin/csi-resizer" "${sidecar[@]}"
+  sed -e "s|@CSI_DRIVER@|$CSI_DRIVER|g" "$REPO/e2e/addons/expandable-storage.yaml" \
+    | $KUBECTL apply --server-side --force-conflicts -f - >/dev/null
+  for node in $REAL_NODES; do
+    wait_for "the kubelet of $node to register $CSI_DRIVER" 60 csi_registered "$node"
+  done
+  log "StorageClass expandable ($CSI_DRIVER: volumes in $CSI_DIR/volumes, online expansion)"
+}
+
+csi_registered() { # node
+  $KUBECTL get csinode "$1" -o jsonpath='{.spec.drivers[*].name}' | grep -qw "$CSI_DRIVER"
+}
+
+expandable_storage_down() {
+  stop_daemon csi-provisioner
+  stop_daemon csi-resizer
+  stop_daemon csi-expandable
+  local m
+  for m in $(awk -v d="$CSI_DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r); do
+    umount -l "$m" 2>/dev/null || true
+  done
+  rm -rf "$CSI_DIR"
+}
+
 # The object store backups go to: SeaweedFS's S3 gateway (e2e/addons/object-store.yaml).
 object_store_up() {
   sed -e "s|@SEAWEEDFS_TAG@|$SEAWEEDFS_TAG|g" -e "s|@REAL_NODE_TAINT@|$REAL_NODE_TAINT|g" \
@@ -396,6 +440,7 @@ kubelet_up() {
   dns_up
   network_policies_up
   storage_up
+  expandable_storage_up
   object_store_up
   cert_manager_up
 }
@@ -532,6 +577,7 @@ cmd_up() {
 cmd_down() {
   require_root
   real_nodes_down
+  expandable_storage_down
   stop_daemon kube-scheduler
   network_policies_down
   service_routing_down
@@ -547,7 +593,7 @@ cmd_down() {
 cmd_status() {
   local n
   for n in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy registry \
-      $(for r in $REAL_NODES; do echo "containerd-$r kubelet-$r"; done); do
+      csi-expandable csi-provisioner csi-resizer $(for r in $REAL_NODES; do echo "containerd-$r kubelet-$r"; done); do
     if is_running "$n"; then echo "$n: running (pid $(cat "$PIDS/$n.pid"))"; else echo "$n: stopped"; fi
   done
 }

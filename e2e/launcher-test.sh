@@ -26,7 +26,8 @@ check() { # name command...
 pids_of() { for f in "$LC_DIR"/pids/*.pid; do [ -e "$f" ] && cat "$f"; done | sort | tr '\n' ' '; }
 nodes_ready() { [ "$($KUBECTL get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 3 ]; }
 leftovers() {
-  pgrep -af "$CACHE/(k8s|etcd|coredns|cert-manager)-v"; pgrep -af "valkey-server /etc/valkey"
+  pgrep -af "$CACHE/(k8s|etcd|coredns|cert-manager|csi-[a-z]+)-v"; pgrep -af "$CACHE/csi-expandable"
+  pgrep -af "valkey-server /etc/valkey"
   pgrep -af "containerd(-shim-runc-v2)? .*$LC_DIR/real/"; pgrep -ax docker-registry
   ip netns list | grep -E '^(vkp|cni)-'; ip -o link show | grep -E ': (vkh|vkbr0|veth)'
   iptables -t nat -S | grep KUBE- | head -3; iptables -t mangle -S | grep VK-NETPOL | head -3
@@ -46,7 +47,8 @@ nothing_left_now() {
   nat=$(iptables -t nat -S 2>/dev/null); mangle=$(iptables -t mangle -S 2>/dev/null)
   netns=$(ip netns list 2>/dev/null)
   links=$(ip -o link show 2>/dev/null); mounts=$(cat /proc/self/mounts)
-  ! pgrep -f "$CACHE/(k8s|etcd|coredns|cert-manager)-v" >/dev/null \
+  ! pgrep -f "$CACHE/(k8s|etcd|coredns|cert-manager|csi-[a-z]+)-v" >/dev/null \
+    && ! pgrep -f "$CACHE/csi-expandable" >/dev/null \
     && ! pgrep -f "containerd(-shim-runc-v2)? .*$LC_DIR/real/" >/dev/null \
     && ! pgrep -x docker-registry >/dev/null \
     && [[ $nat != *KUBE-* ]] \

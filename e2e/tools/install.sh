@@ -137,20 +137,37 @@ go_install crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl crictl
 CGO_ENABLED=0 go_install local-path-provisioner "$LOCAL_PATH_VERSION" github.com/rancher/local-path-provisioner local-path-provisioner
 # kube-network-policies: NetworkPolicy enforcement; static, as the image has no libc.
 CGO_ENABLED=0 go_install kube-network-policies "$KUBE_NETWORK_POLICIES_VERSION" sigs.k8s.io/kube-network-policies/cmd cmd
-# --- SeaweedFS: the object store of the local cluster's backups. Its go.mod has replace
-#     directives, which `go install <package>@<version>` refuses: built from a copy of the module.
-swdir="$CACHE/seaweedfs-$SEAWEEDFS_TAG"
-if ! [ -x "$swdir/bin/weed" ]; then
-  log "building SeaweedFS $SEAWEEDFS_TAG (first time only; ~4 min on 2 cores)"
-  swsrc=$(cd /tmp && GOMODCACHE="$CACHE/go/mod" GOFLAGS=-mod=mod \
-    go mod download -json "github.com/seaweedfs/seaweedfs@v$SEAWEEDFS_VERSION" \
-    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  [ -d "$swsrc" ] || { log "could not download github.com/seaweedfs/seaweedfs@v$SEAWEEDFS_VERSION"; exit 1; }
-  rm -rf "$swdir.src" "$swdir.tmp" && cp -r "$swsrc" "$swdir.src" && chmod -R u+w "$swdir.src"
-  (cd "$swdir.src" && CGO_ENABLED=0 GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
-     go build -trimpath -ldflags "-s -w" -o "$swdir.tmp/bin/weed" ./weed)
-  rm -rf "$swdir.src" "$swdir" && mv "$swdir.tmp" "$swdir"
+# --- Commands whose module has replace directives, which `go install <package>@<version>`
+#     refuses: built from a copy of the module, static, into $CACHE/<name>-<tag>/bin.
+build_module_copy() { # name tag module version package binary
+  local dir="$CACHE/$1-$2" src
+  [ -x "$dir/bin/$6" ] && return 0
+  log "building $1 $2 (first time only; minutes on 2 cores)"
+  src=$(cd /tmp && GOMODCACHE="$CACHE/go/mod" GOFLAGS=-mod=mod \
+    go mod download -json "$3@v$4" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$src" ] || { log "could not download $3@v$4"; exit 1; }
+  rm -rf "$dir.src" "$dir.tmp" && cp -r "$src" "$dir.src" && chmod -R u+w "$dir.src"
+  (cd "$dir.src" && CGO_ENABLED=0 GOFLAGS=-mod=mod GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
+     go build -trimpath -ldflags "-s -w" -o "$dir.tmp/bin/$6" "$5")
+  rm -rf "$dir.src" "$dir" && mv "$dir.tmp" "$dir"
+}
+# SeaweedFS: the object store of the local cluster's backups.
+build_module_copy seaweedfs "$SEAWEEDFS_TAG" github.com/seaweedfs/seaweedfs "$SEAWEEDFS_VERSION" ./weed weed
+# The expandable StorageClass (volumes that grow online): the upstream CSI sidecars, run on the
+# host against e2e/tools/csi-expandable (the driver, built below).
+build_module_copy csi-provisioner "v$CSI_PROVISIONER_VERSION" github.com/kubernetes-csi/external-provisioner/v5 \
+  "$CSI_PROVISIONER_VERSION" ./cmd/csi-provisioner csi-provisioner
+build_module_copy csi-resizer "v$CSI_RESIZER_VERSION" github.com/kubernetes-csi/external-resizer \
+  "$CSI_RESIZER_VERSION" ./cmd/csi-resizer csi-resizer
+# csi-expandable: rebuilt when its source changes (the binary is named by the source's hash).
+csidir="$CACHE/csi-expandable-$(cat "$here/csi-expandable/go.mod" "$here/csi-expandable/main.go" | sha256sum | cut -c1-12)"
+if ! [ -x "$csidir/bin/csi-expandable" ]; then
+  log "building e2e/tools/csi-expandable"
+  (cd "$here/csi-expandable" && CGO_ENABLED=0 GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
+     go build -trimpath -ldflags "-s -w" -o "$csidir.tmp/bin/csi-expandable" .)
+  rm -rf "$csidir" && mv "$csidir.tmp" "$csidir"
 fi
+ln -sfn "$csidir" "$CACHE/csi-expandable"
 # --- cert-manager: its controller, webhook and cainjector packages wired by e2e/tools/cert-manager
 #     (the upstream commands are modules the proxy does not serve; see its go.mod), and the Helm
 #     chart from the same module, copied beside the binary.

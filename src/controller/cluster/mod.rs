@@ -155,18 +155,24 @@ pub async fn reconcile(
         tls_progress.as_ref(),
         streak.as_ref(),
     );
-    volumes::into_status(&mut new_status, volumes, &desired_spec);
+    let volume_wait = volumes::into_status(&mut new_status, volumes, &desired_spec);
     new_status.autoscaling = autoscale::step(&cctx, &cluster, (&plan, &topology, &observed)).await;
     status::publish(ctx, &cluster, new_status).await?;
 
-    let tls_wait = tls_progress
-        .as_ref()
-        .and_then(tls::TlsProgress::look_again_in);
+    // Sooner while a certificate reload or a volume's growth is under way.
+    let tls_wait = tls_progress.and_then(|t| t.look_again_in());
     let look = (&plan, &topology, &acl_progress, streak.as_ref());
     let after = look_again_in(&cctx, &cluster, driver.as_ref(), look).await;
-    Ok(Action::requeue(
-        tls_wait.map_or(after, |tls| after.min(Duration::from_secs(tls))),
-    ))
+    Ok(Action::requeue(sooner(after, [tls_wait, volume_wait])))
+}
+
+/// `after`, or the soonest of the steps' own waits (in seconds) when one is sooner.
+fn sooner(after: Duration, waits: [Option<u64>; 2]) -> Duration {
+    waits
+        .into_iter()
+        .flatten()
+        .map(Duration::from_secs)
+        .fold(after, Duration::min)
 }
 
 /// Records each member's observed role, node id and pod on its ValkeyNode, then this round's
@@ -377,6 +383,17 @@ pub fn error_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_waiting_sooner_than_the_calm_look_brings_the_next_look_forward() {
+        let calm = CALM_LOOK;
+        assert_eq!(sooner(calm, [None, None]), calm);
+        assert_eq!(sooner(calm, [Some(10), None]), Duration::from_secs(10));
+        assert_eq!(sooner(calm, [Some(10), Some(5)]), Duration::from_secs(5));
+        // A step's wait never delays a look that is due sooner.
+        let changing = Duration::from_millis(200);
+        assert_eq!(sooner(changing, [Some(2), Some(5)]), changing);
+    }
 
     /// On a single-threaded runtime, work handed off must leave the runtime free: here the
     /// work waits for a task of the same runtime, which could never run if the work blocked

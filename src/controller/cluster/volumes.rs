@@ -65,6 +65,23 @@ impl VolumeProgress {
 /// Condition type of a cluster with storage: every member's volume has the config's size.
 pub const VOLUMES_SIZED: &str = "VolumesSized";
 
+/// What the volumes step did this round: its `VolumesSized` condition, and whether claims are
+/// still growing (the cluster is looked at again soon, so the condition follows the kubelet).
+#[derive(Debug)]
+pub struct VolumeStep {
+    pub condition: Condition,
+    pub growing: bool,
+}
+
+impl VolumeStep {
+    /// Seconds until the cluster should be looked at again for its volumes' sake: 5 while a
+    /// claim grows (each kubelet finishes an online expansion on its own resync, up to about a
+    /// minute later), `None` otherwise.
+    pub fn look_again_in(&self) -> Option<u64> {
+        self.growing.then_some(5)
+    }
+}
+
 /// The volumes step (see the module) and its `VolumesSized` condition; nothing for a cluster
 /// without storage. Errors are logged and leave the claims for the next round: volumes never
 /// hold up the rest of the reconcile.
@@ -73,7 +90,7 @@ pub async fn sync(
     cluster: &ValkeyCluster,
     storage: Option<&Storage>,
     members: &[std::sync::Arc<ValkeyNode>],
-) -> Option<Condition> {
+) -> Option<VolumeStep> {
     let storage = storage?;
     let progress = match try_sync(ctx, cluster, storage, members).await {
         Ok(progress) => progress,
@@ -83,24 +100,24 @@ pub async fn sync(
         }
     };
     let (ok, reason, message) = progress.condition(&storage.size);
-    Some(super::status::cluster_condition(
-        cluster,
-        VOLUMES_SIZED,
-        ok,
-        reason,
-        &message,
-    ))
+    Some(VolumeStep {
+        condition: super::status::cluster_condition(cluster, VOLUMES_SIZED, ok, reason, &message),
+        growing: !progress.growing.is_empty(),
+    })
 }
 
 /// Puts the volumes step's condition and the members' persistence mode (from the desired
-/// member spec) into this round's status.
+/// member spec) into this round's status; returns the step's own wait (see
+/// [`VolumeStep::look_again_in`]).
 pub fn into_status(
     status: &mut crate::api::ValkeyClusterStatus,
-    volumes: Option<Condition>,
+    volumes: Option<VolumeStep>,
     desired: &crate::api::ValkeyNodeSpec,
-) {
-    status.conditions.extend(volumes);
+) -> Option<u64> {
+    let wait = volumes.as_ref().and_then(VolumeStep::look_again_in);
+    status.conditions.extend(volumes.map(|v| v.condition));
     status.persistence = Some(crate::controller::node::build::persistence_mode(desired));
+    wait
 }
 
 async fn try_sync(
@@ -279,6 +296,25 @@ async fn delete_if_retired(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn growing_claims_are_looked_at_again_soon_and_settled_ones_are_not() {
+        let step = |growing| VolumeStep {
+            condition: Condition {
+                type_: VOLUMES_SIZED.into(),
+                status: "False".into(),
+                reason: "Growing".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    Default::default(),
+                ),
+                observed_generation: None,
+            },
+            growing,
+        };
+        assert_eq!(step(true).look_again_in(), Some(5));
+        assert_eq!(step(false).look_again_in(), None);
+    }
 
     #[test]
     fn the_condition_names_what_cannot_grow_then_what_grows() {
