@@ -373,10 +373,7 @@ expandable_storage_down() {
   stop_daemon csi-provisioner
   stop_daemon csi-resizer
   stop_daemon csi-expandable
-  local m
-  for m in $(awk -v d="$CSI_DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r); do
-    umount -l "$m" 2>/dev/null || true
-  done
+  # Volumes are mounted only under the kubelets' directories (real_node_down unmounts them).
   rm -rf "$CSI_DIR"
 }
 

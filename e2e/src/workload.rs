@@ -132,6 +132,18 @@ pub struct WriterReport {
     pub longest_write_per_primary: Vec<(String, Duration)>,
 }
 
+impl WriterReport {
+    /// Fails naming (up to ten of) the acknowledged writes found missing.
+    pub fn nothing_lost(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.lost.is_empty(),
+            "acknowledged writes lost: {:?}",
+            &self.lost[..self.lost.len().min(10)]
+        );
+        Ok(())
+    }
+}
+
 /// [`cluster_client`], tried for a minute: a TLS cluster's client Service can lag its Active
 /// by a moment (its endpoints; first tries were refused).
 pub async fn reachable_cluster_client(
@@ -359,11 +371,7 @@ impl Writer {
         name: &str,
     ) -> anyhow::Result<WriterReport> {
         let report = self.finish_counting_losses(client, ns, name).await?;
-        assert!(
-            report.lost.is_empty(),
-            "acknowledged writes lost: {:?}",
-            &report.lost[..report.lost.len().min(10)]
-        );
+        report.nothing_lost()?;
         Ok(report)
     }
 

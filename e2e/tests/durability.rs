@@ -105,16 +105,6 @@ async fn delete_with_its_volumes(
     delete_cluster_scoped::<ValkeyImage>(client, img).await
 }
 
-/// Fails naming (up to ten of) the acknowledged writes the writer found missing.
-fn nothing_acknowledged_lost(report: &valkey_e2e::workload::WriterReport) -> anyhow::Result<()> {
-    ensure!(
-        report.lost.is_empty(),
-        "acknowledged writes lost: {:?}",
-        &report.lost[..report.lost.len().min(10)]
-    );
-    Ok(())
-}
-
 /// Every member pod mounts its own claim at /data, and every claim is Bound.
 async fn every_member_on_its_own_bound_claim(client: &Client, ns: &str) -> anyhow::Result<()> {
     let pods = member_pods(client, ns, NAME).await?;
@@ -195,7 +185,7 @@ async fn a_full_restart_with_volumes_comes_back_active_with_every_acknowledged_k
         missing == 0,
         "{missing} of {KEYS} keys lost in the full restart"
     );
-    nothing_acknowledged_lost(&report)?;
+    report.nothing_lost()?;
 
     // whenDeleted defaults to Delete: the volumes go with the cluster.
     delete_with_its_volumes(&client, &ns.name, NAME, (&cfg, &img)).await
@@ -379,7 +369,7 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         report.lost.len(),
         report.acknowledged.len()
     );
-    nothing_acknowledged_lost(&report)?;
+    report.nothing_lost()?;
     let ids_after = node_ids_of(&client, &ns.name, name).await?;
     ensure!(
         ids_after == ids_before,
@@ -697,7 +687,7 @@ async fn volumes_grow_online_on_an_expandable_class() -> anyhow::Result<()> {
         node_ids_of(&client, &ns.name, name).await? == ids,
         "growing the volumes replaced members"
     );
-    nothing_acknowledged_lost(&report)?;
+    report.nothing_lost()?;
     delete_with_its_volumes(&client, &ns.name, name, (&cfg, &img)).await
 }
 
