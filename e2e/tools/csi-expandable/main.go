@@ -65,12 +65,16 @@ func main() {
 		if !ok {
 			log.Fatalf("--node %q: want NAME=KUBELET_ROOT_DIR", n)
 		}
-		endpoint := filepath.Join(root, "plugins", *name, "csi.sock")
+		// Short file names: a unix socket's path is at most 107 bytes, and the kubelet's
+		// directory is under the checkout (a clone in a mktemp directory already took
+		// <checkout>/.localcluster/real/node-a/kubelet/plugins_registry/<driver>-reg.sock
+		// past it: "bind: invalid argument").
+		endpoint := filepath.Join(root, "plugins", "vkx", "csi.sock")
 		serve(endpoint, func(s *grpc.Server) {
 			csi.RegisterIdentityServer(s, identity)
 			csi.RegisterNodeServer(s, &nodeServer{node: nodeName, store: store})
 		})
-		reg := filepath.Join(root, "plugins_registry", *name+"-reg.sock")
+		reg := filepath.Join(root, "plugins_registry", "vkx-reg.sock")
 		serve(reg, func(s *grpc.Server) {
 			registration.RegisterRegistrationServer(s, &registrar{name: *name, endpoint: endpoint, node: nodeName})
 		})
@@ -360,4 +364,3 @@ func (r *registrar) NotifyRegistrationStatus(_ context.Context, s *registration.
 	}
 	return &registration.RegistrationStatusResponse{}, nil
 }
-
