@@ -83,6 +83,7 @@ pub async fn run(
         repeats: Default::default(),
         samples: Default::default(),
         episodes: Default::default(),
+        live: Default::default(),
     });
     let clusters_done = cluster_controller
         .run(reconcile_cluster, cluster::error_policy, cluster_ctx)

@@ -2,15 +2,17 @@
 //! each cluster is resolved against the menu as it is and as it would be, with the operator's
 //! own resolution (`controller::cluster::resolve`), desired member spec and spec hash
 //! (`controller::cluster::build`) and its test of a current member
-//! (`controller::cluster::observe::is_current`). A member that is not current is replaced.
+//! (`controller::cluster::observe::is_current`). A member that is not current is replaced; a
+//! change to settings Valkey changes at runtime only is set live (`resolve::live`).
 
 use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::api::{Storage, ValkeyCluster, ValkeyNode, VolumeRetention, ZoneSpread};
+use crate::api::{Storage, ValkeyCluster, ValkeyNode, ValkeyNodeSpec, VolumeRetention, ZoneSpread};
 use crate::controller::cluster::build::{desired_node_spec, spec_hash};
 use crate::controller::cluster::observe::is_current;
+use crate::resolve::live::live_part;
 use crate::resolve::{Menu, MenuRef, menu_refs};
 
 /// A cluster and its members (ValkeyNodes), as read.
@@ -33,8 +35,11 @@ pub enum Outcome {
         storage: Option<String>,
     },
     /// Only the volumes change (size, retention): applied to the claims live, no member
-    /// replaced.
+    /// replaced (with any live settings that change too).
     Volumes { storage: String },
+    /// Only settings Valkey changes at runtime change: set on the members with `CONFIG SET`,
+    /// no member replaced.
+    Live { settings: String },
     /// The cluster would stop at Blocked (nothing that runs is touched).
     Blocks { message: String },
     /// It would unblock (it is Blocked now).
@@ -119,15 +124,35 @@ pub fn rollout_order(rolling: Vec<String>, limit: Option<usize>) -> Vec<Vec<Stri
     }
 }
 
-/// The desired members' spec hash, and the storage they get.
+/// The desired members' spec hash, and their spec.
 fn desired_hash(
     state: &ClusterState<'_>,
     menu: &impl Menu,
-) -> Result<(String, Option<Storage>), crate::resolve::ResolveError> {
+) -> Result<(String, ValkeyNodeSpec), crate::resolve::ResolveError> {
     let running = state.members.iter().map(|n| n.spec.version.as_str());
     let resolved = crate::controller::cluster::resolve(state.cluster, menu, running)?;
     let spec = desired_node_spec(state.cluster, &resolved.config, ZoneSpread::BestEffort);
-    Ok((spec_hash(&spec), spec.storage))
+    Ok((spec_hash(&spec), spec))
+}
+
+/// The live settings (`resolve::live`) whose values differ between two desired member specs,
+/// in words; None when none do.
+pub fn live_change(before: &ValkeyNodeSpec, after: &ValkeyNodeSpec) -> Option<String> {
+    let was = live_part(&after.version, &before.valkey);
+    let changed: Vec<String> = live_part(&after.version, &after.valkey)
+        .into_iter()
+        .filter(|(k, v)| was.get(k) != Some(v))
+        .map(|(k, v)| {
+            let from = was.get(&k).map_or("(unset)", String::as_str);
+            format!("{k} {from} -> {v}")
+        })
+        .collect();
+    (!changed.is_empty()).then(|| {
+        format!(
+            "settings set live with CONFIG SET, no member replaced: {}",
+            changed.join(", ")
+        )
+    })
 }
 
 /// What going from `before` to `after` does to a cluster's volumes, in words; None when the
@@ -196,8 +221,9 @@ fn cluster_impact(
     };
     let outcome = match (before_hash, after_hash) {
         (Ok((b, before)), Ok((a, after))) => {
-            let storage = storage_change(before.as_ref(), after.as_ref());
-            match (a == b, rolls(&a), storage) {
+            let storage = storage_change(before.storage.as_ref(), after.storage.as_ref());
+            let settings = live_change(&before, &after);
+            match (a == b, rolls(&a), storage, settings) {
                 (
                     false,
                     Some(Outcome::Rolls {
@@ -207,13 +233,21 @@ fn cluster_impact(
                         ..
                     }),
                     storage,
+                    _,
                 ) => Outcome::Rolls {
                     members,
                     of,
                     shards,
                     storage,
                 },
-                (_, _, Some(storage)) => Outcome::Volumes { storage },
+                (_, _, Some(storage), settings) => Outcome::Volumes {
+                    storage: [Some(storage), settings]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                },
+                (_, _, None, Some(settings)) => Outcome::Live { settings },
                 _ => return None,
             }
         }
@@ -296,8 +330,8 @@ pub fn text(impact: &Impact) -> String {
             Outcome::Unblocks { .. } => {
                 let _ = writeln!(out, "  {:<40} would unblock (no member replaced)", c.key());
             }
-            Outcome::Volumes { storage } => {
-                let _ = writeln!(out, "  {:<40} {storage}", c.key());
+            Outcome::Volumes { storage: changes } | Outcome::Live { settings: changes } => {
+                let _ = writeln!(out, "  {:<40} {changes}", c.key());
             }
             Outcome::Rolls { .. } => {}
         }
@@ -428,29 +462,54 @@ mod tests {
             .collect()
     }
 
+    /// The menu with `setting` of config `config` set to `value`.
+    fn with_setting(menu: &MenuMap, config: &str, setting: &str, value: &str) -> MenuMap {
+        let mut m = menu.clone();
+        let c = m.configs.get_mut(config).unwrap();
+        c.valkey.insert(setting.into(), value.into());
+        m
+    }
+
     #[test]
-    fn a_setting_changed_on_a_base_rolls_its_children_too() {
-        let before = menu();
-        let mut after = before.clone();
-        after
-            .configs
-            .get_mut("standard")
-            .unwrap()
-            .valkey
-            .insert("maxmemory-policy".into(), "noeviction".into());
+    fn a_restart_only_setting_changed_on_a_base_rolls_its_children_too() {
+        let before = with_setting(&menu(), "standard", "databases", "16");
+        let after = with_setting(&before, "standard", "databases", "8");
         assert_eq!(
             rolled(&before, &after),
             ["team-a/large-1", "team-b/standard-1"]
         );
-        // Overridden by the child: only the base's own cluster rolls.
-        let mut after = before.clone();
-        after
-            .configs
-            .get_mut("standard")
-            .unwrap()
-            .valkey
-            .insert("maxmemory".into(), "1gb".into());
-        assert_eq!(rolled(&before, &after), ["team-b/standard-1"]);
+        // A setting added rolls too, live or not (Valkey has no general way back to a default).
+        let after = with_setting(&before, "standard", "hz", "20");
+        assert_eq!(
+            rolled(&before, &after),
+            ["team-a/large-1", "team-b/standard-1"]
+        );
+    }
+
+    #[test]
+    fn a_live_setting_changed_on_a_base_is_set_live_where_the_child_does_not_override_it() {
+        let before = menu();
+        let after = with_setting(&before, "standard", "maxmemory-policy", "noeviction");
+        let i = run(&before, &after, None);
+        assert!(rolled(&before, &after).is_empty(), "{i:?}");
+        assert_eq!(i.clusters.len(), 2, "{i:?}");
+        for c in &i.clusters {
+            assert_eq!(
+                c.outcome,
+                Outcome::Live {
+                    settings: "settings set live with CONFIG SET, no member replaced: maxmemory-policy allkeys-lru -> noeviction".into()
+                },
+                "{}",
+                c.key()
+            );
+        }
+        assert!(text(&i).contains("maxmemory-policy allkeys-lru -> noeviction"));
+        // Overridden by the child (large sets its own maxmemory): only the base's own cluster.
+        let after = with_setting(&before, "standard", "maxmemory", "1gb");
+        let i = run(&before, &after, None);
+        let keys: Vec<String> = i.clusters.iter().map(ClusterImpact::key).collect();
+        assert_eq!(keys, ["team-b/standard-1"]);
+        assert!(rolled(&before, &after).is_empty());
     }
 
     #[test]

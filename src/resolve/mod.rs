@@ -4,6 +4,7 @@ pub mod acl;
 pub mod certificate_expiry;
 pub mod chain;
 pub mod conf;
+pub mod live;
 pub mod memory;
 pub mod tls;
 

@@ -115,6 +115,8 @@ pub fn spec_hash(spec: &ValkeyNodeSpec) -> String {
         storage.size.clear();
         storage.when_deleted = None;
     }
+    // Settings Valkey changes at runtime are set live (`live` step): only their names count.
+    canonical.valkey = crate::resolve::live::without_live_values(&spec.version, &spec.valkey);
     let json = serde_json::to_string(&canonical).expect("node specs serialize");
     sha256_hex(json)[..12].to_string()
 }
@@ -525,6 +527,39 @@ mod tests {
         c.shard = 7;
         c.placement.zone_spread = Some(ZoneSpread::Required);
         assert_eq!(spec_hash(&a), spec_hash(&c));
+    }
+
+    #[test]
+    fn a_live_setting_value_does_not_change_the_member_but_a_restart_only_one_does() {
+        let with = |k: &str, v: &str| {
+            let mut s = desired_node_spec(&cluster(), &resolved("9.1.2"), ZoneSpread::BestEffort);
+            s.valkey.insert(k.into(), v.into());
+            s
+        };
+        let a = with("maxmemory-policy", "allkeys-lru");
+        assert_eq!(
+            spec_hash(&a),
+            spec_hash(&with("maxmemory-policy", "noeviction"))
+        );
+        assert_ne!(
+            spec_hash(&with("databases", "4")),
+            spec_hash(&with("databases", "8"))
+        );
+        // A member labelled with an older hash is current when its spec hashes to the desired
+        // one now (an operator upgrade that leaves live values out does not roll it).
+        let mut member = node(&cluster(), "my-cluster-0-0", 0, &a).unwrap();
+        let desired = spec_hash(&with("maxmemory-policy", "noeviction"));
+        member
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_SPEC_HASH.into(), "0123456789ab".into());
+        assert!(super::super::observe::is_current(&member, &desired));
+        assert!(!super::super::observe::is_current(
+            &member,
+            &spec_hash(&with("databases", "4"))
+        ));
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod cadence;
 mod creation;
 mod credentials;
 mod gate;
+pub mod live;
 pub mod observe;
 mod pods;
 mod repeats;
@@ -69,6 +70,8 @@ pub struct ClusterContext {
     pub samples: utilization::Samples,
     /// Autoscaling episodes under way (see [`autoscale`]).
     pub episodes: autoscale::Episodes,
+    /// What each member was set to live, per process (see [`live`]).
+    pub live: live::Applied,
 }
 
 /// Hands on what a step produced (`ControlFlow::Continue`), or ends the reconcile with the
@@ -141,6 +144,8 @@ pub async fn reconcile(
     let acl_progress = acl::load(ctx, &cluster, driver.as_ref(), &observed, &acl_file).await;
     // TLS: every running member serves the certificate just copied (reloaded without restart).
     let tls_progress = tls::reload_if_tls(ctx, &cluster, driver.as_ref(), &observed, &tls).await;
+    // Settings Valkey changes at runtime: set on members that started with other values.
+    let live = live::apply(&cctx, &cluster, driver.as_ref(), &observed, &desired_spec).await;
     // Volumes (configs with storage): retention and size of every member's claim.
     let volumes = volumes::sync(ctx, &cluster, resolved.config.storage.as_ref(), &members).await;
 
@@ -156,6 +161,7 @@ pub async fn reconcile(
         streak.as_ref(),
     );
     let volume_wait = volumes::into_status(&mut new_status, volumes, &desired_spec);
+    new_status.conditions.push(live::condition(&cluster, &live));
     new_status.autoscaling = autoscale::step(&cctx, &cluster, (&plan, &topology, &observed)).await;
     status::publish(ctx, &cluster, new_status).await?;
 

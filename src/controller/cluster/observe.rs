@@ -27,6 +27,8 @@ pub struct Observed {
     pub pod: Option<String>,
     pub role: Option<NodeRole>,
     pub version: Option<String>,
+    /// Its Valkey process (`run_id`), when it answered: a new one starts from valkey.conf.
+    pub run_id: Option<String>,
     /// Bytes of its append-only file, when `appendonly` is on.
     pub aof_bytes: Option<u64>,
     /// What it uses (memory, CPU, traffic), when it answered: utilization samples.
@@ -417,6 +419,9 @@ pub fn pod_problem(pod: &Pod) -> Option<String> {
 /// desired hash); one that is not is replaced by a rollout. The kubectl plugin asks the same.
 pub fn is_current(node: &ValkeyNode, desired_hash: &str) -> bool {
     node.labels().get(LABEL_SPEC_HASH).map(String::as_str) == Some(desired_hash)
+        // Its spec hashed now: a member labelled before a live setting's value changed (or
+        // before the hash left live values out) is still the desired member.
+        || super::build::spec_hash(&node.spec) == desired_hash
 }
 
 /// Observes every member; `desired_hash` is the spec hash members should carry.
@@ -459,13 +464,7 @@ pub async fn members(
             .as_deref()
             .and_then(|p| crate::controller::node::start::failed_before_joining(node, p))
             .map(|f| f.describe(k8s_openapi::jiff::Timestamp::now()));
-        let role = view.as_ref().map(|v| {
-            if v.primary_id.is_some() {
-                NodeRole::Replica
-            } else {
-                NodeRole::Primary
-            }
-        });
+        let role = view.as_ref().map(role_of);
         Observed {
             member: Member {
                 name: name.clone(),
@@ -494,12 +493,22 @@ pub async fn members(
             start_failure,
             role,
             version: observation.as_ref().map(|o| o.server.version.to_string()),
+            run_id: observation.as_ref().map(|o| o.server.run_id.clone()),
             aof_bytes: observation.as_ref().and_then(|o| o.server.aof_bytes),
             usage: observation.as_ref().map(|o| o.server.usage),
             node: node.clone(),
         }
     }))
     .await
+}
+
+/// The role a member's view says it has: a replica names its primary.
+fn role_of(view: &MemberView) -> NodeRole {
+    if view.primary_id.is_some() {
+        NodeRole::Replica
+    } else {
+        NodeRole::Primary
+    }
 }
 
 /// What the member's Valkey reports, if it answers within `limit`.
@@ -858,6 +867,7 @@ mod tests {
             start_failure: None,
             role: None,
             version: None,
+            run_id: None,
             aof_bytes: None,
             usage: None,
         };

@@ -40,8 +40,7 @@ pub fn values_table() -> &'static BTreeMap<String, BTreeMap<String, BTreeSet<Str
 /// value of several words (settings that take flags) is checked word by word. Nothing when
 /// the version is not in the table.
 pub fn refused_values(version: &str, settings: &BTreeMap<String, String>) -> Vec<String> {
-    let minor: String = version.split('.').take(2).collect::<Vec<_>>().join(".");
-    let Some(known) = values_table().get(&minor) else {
+    let Some(known) = values_table().get(&crate::resolve::live::major_minor(version)) else {
         return Vec::new();
     };
     settings
@@ -63,21 +62,7 @@ pub fn refused_values(version: &str, settings: &BTreeMap<String, String>) -> Vec
 /// Setting names by `major.minor`.
 pub fn table() -> &'static BTreeMap<String, BTreeSet<String>> {
     static TABLE_CELL: OnceLock<BTreeMap<String, BTreeSet<String>>> = OnceLock::new();
-    TABLE_CELL.get_or_init(|| {
-        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        let mut current: Option<String> = None;
-        for line in TABLE.lines().map(str::trim) {
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            if let Some(v) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-                current = Some(v.to_owned());
-            } else if let Some(v) = &current {
-                out.entry(v.clone()).or_default().insert(line.to_owned());
-            }
-        }
-        out
-    })
+    TABLE_CELL.get_or_init(|| crate::resolve::live::name_sections(TABLE))
 }
 
 /// Warnings for settings the Valkey `version` (an image's `x.y.z`) does not know; nothing
@@ -86,8 +71,7 @@ pub fn unknown_settings<'a>(
     version: &str,
     keys: impl IntoIterator<Item = &'a String>,
 ) -> Vec<String> {
-    let minor: String = version.split('.').take(2).collect::<Vec<_>>().join(".");
-    let Some(known) = table().get(&minor) else {
+    let Some(known) = table().get(&crate::resolve::live::major_minor(version)) else {
         return Vec::new();
     };
     keys.into_iter()
