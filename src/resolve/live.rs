@@ -38,11 +38,20 @@ fn restart_only() -> &'static BTreeMap<String, BTreeSet<String>> {
     CELL.get_or_init(|| name_sections(RESTART_ONLY))
 }
 
+/// Settings Valkey would change at runtime that the operator still changes by replacing the
+/// members: whether a member keeps its data across a restart is decided from its spec's
+/// `appendonly` (see durability), so a member must never run with another value than its
+/// spec says (turned off live, a restart would load an append-only file that stopped being
+/// written, under the member's old identity).
+const REPLACED_ON_CHANGE: &[&str] = &["appendonly"];
+
 /// Whether members of Valkey `version` need a restart to change setting `name`.
 pub fn needs_restart(version: &str, name: &str) -> bool {
-    restart_only()
-        .get(&major_minor(version))
-        .is_none_or(|names| names.contains(&name.to_ascii_lowercase()))
+    let name = name.to_ascii_lowercase();
+    REPLACED_ON_CHANGE.contains(&name.as_str())
+        || restart_only()
+            .get(&major_minor(version))
+            .is_none_or(|names| names.contains(&name))
 }
 
 /// The settings of `settings` that a running member of `version` changes with `CONFIG SET`.
@@ -111,6 +120,8 @@ mod tests {
             assert!(!needs_restart(v, "maxmemory-policy"), "{v}");
             assert!(!needs_restart(v, "maxmemory"), "{v}");
             assert!(!needs_restart(v, "appendfsync"), "{v}");
+            // Valkey takes it live; the operator's durability decisions read it from the spec.
+            assert!(needs_restart(v, "appendonly"), "{v}");
         }
     }
 

@@ -187,8 +187,7 @@ async fn repair(
             tls.as_ref().map(|t| t.driver.clone()),
         )
         .await;
-    let hash = build::spec_hash(spec);
-    let observed = observe::members(driver.as_ref(), members, cctx, &hash).await;
+    let observed = observe::members(driver.as_ref(), members, cctx, spec).await;
     pods::sync(ctx, cluster, &observed, &cctx.pods).await;
     let mut topology = observe::topology(cluster, &observed);
     // The shape the cluster had when it last resolved: a scale asked for meanwhile waits too.

@@ -126,8 +126,7 @@ pub async fn reconcile(
             tls.as_ref().map(|t| t.driver.clone()),
         )
         .await;
-    let desired_hash = build::spec_hash(&desired_spec);
-    let observed = observe::members(driver.as_ref(), &members, &cctx, &desired_hash).await;
+    let observed = observe::members(driver.as_ref(), &members, &cctx, &desired_spec).await;
     pods::sync(ctx, &cluster, &observed, &cctx.pods).await;
     or_stop!(creation::stop_below_floor(ctx, &cluster, &resolved, &observed).await?);
 

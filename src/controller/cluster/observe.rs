@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
 use crate::api::constants::{ANNOTATION_SLOT_MIGRATION, CLIENT_PORT, LABEL_SPEC_HASH};
-use crate::api::{Lifecycle, NodeRole, ValkeyCluster, ValkeyNode};
+use crate::api::{Lifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 use crate::driver::parse::{MigrationOperation, MigrationState, Role};
 use crate::driver::slots::format_range;
 use crate::driver::{ATOMIC_MIGRATION_SINCE, ClusterDriver, MemberAddr, MemberObservation};
@@ -424,15 +424,16 @@ pub fn is_current(node: &ValkeyNode, desired_hash: &str) -> bool {
         || super::build::spec_hash(&node.spec) == desired_hash
 }
 
-/// Observes every member; `desired_hash` is the spec hash members should carry.
+/// Observes every member; `desired` is the spec members should run with.
 #[tracing::instrument(name = "cluster.observe", skip_all)]
 pub async fn members(
     driver: &dyn ClusterDriver,
     nodes: &[Arc<ValkeyNode>],
     stores: &super::ClusterContext,
-    desired_hash: &str,
+    desired: &ValkeyNodeSpec,
 ) -> Vec<Observed> {
     let (pods, hosts) = (&stores.pods, &stores.hosts);
+    let desired_hash = &super::build::spec_hash(desired);
     join_all(nodes.iter().map(|node| async move {
         let name = node.name_any();
         let namespace = node.namespace().unwrap_or_default();
@@ -474,7 +475,8 @@ pub async fn members(
                     .as_ref()
                     .and_then(|s| s.lifecycle)
                     .unwrap_or(Lifecycle::Joining),
-                current: is_current(node, desired_hash),
+                current: is_current(node, desired_hash)
+                    && !(start_failure.is_some() && live_differs(node, desired)),
                 node_id: node
                     .status
                     .as_ref()
@@ -500,6 +502,13 @@ pub async fn members(
         }
     }))
     .await
+}
+
+/// Whether the member started with other values of settings that are set live (see
+/// `live`): one that cannot even start is replaced with the desired spec instead (it would
+/// start again with the same values, and never answer a `CONFIG SET`).
+fn live_differs(node: &ValkeyNode, desired: &ValkeyNodeSpec) -> bool {
+    !crate::resolve::live::to_set(&node.spec.version, &node.spec.valkey, &desired.valkey).is_empty()
 }
 
 /// The role a member's view says it has: a replica names its primary.
