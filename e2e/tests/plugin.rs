@@ -1,7 +1,9 @@
 //! `kubectl valkey` (the `kubectl-valkey` binary) against the local cluster, run as a user runs
 //! it: a subprocess with the kubeconfig. `impact image` before a repoint names exactly the
 //! clusters that then roll; `resolve cluster` equals the ConfigMaps and ACL Secret the operator
-//! wrote; `status` of a cluster mid-scale shows the slots left to move.
+//! wrote; `status` of a cluster mid-scale shows the slots left to move; `impact config` of a
+//! setting Valkey changes at runtime says it is set live, and it is, on every member of every
+//! cluster on the config, with no pod replaced (a restart-only one rolls them).
 #![cfg(feature = "e2e")]
 
 use std::path::PathBuf;
@@ -11,13 +13,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use fred::prelude::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use valkey_e2e::harness::{TestNamespace, client, kubeconfig_path, wait_for};
-use valkey_e2e::valkey::{member_pods, wait_state};
+use valkey_e2e::valkey::{member_pods, operator_driver, serving_addrs, wait_state};
 use valkey_e2e::workload::{Menu, apply, cluster, cluster_client, preload};
-use valkey_operator::api::{ClusterState, ValkeyCluster};
+use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig};
+use valkey_operator::driver::ClusterDriver;
 
 /// Builds `kubectl-valkey` once (the e2e package cannot depend on another package's binary)
 /// into the target dir this test binary runs from, and returns its path.
@@ -336,6 +340,216 @@ async fn status_mid_scale_shows_the_slots_left_to_move() -> anyhow::Result<()> {
     ensure!(!json.is_empty(), "status <name> -n <namespace>: {stderr}");
     let report: Value = serde_json::from_str(&json)?;
     assert_eq!(report["shardsWanted"], 3);
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// `setting` as every member of cluster `name` runs with it (`CONFIG GET`), by pod.
+async fn member_setting(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    setting: &str,
+) -> anyhow::Result<Vec<String>> {
+    let driver = operator_driver(client, ns, name).await?;
+    let mut values = Vec::new();
+    for addr in serving_addrs(&member_pods(client, ns, name).await?) {
+        let got = driver.config_get(&addr, setting).await?;
+        values.push(
+            got.into_iter()
+                .map(|(_, v)| v)
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
+    Ok(values)
+}
+
+/// `kubectl valkey impact config` of the config with `setting` set to `value` (the edited
+/// object in a file, as a user would pass it): exit code and text.
+async fn impact_of_setting(
+    client: &kube::Client,
+    ns: &str,
+    config: &str,
+    (setting, value): (&str, &str),
+) -> anyhow::Result<(i32, String)> {
+    let mut edited = Api::<ValkeyConfig>::all(client.clone()).get(config).await?;
+    edited.spec.valkey.insert(setting.into(), value.into());
+    edited.metadata.managed_fields = None;
+    let path = std::env::temp_dir().join(format!("{config}-{setting}.yaml"));
+    std::fs::write(&path, serde_json::to_string(&edited)?)?;
+    let file = path.to_string_lossy().into_owned();
+    let (code, text, stderr) = plugin(&["impact", "config", config, "-f", &file, "-n", ns]).await?;
+    println!(
+        "kubectl valkey impact config {config} ({setting} {value}), exit {code}:\n{text}{stderr}"
+    );
+    Ok((code, text))
+}
+
+#[tokio::test]
+async fn a_live_setting_reaches_every_member_without_a_roll_and_a_restart_only_one_rolls()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-plugin-live").await?;
+    let menu = Menu::publish(&client, "e2e-live", "9.1.2").await?;
+    let configs: Api<ValkeyConfig> = Api::all(client.clone());
+    let set = |k: &str, v: &str| Patch::Merge(json!({"spec": {"valkey": {k: v}}}));
+    for (k, v) in [("maxmemory-policy", "allkeys-lru"), ("tcp-backlog", "511")] {
+        configs
+            .patch(&menu.config, &PatchParams::default(), &set(k, v))
+            .await?;
+    }
+    let names = ["l1", "l2", "l3"];
+    for name in names {
+        apply(
+            &client,
+            &ns.name,
+            cluster(&ns.name, name, &menu.config, 1, 1),
+        )
+        .await?;
+    }
+    for name in names {
+        active(&client, &ns.name, name).await?;
+    }
+    let uids = || futures::future::try_join_all(names.map(|n| pod_uids(&client, &ns.name, n)));
+    let before = uids().await?;
+
+    // A live setting: impact says so, and every member has it within 30 s, no pod replaced.
+    let (code, text) = impact_of_setting(
+        &client,
+        &ns.name,
+        &menu.config,
+        ("maxmemory-policy", "noeviction"),
+    )
+    .await?;
+    ensure!(code == 0, "nothing rolls: exit {code}");
+    ensure!(
+        text.matches("set live with CONFIG SET").count() == 3
+            && text.contains("maxmemory-policy allkeys-lru -> noeviction"),
+        "{text}"
+    );
+    configs
+        .patch(
+            &menu.config,
+            &PatchParams::default(),
+            &set("maxmemory-policy", "noeviction"),
+        )
+        .await?;
+    let changed = Instant::now();
+    wait_for(
+        "every member of the three clusters on maxmemory-policy noeviction",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || async {
+            for name in names {
+                let values = member_setting(&client, &ns.name, name, "maxmemory-policy").await?;
+                ensure!(
+                    values.len() == 2 && values.iter().all(|v| v == "noeviction"),
+                    "{name}: {values:?}"
+                );
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    println!(
+        "live setting on all 6 members {:?} after the config changed",
+        changed.elapsed()
+    );
+    ensure!(uids().await? == before, "a live setting replaced pods");
+    for name in names {
+        let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+            .get(name)
+            .await?;
+        let applied = c
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "SettingsApplied");
+        ensure!(
+            applied.as_ref().is_some_and(|c| c.status == "True"),
+            "{name}: SettingsApplied {applied:?}"
+        );
+    }
+
+    // A member's Valkey killed: it starts again from its valkey.conf (allkeys-lru), and the
+    // operator sets it again (a new process: a new run id).
+    let pod = member_pods(&client, &ns.name, "l1").await?[0].name_any();
+    valkey_e2e::faults::PodRef::find(&ns.name, &pod)?.kill("valkey")?;
+    let killed = Instant::now();
+    wait_for(
+        "the restarted member back on noeviction",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || async {
+            let restarted = member_pods(&client, &ns.name, "l1")
+                .await?
+                .iter()
+                .filter(|p| p.name_any() == pod)
+                .flat_map(|p| {
+                    p.status
+                        .iter()
+                        .flat_map(|s| s.container_statuses.iter().flatten())
+                })
+                .any(|c| c.name == "valkey" && c.restart_count >= 1);
+            ensure!(restarted, "{pod}'s valkey container has not restarted yet");
+            let values = member_setting(&client, &ns.name, "l1", "maxmemory-policy").await?;
+            ensure!(
+                values.len() == 2 && values.iter().all(|v| v == "noeviction"),
+                "{values:?}"
+            );
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    println!(
+        "killed member back on the live value {:?} after the kill",
+        killed.elapsed()
+    );
+
+    // A restart-only setting: impact says the clusters roll, and they do.
+    let (code, text) =
+        impact_of_setting(&client, &ns.name, &menu.config, ("tcp-backlog", "1024")).await?;
+    ensure!(
+        code == 3,
+        "exit 3 when members would roll, got {code}: {text}"
+    );
+    configs
+        .patch(
+            &menu.config,
+            &PatchParams::default(),
+            &set("tcp-backlog", "1024"),
+        )
+        .await?;
+    wait_for(
+        "every member replaced and every cluster Active",
+        Duration::from_secs(300),
+        Duration::from_secs(2),
+        || async {
+            let now = uids().await?;
+            for (i, name) in names.iter().enumerate() {
+                ensure!(
+                    now[i].iter().all(|u| !before[i].contains(u)) && now[i].len() == 2,
+                    "{name}: pods {:?}, before {:?}",
+                    now[i],
+                    before[i]
+                );
+                active(&client, &ns.name, name).await?;
+                let values = member_setting(&client, &ns.name, name, "tcp-backlog").await?;
+                ensure!(values.iter().all(|v| v == "1024"), "{name}: {values:?}");
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    for name in names {
+        let values = member_setting(&client, &ns.name, name, "maxmemory-policy").await?;
+        ensure!(
+            values.iter().all(|v| v == "noeviction"),
+            "{name} after the roll: {values:?}"
+        );
+    }
     menu.remove(&client).await?;
     Ok(())
 }
