@@ -399,6 +399,16 @@ async fn a_live_setting_reaches_every_member_without_a_roll_and_a_restart_only_o
             .patch(&menu.config, &PatchParams::default(), &set(k, v))
             .await?;
     }
+    // Durable members: a killed Valkey restarts in its pod (a memory-only member would be
+    // replaced by a new one, created with the new values anyway).
+    let durable = json!({"spec": {"storage": {"size": "64Mi"}, "valkey": {"appendonly": "yes"}}});
+    configs
+        .patch(
+            &menu.config,
+            &PatchParams::default(),
+            &Patch::Merge(durable),
+        )
+        .await?;
     let names = ["l1", "l2", "l3"];
     for name in names {
         apply(
@@ -473,8 +483,8 @@ async fn a_live_setting_reaches_every_member_without_a_roll_and_a_restart_only_o
         );
     }
 
-    // A member's Valkey killed: it starts again from its valkey.conf (allkeys-lru), and the
-    // operator sets it again (a new process: a new run id).
+    // A member's Valkey killed: it starts again in its pod from its valkey.conf (allkeys-lru),
+    // and the operator sets it again (a new process: a new run id).
     let pod = member_pods(&client, &ns.name, "l1").await?[0].name_any();
     valkey_e2e::faults::PodRef::find(&ns.name, &pod)?.kill("valkey")?;
     let killed = Instant::now();
