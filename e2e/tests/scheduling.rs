@@ -1,15 +1,16 @@
-//! Scheduling on the menu (issue 32): tolerations and a priority class set by the platform team
-//! on a ValkeyConfig reach the members' pods, and a product team's ValkeyCluster cannot set
-//! them. The local cluster's `real-a` node carries the taint `valkey-operator.local/real-node`
+//! Scheduling on the menu (issue 32): tolerations, a priority class, node affinity and further
+//! topology spread set by the platform team on a ValkeyConfig, and a ValkeyImage's pull
+//! secrets, reach the members' pods, and a product team's ValkeyCluster cannot set them. The local cluster's `real-a` node carries the taint `valkey-operator.local/real-node`
 //! (docs/local-cluster.md); clusters here are pinned to it with `placement.nodeSelector`:
 //! on a config without the toleration the member cannot be scheduled and the cluster's status
-//! says so in the scheduler's words (an untolerated taint); on a config with it the cluster goes Active on that node.
+//! says so in the scheduler's words and names the taint; on a config with it the cluster goes
+//! Active on that node.
 #![cfg(feature = "e2e")]
 
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
@@ -23,6 +24,40 @@ use valkey_e2e::valkey::wait_state;
 use valkey_e2e::workload::{apply, image};
 use valkey_operator::api::constants::LABEL_CLUSTER;
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage};
+
+/// The registry credentials the test image is pulled with.
+const PULL_SECRET: &str = "registry-creds";
+
+/// The API server refuses scheduling a config cannot mean, saying what to change.
+fn refuses_bad_scheduling(image: &str) -> anyhow::Result<()> {
+    let cases = [
+        (
+            json!({"topologySpread": [{"topologyKey": "kubernetes.io/hostname"}]}),
+            "the operator spreads every shard over kubernetes.io/hostname",
+        ),
+        (
+            json!({"nodeAffinity": {"required": [{"matchExpressions": [
+                {"key": "pool", "operator": "In"}]}]}}),
+            "operators In and NotIn need at least one value",
+        ),
+        (
+            json!({"nodeAffinity": {"required": [{"matchExpressions": [
+                {"key": "cpus", "operator": "Gt", "values": ["many"]}]}]}}),
+            "operators Gt and Lt take exactly one integer value",
+        ),
+    ];
+    for (scheduling, says) in cases {
+        let bad = config("e2e-bad-scheduling", image, Some(scheduling.clone()));
+        let out = kubectl_input(&["apply", "-f", "-"], &bad.to_string())?;
+        ensure!(
+            !out.ok && out.stderr.contains(says),
+            "scheduling {scheduling}: {} {}",
+            out.stdout,
+            out.stderr
+        );
+    }
+    Ok(())
+}
 
 /// A 1 x 0 cluster on config `config`, pinned to the tainted node.
 fn pinned_cluster(ns: &str, name: &str, config: &str) -> serde_json::Value {
@@ -69,11 +104,33 @@ async fn a_configs_tolerations_and_priority_class_reach_the_members_and_a_cluste
             &serde_json::from_value(json!({"metadata": {"name": priority}, "value": 1000}))?,
         )
         .await?;
-    apply(&client, "image", image(&img, "9.0.0")).await?;
+    // A private registry's credentials: a pull secret on the image, in the cluster's namespace.
+    let mut private = image(&img, "9.0.0");
+    private["spec"]["imagePullSecrets"] = json!([{"name": PULL_SECRET}]);
+    apply(&client, "image", private).await?;
+    let auth = json!({"auths": {"https://index.docker.io/v1/": {"auth": "ZTJlOmUyZQ=="}}});
+    Api::<Secret>::namespaced(client.clone(), &ns.name)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": PULL_SECRET}, "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {".dockerconfigjson": auth.to_string()}}))?,
+        )
+        .await?;
     apply(&client, "config", config(&plain, &img, None)).await?;
+    // The pool: tolerate its taint, run at a priority, only on its node (required node
+    // affinity; the cluster's nodeSelector says the same), preferring Linux nodes, and spread
+    // over one more topology key.
     let scheduling = json!({"tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-                            "priorityClassName": priority});
+                            "priorityClassName": priority,
+                            "nodeAffinity": {
+                                "required": [{"matchExpressions": [
+                                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}],
+                                "preferred": [{"weight": 10, "preference": {"matchExpressions": [
+                                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}}]},
+                            "topologySpread": [{"topologyKey": "kubernetes.io/os", "scope": "cluster"}]});
     apply(&client, "config", config(&pool, &img, Some(scheduling))).await?;
+    refuses_bad_scheduling(&img)?;
 
     // Without the toleration: the member cannot be scheduled, and the status says why.
     apply(&client, &ns.name, pinned_cluster(&ns.name, "plain", &plain)).await?;
@@ -87,9 +144,9 @@ async fn a_configs_tolerations_and_priority_class_reach_the_members_and_a_cluste
             async move {
                 let status = clusters.get("plain").await?.status.unwrap_or_default();
                 let message = status.message.unwrap_or_default();
-                // The scheduler's words (Kubernetes 1.34 counts untolerated taints without
-                // naming them; naming the taint is left to do, issue 32).
-                if message.contains("Unschedulable") && message.contains("untolerated taint") {
+                // The scheduler's words, and the taint they count without naming it.
+                let named = format!("untolerated: {NODE} {TAINT}:NoSchedule");
+                if message.contains("Unschedulable") && message.contains(&named) {
                     Ok(Some(message))
                 } else {
                     bail!("status: {:?}: {message}", status.state)
@@ -132,6 +189,43 @@ async fn a_configs_tolerations_and_priority_class_reach_the_members_and_a_cluste
             .any(|t| t.key.as_deref() == Some(TAINT)),
         "tolerations {:?}",
         spec.tolerations
+    );
+    let pulled_with: Vec<&str> = spec
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect();
+    ensure!(
+        pulled_with == [PULL_SECRET],
+        "image pull secrets {pulled_with:?}"
+    );
+    let node_affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .context("node affinity")?;
+    let required =
+        serde_json::to_string(&node_affinity.required_during_scheduling_ignored_during_execution)?;
+    ensure!(
+        required.contains("kubernetes.io/hostname") && required.contains(NODE),
+        "required node affinity {required}"
+    );
+    ensure!(
+        node_affinity
+            .preferred_during_scheduling_ignored_during_execution
+            .as_ref()
+            .is_some_and(|p| p[0].weight == 10),
+        "preferred node affinity {:?}",
+        node_affinity.preferred_during_scheduling_ignored_during_execution
+    );
+    ensure!(
+        spec.topology_spread_constraints
+            .iter()
+            .flatten()
+            .any(|c| c.topology_key == "kubernetes.io/os"),
+        "topology spread {:?}",
+        spec.topology_spread_constraints
     );
 
     // A product team cannot set scheduling on its cluster: the API server knows no such field.

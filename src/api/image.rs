@@ -3,7 +3,7 @@
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::validation::{IMAGE_DIGEST, IMAGE_REPOSITORY, IMAGE_TAG};
+use super::validation::{DNS1123_SUBDOMAIN, IMAGE_DIGEST, IMAGE_REPOSITORY, IMAGE_TAG};
 
 /// The finalizer on a ValkeyImage some ValkeyConfig names in `spec.imageRef` (Momento v0.9
 /// deletion protection): a delete waits until no config names it.
@@ -72,6 +72,25 @@ pub struct ValkeyImageSpec {
     /// slot migration from 9.0 and to check downgrades; anything else is taken as unknown).
     #[schemars(length(min = 1, max = 128))]
     pub version: String,
+
+    /// Secrets the kubelet pulls the image with, for a private registry: the names of
+    /// `kubernetes.io/dockerconfigjson` Secrets that must exist in every namespace whose
+    /// clusters use the image (the namespaces' provisioning creates them). A change rolls the
+    /// members, as a repointed image does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[x_kube(validation = super::validation::unique_by_rule("imagePullSecrets", "name"))]
+    pub image_pull_secrets: Vec<PullSecret>,
+}
+
+/// A Secret holding registry credentials, by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullSecret {
+    /// Name of the Secret, in the namespace of each cluster using the image.
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = DNS1123_SUBDOMAIN.rule("name"))]
+    pub name: String,
 }
 
 /// Observed state of a ValkeyImage (reserved; the operator does not write it yet).
@@ -91,5 +110,13 @@ impl ValkeyImageSpec {
             Some(digest) => format!("{}@{}", self.repository, digest),
             None => format!("{}:{}", self.repository, self.tag),
         }
+    }
+
+    /// The names of the Secrets pods pull the image with.
+    pub fn pull_secret_names(&self) -> Vec<String> {
+        self.image_pull_secrets
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
     }
 }

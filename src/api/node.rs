@@ -8,7 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::config::Resources;
-use super::placement::{Toleration, ZoneSpread};
+use super::placement::{NodeAffinity, Toleration, TopologySpread, ZoneSpread};
 
 /// One member of a Valkey cluster with its fully resolved, immutable spec (image, resources,
 /// rendered settings, placement, shard). Created, updated (status) and deleted by the operator
@@ -99,6 +99,12 @@ pub struct ValkeyNodeSpec {
     #[schemars(length(min = 1, max = 512))]
     pub image: String,
 
+    /// Secrets in the member's namespace the kubelet pulls the image with (the ValkeyImage's
+    /// `imagePullSecrets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8), inner(length(max = 253)))]
+    pub image_pull_secrets: Vec<String>,
+
     /// Valkey version the image provides.
     #[schemars(length(max = 128))]
     pub version: String,
@@ -172,6 +178,14 @@ pub struct NodePlacement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub priority_class_name: Option<String>,
+    /// Node affinity of the config chain (`ValkeyConfig.spec.scheduling`), on top of `zones`
+    /// and `nodeSelector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_affinity: Option<NodeAffinity>,
+    /// Further topology spread of the config chain (`ValkeyConfig.spec.scheduling`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub topology_spread: Vec<TopologySpread>,
 }
 
 /// Role of a member in its shard.

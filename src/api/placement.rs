@@ -97,6 +97,135 @@ pub struct Scheduling {
     #[schemars(length(max = 253))]
     #[x_kube(validation = DNS1123_SUBDOMAIN.rule("priorityClassName"))]
     pub priority_class_name: Option<String>,
+
+    /// Node affinity of the members, on top of the cluster's `placement` (a node must satisfy
+    /// both): for example a node pool chosen by label, or an instance type preferred.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_affinity: Option<NodeAffinity>,
+
+    /// Further topology spread of the members, beyond the hosts and zones the operator always
+    /// spreads a shard over: for example racks (`topology.example.com/rack`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[x_kube(validation = super::validation::unique_by_rule("topologySpread", "topologyKey"))]
+    pub topology_spread: Vec<TopologySpread>,
+}
+
+/// Which nodes may, and which should preferably, run the members.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeAffinity {
+    /// A node must match at least one of these terms (empty: any node).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub required: Vec<NodeSelectorTerm>,
+
+    /// Nodes matching these terms are preferred, by the sum of their weights.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub preferred: Vec<PreferredNodes>,
+}
+
+/// Node label requirements that must all hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelectorTerm {
+    /// Requirements on the node's labels, all of which must hold.
+    #[schemars(length(min = 1, max = 16))]
+    pub match_expressions: Vec<NodeRequirement>,
+}
+
+/// A weighted preference for nodes matching a term.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreferredNodes {
+    /// 1 to 100: how much a node matching the term is preferred.
+    #[schemars(range(min = 1, max = 100))]
+    pub weight: i32,
+    /// The nodes preferred.
+    pub preference: NodeSelectorTerm,
+}
+
+/// A requirement on one node label, as in a pod's node affinity.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(self.operator in ['In', 'NotIn']) || size(self.values) > 0")
+    .message("operators In and NotIn need at least one value"))]
+#[x_kube(validation = Rule::new("!(self.operator in ['Exists', 'DoesNotExist']) || size(self.values) == 0")
+    .message("operators Exists and DoesNotExist take no values: leave values empty"))]
+#[x_kube(validation = Rule::new("!(self.operator in ['Gt', 'Lt']) || (size(self.values) == 1 && self.values[0].matches('^-?[0-9]+$'))")
+    .message("operators Gt and Lt take exactly one integer value"))]
+pub struct NodeRequirement {
+    /// The node label's key, for example `node.kubernetes.io/instance-type`.
+    #[schemars(length(max = 317))]
+    #[x_kube(validation = QUALIFIED_NAME.rule("key"))]
+    pub key: String,
+    /// How the label's value is matched.
+    pub operator: NodeOperator,
+    /// Values for `In`, `NotIn` (one or more), `Gt` and `Lt` (exactly one integer).
+    #[serde(default)]
+    #[schemars(length(max = 64), inner(length(max = 63)))]
+    #[x_kube(validation = LABEL_VALUE.each_rule("values"))]
+    pub values: Vec<String>,
+}
+
+/// How a node requirement matches a label's value.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub enum NodeOperator {
+    #[default]
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
+
+/// Members spread over one more topology key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologySpread {
+    /// Node label whose values are the domains to spread over, for example
+    /// `topology.example.com/rack`.
+    #[schemars(length(max = 317))]
+    #[x_kube(validation = QUALIFIED_NAME.rule("topologyKey"))]
+    #[x_kube(validation = Rule::new("!(self in ['kubernetes.io/hostname', 'topology.kubernetes.io/zone'])")
+        .message("the operator spreads every shard over kubernetes.io/hostname and topology.kubernetes.io/zone itself (a cluster's placement.zoneSpread chooses how over zones): spread over another key"))]
+    pub topology_key: String,
+
+    /// Most members one domain may have more than another (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_skew: Option<i32>,
+
+    /// `ScheduleAnyway` (default: a preference) or `DoNotSchedule` (a member that would
+    /// unbalance the domains waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_unsatisfiable: Option<WhenUnsatisfiable>,
+
+    /// Whose members are spread: each `shard`'s (default; a shard's primary and replicas
+    /// apart) or the whole `cluster`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<SpreadScope>,
+}
+
+/// What the scheduler does with a member it cannot place within the skew.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum WhenUnsatisfiable {
+    ScheduleAnyway,
+    DoNotSchedule,
+}
+
+/// The members a topology spread counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SpreadScope {
+    /// The members of one shard.
+    Shard,
+    /// Every member of the cluster.
+    Cluster,
 }
 
 /// A toleration, as in a pod's `spec.tolerations`.
@@ -157,6 +286,31 @@ impl Toleration {
             value: self.value.clone(),
             effect: self.effect.map(|e| format!("{e:?}")),
             toleration_seconds: self.toleration_seconds,
+        }
+    }
+}
+
+impl NodeSelectorTerm {
+    /// The pod's node selector term, with `also` added to its requirements.
+    pub fn to_pod(
+        &self,
+        also: &[k8s_openapi::api::core::v1::NodeSelectorRequirement],
+    ) -> k8s_openapi::api::core::v1::NodeSelectorTerm {
+        let own = self.match_expressions.iter().map(NodeRequirement::to_pod);
+        k8s_openapi::api::core::v1::NodeSelectorTerm {
+            match_expressions: Some(own.chain(also.iter().cloned()).collect()),
+            match_fields: None,
+        }
+    }
+}
+
+impl NodeRequirement {
+    /// The pod's node selector requirement.
+    pub fn to_pod(&self) -> k8s_openapi::api::core::v1::NodeSelectorRequirement {
+        k8s_openapi::api::core::v1::NodeSelectorRequirement {
+            key: self.key.clone(),
+            operator: format!("{:?}", self.operator),
+            values: (!self.values.is_empty()).then(|| self.values.clone()),
         }
     }
 }

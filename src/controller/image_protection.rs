@@ -135,6 +135,7 @@ mod tests {
         let mut image = ValkeyImage::new(
             name,
             ValkeyImageSpec {
+                image_pull_secrets: vec![],
                 repository: "valkey/valkey".into(),
                 tag: "9.0.1".into(),
                 digest: None,

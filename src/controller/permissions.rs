@@ -86,7 +86,7 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         resources: &["nodes"],
         names: &[],
         verbs: &["list", "watch"],
-        why: "which Node objects exist (names only, a metadata watch): a member whose pod is bound to a deleted node is lost at once instead of after the pod garbage collector (cluster/observe.rs)",
+        why: "which Node objects exist (names only, a metadata watch): a member whose pod is bound to a deleted node is lost at once instead of after the pod garbage collector (cluster/observe.rs); and, only while a member cannot be scheduled for an untolerated taint, the nodes' taints, to name them in the status (cluster/taints.rs)",
     },
     Permission {
         groups: &[""],

@@ -513,6 +513,7 @@ pub(crate) mod tests {
 
     pub(crate) fn image(version: &str) -> ValkeyImageSpec {
         ValkeyImageSpec {
+            image_pull_secrets: vec![],
             repository: "valkey/valkey".into(),
             tag: version.into(),
             digest: None,
@@ -620,6 +621,8 @@ pub(crate) mod tests {
             Scheduling::default()
         );
         let pool = Scheduling {
+            node_affinity: None,
+            topology_spread: vec![],
             tolerations: vec![Toleration {
                 key: Some("dedicated".into()),
                 operator: Some(TolerationOperator::Exists),
@@ -631,6 +634,8 @@ pub(crate) mod tests {
         assert_eq!(resolve_config(&c, "large").unwrap().scheduling, pool);
         // Set on the child, it replaces the base's as a whole.
         let own = Scheduling {
+            node_affinity: None,
+            topology_spread: vec![],
             tolerations: vec![],
             priority_class_name: Some("batch".into()),
         };

@@ -62,6 +62,7 @@ pub fn desired_node_spec(
         config_ref: cluster.spec.config_ref.clone(),
         image_ref: resolved.image_ref.clone(),
         image: resolved.image.image_reference(),
+        image_pull_secrets: resolved.image.pull_secret_names(),
         version: resolved.image.version.clone(),
         resources: resolved.resources.clone(),
         valkey: resolved.valkey.clone(),
@@ -72,6 +73,8 @@ pub fn desired_node_spec(
             zone_spread: Some(placement.zone_spread.unwrap_or(default_zone_spread)),
             tolerations: resolved.scheduling.tolerations.clone(),
             priority_class_name: resolved.scheduling.priority_class_name.clone(),
+            node_affinity: resolved.scheduling.node_affinity.clone(),
+            topology_spread: resolved.scheduling.topology_spread.clone(),
         },
         // The operator's copy, whatever Secret the cluster names: changing `secretRef` is a
         // rotation of the copy's content, never a rolling replacement.
@@ -457,6 +460,7 @@ mod tests {
             chain: vec!["standard".into()],
             image_ref: "valkey-9-0".into(),
             image: ValkeyImageSpec {
+                image_pull_secrets: vec![],
                 repository: "valkey/valkey".into(),
                 tag: version.into(),
                 digest: None,

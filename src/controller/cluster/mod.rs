@@ -31,6 +31,7 @@ mod repeats;
 mod resolve;
 mod rollout;
 pub mod status;
+mod taints;
 pub mod tls;
 pub mod utilization;
 mod volumes;

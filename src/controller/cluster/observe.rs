@@ -434,7 +434,7 @@ pub async fn members(
 ) -> Vec<Observed> {
     let (pods, hosts) = (&stores.pods, &stores.hosts);
     let desired_hash = &super::build::spec_hash(desired);
-    join_all(nodes.iter().map(|node| async move {
+    let mut observed = join_all(nodes.iter().map(|node| async move {
         let name = node.name_any();
         let namespace = node.namespace().unwrap_or_default();
         // Only the pod this member created is its pod (a tenant may have one of that name).
@@ -501,7 +501,9 @@ pub async fn members(
             node: node.clone(),
         }
     }))
-    .await
+    .await;
+    super::taints::name_untolerated(&stores.ctx.client, pods, &mut observed).await;
+    observed
 }
 
 /// Whether the member started with other values of settings that are set live (see
@@ -612,6 +614,7 @@ mod tests {
         let mut n = ValkeyNode::new(
             "c-0-0",
             ValkeyNodeSpec {
+                image_pull_secrets: vec![],
                 cluster_name: "c".into(),
                 shard: 0,
                 role_hint: None,

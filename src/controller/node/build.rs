@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort,
-    EmptyDirVolumeSource, EnvVar, EnvVarSource, NodeAffinity, NodeSelector,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, LocalObjectReference, NodeAffinity, NodeSelector,
     NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodReadinessGate,
-    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
-    SecurityContext, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    PodSecurityContext, PodSpec, PreferredSchedulingTerm, Probe, ResourceRequirements,
+    SeccompProfile, SecretVolumeSource, SecurityContext, TCPSocketAction, TopologySpreadConstraint,
+    Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::api::constants::{
     CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_NODE, LABEL_SHARD, LABEL_SPEC_HASH,
 };
-use crate::api::placement::Toleration;
+use crate::api::placement::{SpreadScope, Toleration, WhenUnsatisfiable};
 use crate::api::{ValkeyNode, ValkeyNodeSpec, VolumeRetention, ZoneSpread};
 use crate::controller::names;
 use crate::controller::owner::{BuildError, controller_owner};
@@ -198,7 +198,8 @@ pub fn pod(
                 .collect()
         }),
         priority_class_name: node.spec.placement.priority_class_name.clone(),
-        affinity: zone_affinity(node),
+        image_pull_secrets: pull_secrets(node),
+        affinity: node_affinity(node),
         topology_spread_constraints: Some(spread_constraints(node, &cluster)),
         containers: vec![valkey_container(node, &namespace, mounts)],
         volumes: Some(volumes),
@@ -261,7 +262,11 @@ fn spread_constraints(node: &ValkeyNode, cluster: &str) -> Vec<TopologySpreadCon
     let mut spread = vec![
         // Members of a shard on different hosts where possible (primary and replica apart).
         constraint(HOSTNAME_KEY, "ScheduleAnyway", shard_selector.clone()),
-        constraint(ZONE_KEY, zone_spread.when_unsatisfiable(), shard_selector),
+        constraint(
+            ZONE_KEY,
+            zone_spread.when_unsatisfiable(),
+            shard_selector.clone(),
+        ),
     ];
     if zone_spread == ZoneSpread::Required {
         spread.push(constraint(
@@ -270,28 +275,83 @@ fn spread_constraints(node: &ValkeyNode, cluster: &str) -> Vec<TopologySpreadCon
             names::member_selector(cluster),
         ));
     }
+    // The config's further spreads (racks, ...), over the shard's or the cluster's members.
+    for more in &node.spec.placement.topology_spread {
+        let members = match more.scope.unwrap_or(SpreadScope::Shard) {
+            SpreadScope::Shard => shard_selector.clone(),
+            SpreadScope::Cluster => names::member_selector(cluster),
+        };
+        let when = more
+            .when_unsatisfiable
+            .unwrap_or(WhenUnsatisfiable::ScheduleAnyway);
+        spread.push(TopologySpreadConstraint {
+            max_skew: more.max_skew.unwrap_or(1),
+            ..constraint(&more.topology_key, &format!("{when:?}"), members)
+        });
+    }
     spread
+}
+
+/// The image's pull secrets (none: the field stays unset, as on pods built before it).
+fn pull_secrets(node: &ValkeyNode) -> Option<Vec<LocalObjectReference>> {
+    let names = &node.spec.image_pull_secrets;
+    (!names.is_empty()).then(|| {
+        names
+            .iter()
+            .map(|name| LocalObjectReference { name: name.clone() })
+            .collect()
+    })
 }
 
 /// Node label of a host's name and of its zone, the topology keys members spread over.
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 
-/// `placement.zones`: the pod only in those zones (none: anywhere).
-fn zone_affinity(node: &ValkeyNode) -> Option<Affinity> {
-    (!node.spec.placement.zones.is_empty()).then(|| Affinity {
+/// The pod's node affinity: only in `placement.zones` (none: anywhere), and on the nodes the
+/// config's `scheduling.nodeAffinity` requires and prefers. Required terms are alternatives
+/// (a node matches one), so the zones are added to each of them.
+fn node_affinity(node: &ValkeyNode) -> Option<Affinity> {
+    let placement = &node.spec.placement;
+    let zones: Vec<NodeSelectorRequirement> = (!placement.zones.is_empty())
+        .then(|| NodeSelectorRequirement {
+            key: ZONE_KEY.into(),
+            operator: "In".into(),
+            values: Some(placement.zones.clone()),
+        })
+        .into_iter()
+        .collect();
+    let config = placement.node_affinity.clone().unwrap_or_default();
+    let terms: Vec<NodeSelectorTerm> = if config.required.is_empty() {
+        (!zones.is_empty())
+            .then(|| NodeSelectorTerm {
+                match_expressions: Some(zones.clone()),
+                ..Default::default()
+            })
+            .into_iter()
+            .collect()
+    } else {
+        config.required.iter().map(|t| t.to_pod(&zones)).collect()
+    };
+    let preferred: Vec<PreferredSchedulingTerm> = config
+        .preferred
+        .iter()
+        .map(|p| PreferredSchedulingTerm {
+            weight: p.weight,
+            preference: p.preference.to_pod(&[]),
+        })
+        .collect();
+    if terms.is_empty() && preferred.is_empty() {
+        return None;
+    }
+    Some(Affinity {
         node_affinity: Some(NodeAffinity {
-            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
-                node_selector_terms: vec![NodeSelectorTerm {
-                    match_expressions: Some(vec![NodeSelectorRequirement {
-                        key: ZONE_KEY.into(),
-                        operator: "In".into(),
-                        values: Some(node.spec.placement.zones.clone()),
-                    }]),
-                    ..Default::default()
-                }],
-            }),
-            ..Default::default()
+            required_during_scheduling_ignored_during_execution: (!terms.is_empty()).then_some(
+                NodeSelector {
+                    node_selector_terms: terms,
+                },
+            ),
+            preferred_during_scheduling_ignored_during_execution: (!preferred.is_empty())
+                .then_some(preferred),
         }),
         ..Default::default()
     })
@@ -562,6 +622,7 @@ mod tests {
         let mut n = ValkeyNode::new(
             "my-cluster-1-0",
             ValkeyNodeSpec {
+                image_pull_secrets: vec![],
                 cluster_name: "my-cluster".into(),
                 shard: 1,
                 role_hint: None,
@@ -576,6 +637,8 @@ mod tests {
                 valkey: BTreeMap::from([("maxmemory".to_string(), "1500mb".to_string())]),
                 config_hash: None,
                 placement: NodePlacement {
+                    node_affinity: None,
+                    topology_spread: vec![],
                     zones: zones.iter().map(|z| z.to_string()).collect(),
                     node_selector: BTreeMap::from([("disk".to_string(), "ssd".to_string())]),
                     zone_spread: Some(zone_spread),
@@ -827,6 +890,167 @@ mod tests {
             expr.values.as_ref().unwrap(),
             &vec!["zone-a".to_string(), "zone-b".to_string()]
         );
+    }
+
+    #[test]
+    fn the_configs_node_affinity_is_required_together_with_the_clusters_zones() {
+        use crate::api::placement::{
+            NodeAffinity as ConfigAffinity, NodeOperator, NodeRequirement, PreferredNodes,
+        };
+        let requirement = |key: &str, operator, values: &[&str]| NodeRequirement {
+            key: key.into(),
+            operator,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        let term = |r: Vec<NodeRequirement>| crate::api::placement::NodeSelectorTerm {
+            match_expressions: r,
+        };
+        let mut n = node(ZoneSpread::BestEffort, &["zone-a"]);
+        n.spec.placement.node_affinity = Some(ConfigAffinity {
+            required: vec![
+                term(vec![requirement("pool", NodeOperator::In, &["valkey"])]),
+                term(vec![requirement("spare", NodeOperator::Exists, &[])]),
+            ],
+            preferred: vec![PreferredNodes {
+                weight: 40,
+                preference: term(vec![requirement("cpu", NodeOperator::Gt, &["8"])]),
+            }],
+        });
+        let affinity = pod(&n, &BTreeMap::new())
+            .unwrap()
+            .spec
+            .unwrap()
+            .affinity
+            .unwrap()
+            .node_affinity
+            .unwrap();
+        let terms = affinity
+            .required_during_scheduling_ignored_during_execution
+            .unwrap()
+            .node_selector_terms;
+        let shown: Vec<Vec<(String, String)>> = terms
+            .iter()
+            .map(|t| {
+                t.match_expressions
+                    .iter()
+                    .flatten()
+                    .map(|e| (e.key.clone(), e.operator.clone()))
+                    .collect()
+            })
+            .collect();
+        // Either node pool, and in every case one of the cluster's zones.
+        let zone = ("topology.kubernetes.io/zone".to_string(), "In".to_string());
+        assert_eq!(
+            shown,
+            vec![
+                vec![("pool".into(), "In".into()), zone.clone()],
+                vec![("spare".into(), "Exists".into()), zone],
+            ]
+        );
+        assert_eq!(terms[1].match_expressions.as_ref().unwrap()[0].values, None);
+        let preferred = affinity
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap();
+        assert_eq!(preferred[0].weight, 40);
+        let cpu = &preferred[0].preference.match_expressions.as_ref().unwrap()[0];
+        assert_eq!(
+            (cpu.operator.as_str(), cpu.values.clone()),
+            ("Gt", Some(vec!["8".into()]))
+        );
+
+        // Preferences alone require nothing; no zones and no affinity: no affinity at all.
+        n.spec.placement.zones.clear();
+        n.spec
+            .placement
+            .node_affinity
+            .as_mut()
+            .unwrap()
+            .required
+            .clear();
+        let affinity = pod(&n, &BTreeMap::new()).unwrap().spec.unwrap().affinity;
+        let node_affinity = affinity.unwrap().node_affinity.unwrap();
+        assert!(
+            node_affinity
+                .required_during_scheduling_ignored_during_execution
+                .is_none()
+        );
+        n.spec.placement.node_affinity = None;
+        assert!(
+            pod(&n, &BTreeMap::new())
+                .unwrap()
+                .spec
+                .unwrap()
+                .affinity
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_configs_further_spreads_count_the_shards_or_the_clusters_members() {
+        use crate::api::placement::{SpreadScope, TopologySpread, WhenUnsatisfiable};
+        let mut n = node(ZoneSpread::BestEffort, &[]);
+        n.spec.placement.topology_spread = vec![
+            TopologySpread {
+                topology_key: "example.com/rack".into(),
+                ..Default::default()
+            },
+            TopologySpread {
+                topology_key: "example.com/room".into(),
+                max_skew: Some(2),
+                when_unsatisfiable: Some(WhenUnsatisfiable::DoNotSchedule),
+                scope: Some(SpreadScope::Cluster),
+            },
+        ];
+        let tsc = pod(&n, &BTreeMap::new())
+            .unwrap()
+            .spec
+            .unwrap()
+            .topology_spread_constraints
+            .unwrap();
+        let of = |key: &str| tsc.iter().find(|c| c.topology_key == key).unwrap().clone();
+        let labels =
+            |c: &TopologySpreadConstraint| c.label_selector.clone().unwrap().match_labels.unwrap();
+        let rack = of("example.com/rack");
+        assert_eq!(
+            (rack.max_skew, rack.when_unsatisfiable.as_str()),
+            (1, "ScheduleAnyway")
+        );
+        assert_eq!(
+            labels(&rack),
+            labels(&of("kubernetes.io/hostname")),
+            "a shard's members"
+        );
+        let room = of("example.com/room");
+        assert_eq!(
+            (room.max_skew, room.when_unsatisfiable.as_str()),
+            (2, "DoNotSchedule")
+        );
+        assert_eq!(
+            labels(&room),
+            names::member_selector("my-cluster"),
+            "the cluster's members"
+        );
+    }
+
+    #[test]
+    fn the_images_pull_secrets_reach_the_pod() {
+        let mut n = node(ZoneSpread::BestEffort, &[]);
+        assert_eq!(
+            pod(&n, &BTreeMap::new())
+                .unwrap()
+                .spec
+                .unwrap()
+                .image_pull_secrets,
+            None
+        );
+        n.spec.image_pull_secrets = vec!["registry-a".into(), "registry-b".into()];
+        let secrets = pod(&n, &BTreeMap::new())
+            .unwrap()
+            .spec
+            .unwrap()
+            .image_pull_secrets;
+        let names: Vec<String> = secrets.unwrap().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["registry-a", "registry-b"]);
     }
 
     #[test]

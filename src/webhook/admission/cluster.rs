@@ -280,6 +280,7 @@ mod tests {
         m.images.insert(
             "valkey-9-0".into(),
             ValkeyImageSpec {
+                image_pull_secrets: vec![],
                 repository: "valkey/valkey".into(),
                 tag: "9.0.0".into(),
                 digest: None,

@@ -123,6 +123,7 @@ mod tests {
 
     fn image(version: &str) -> ValkeyImageSpec {
         ValkeyImageSpec {
+            image_pull_secrets: vec![],
             repository: "valkey/valkey".into(),
             tag: version.into(),
             digest: None,

@@ -178,6 +178,7 @@ mod tests {
         m.images.insert(
             "valkey-9".into(),
             ValkeyImageSpec {
+                image_pull_secrets: vec![],
                 repository: "valkey/valkey".into(),
                 tag: version.into(),
                 digest: None,
