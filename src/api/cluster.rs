@@ -161,7 +161,7 @@ pub struct TlsSpec {
 }
 
 /// Observed state of a Valkey cluster, written by the operator.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, kube::KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterStatus {
     /// Overall state: Creating, Active, Updating, Blocked, Degraded or Deleting.
@@ -177,7 +177,9 @@ pub struct ValkeyClusterStatus {
     pub observed_generation: Option<i64>,
 
     /// Standard conditions (for example Ready, Progressing, ConfigResolved, AclApplied).
+    /// A list map keyed by `type`: one condition per type, which server-side apply merges.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 
     /// Every member of the Valkey cluster.

@@ -210,7 +210,7 @@ pub enum Lifecycle {
 }
 
 /// Observed state of a member, written by the operator.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, kube::KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyNodeStatus {
     /// Lifecycle: Joining, Active or Leaving.
@@ -237,7 +237,9 @@ pub struct ValkeyNodeStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Standard conditions (for example Ready, Synced).
+    /// A list map keyed by `type`: one condition per type, which server-side apply merges.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
     /// The member's latest utilization (memory, CPU, bandwidth), sampled every ~30 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -87,6 +87,13 @@ pub struct ActionLabel {
     pub action: String,
 }
 
+/// How a failover was run: `coordinated` (with the primary, nothing lost), `force` (without
+/// the primary, with a majority) or `takeover` (without any agreement, the last resort).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailoverLabel {
+    pub mode: &'static str,
+}
+
 /// The operator's metrics. Names follow the words used in the API and docs.
 pub struct Metrics {
     registry: Registry,
@@ -105,8 +112,9 @@ pub struct Metrics {
     /// TLS clusters: when the first certificate of their chain expires (Unix seconds).
     pub cluster_certificate_not_after: Family<ClusterKey, Gauge>,
     pub topology_actions: Family<ActionLabel, Counter>,
-    pub failovers: Counter,
-    pub slot_migrations: Counter,
+    pub failovers: Family<FailoverLabel, Counter>,
+    /// Slots (not jobs) the operator started moving.
+    pub slots_moved: Counter,
     pub rollouts_in_progress: Gauge,
     /// 1 while this replica holds the leader lease and runs the controllers.
     pub leader: Gauge,
@@ -142,8 +150,8 @@ impl Metrics {
             cluster_members_outdated: Family::default(),
             cluster_certificate_not_after: Family::default(),
             topology_actions: Family::default(),
-            failovers: Counter::default(),
-            slot_migrations: Counter::default(),
+            failovers: Family::default(),
+            slots_moved: Counter::default(),
             rollouts_in_progress: Gauge::default(),
             leader: Gauge::default(),
             webhook_duration: Family::new_with_constructor(|| {
@@ -249,13 +257,13 @@ impl Metrics {
         );
         r.register(
             "failovers",
-            "Failovers the operator initiated",
+            "Failovers the operator initiated, by mode (coordinated, force, takeover)",
             self.failovers.clone(),
         );
         r.register(
-            "slot_migrations",
-            "Slots the operator started moving between shards",
-            self.slot_migrations.clone(),
+            "slots_moved",
+            "Hash slots the operator started moving between shards (each slot counts once)",
+            self.slots_moved.clone(),
         );
         r.register(
             "rollouts_in_progress",
@@ -549,7 +557,11 @@ mod text_format_tests {
     #[test]
     fn counters_are_named_with_total_and_openmetrics_lines_go() {
         let m = Metrics::new();
-        m.failovers.inc();
+        m.failovers
+            .get_or_create(&FailoverLabel {
+                mode: "coordinated",
+            })
+            .inc();
         m.reconciled("cluster", Instant::now(), true);
         let text = openmetrics_to_text(&m.encode());
         assert!(
@@ -560,7 +572,10 @@ mod text_format_tests {
             text.contains("# TYPE valkey_operator_failovers_total counter"),
             "{text}"
         );
-        assert!(text.contains("valkey_operator_failovers_total 1"), "{text}");
+        assert!(
+            text.contains("valkey_operator_failovers_total{mode=\"coordinated\"} 1"),
+            "{text}"
+        );
         assert!(
             text.contains("# TYPE valkey_operator_reconciles_total counter"),
             "{text}"

@@ -186,7 +186,13 @@ async fn failover(
     mode: FailoverMode,
 ) -> Result<(), Error> {
     a.ctx.metrics.action("failover");
-    a.ctx.metrics.failovers.inc();
+    let how = match mode {
+        FailoverMode::Default => "coordinated",
+        FailoverMode::Force => "force",
+        FailoverMode::Takeover => "takeover",
+    };
+    let label = crate::telemetry::FailoverLabel { mode: how };
+    a.ctx.metrics.failovers.get_or_create(&label).inc();
     info!(cluster = %a.key, member = %member, shard, ?mode, "CLUSTER FAILOVER");
     match a.driver.failover(member, mode).await {
         Ok(()) => {}
@@ -238,7 +244,7 @@ async fn move_slots_atomic(
         .collect();
     info!(cluster = %a.key, source = %source, slots = total, "CLUSTER MIGRATESLOTS");
     a.driver.migrate_slots(source, &requests).await?;
-    a.ctx.metrics.slot_migrations.inc_by(total as u64);
+    a.ctx.metrics.slots_moved.inc_by(total as u64);
     let to: Vec<String> = targets.iter().map(|t| t.member.to_string()).collect();
     a.event(
         "MigratingSlots",
@@ -280,7 +286,7 @@ async fn move_slots_by_keys(
             budget -= 1;
             moved_keys += move_slot_by_keys(a.driver, mv, slot).await?;
             moved_slots += 1;
-            a.ctx.metrics.slot_migrations.inc();
+            a.ctx.metrics.slots_moved.inc();
         }
     }
     info!(cluster = %a.key, source = %source, slots = moved_slots, keys = moved_keys, "moved slots key by key");
