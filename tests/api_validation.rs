@@ -132,7 +132,7 @@ fn every_sample_manifest_passes_every_cel_rule() {
     let mut checked = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
+        for document in serde_yaml_ng::Deserializer::from_str(&text) {
             let object: Value = serde::Deserialize::deserialize(document).unwrap();
             if object["apiVersion"] == "valkey.gomomento.com/v1alpha1" {
                 assert_valid(&object);

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use serde::Deserialize;
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 use valkey_operator::controller::permissions::{
     OPERATOR_CLUSTER_PERMISSIONS, OPERATOR_NAMESPACE_PERMISSIONS, Permission,
 };
@@ -40,7 +40,7 @@ fn manifests() -> Vec<Value> {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/rbac/operator.yaml"),
     )
     .unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
         .collect()
 }

@@ -248,8 +248,8 @@ where
 /// knows, namespaced or not), as `kubectl apply --server-side` would.
 pub async fn apply_yaml(client: &Client, text: &str) -> anyhow::Result<()> {
     use serde::Deserialize as _;
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let value = serde_json::to_value(serde_yaml::Value::deserialize(doc)?)?;
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let value = serde_json::to_value(serde_yaml_ng::Value::deserialize(doc)?)?;
         if value.is_null() {
             continue;
         }

@@ -108,7 +108,7 @@ async fn the_documented_scaling_commands_scale_the_cluster_with_no_version_named
             );
         }
         if line.starts_with("kubectl get") {
-            let yaml: Value = serde_yaml::from_str(&stdout)?;
+            let yaml: Value = serde_yaml_ng::from_str(&stdout)?;
             ensure!(
                 yaml["apiVersion"] == "valkey.gomomento.com/v1alpha1"
                     && yaml["spec"]["shards"] == 4,

@@ -139,7 +139,7 @@ fn with_max_name_len(mut crd: CustomResourceDefinition, max: usize) -> CustomRes
 
 /// One CRD as a YAML document (no leading `---`).
 pub fn to_yaml(crd: &CustomResourceDefinition) -> String {
-    serde_yaml::to_string(crd).expect("a CRD always serializes to YAML")
+    serde_yaml_ng::to_string(crd).expect("a CRD always serializes to YAML")
 }
 
 /// All CRDs as one multi-document YAML stream, as `valkey-operator crd` prints it.

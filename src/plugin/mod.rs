@@ -130,7 +130,7 @@ fn emit<T: Serialize>(
 ) -> anyhow::Result<()> {
     match output {
         Output::Text => print!("{}", text(value)),
-        Output::Yaml => print!("{}", serde_yaml::to_string(value)?),
+        Output::Yaml => print!("{}", serde_yaml_ng::to_string(value)?),
         Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
     }
     Ok(())
@@ -382,7 +382,7 @@ pub fn proposed(
 fn read_manifest<K: serde::de::DeserializeOwned>(path: &PathBuf) -> anyhow::Result<K> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_yaml::from_str(&text)
+    serde_yaml_ng::from_str(&text)
         .with_context(|| format!("{} is not a valid manifest", path.display()))
 }
 

@@ -109,7 +109,7 @@ mod tests {
         let mut converted = 0;
         for path in entries {
             let text = std::fs::read_to_string(&path).unwrap();
-            for document in serde_yaml::Deserializer::from_str(&text) {
+            for document in serde_yaml_ng::Deserializer::from_str(&text) {
                 let object = Value::deserialize(document).unwrap();
                 converted += round_trip(&path, object);
             }
