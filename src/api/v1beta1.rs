@@ -82,8 +82,9 @@ pub struct ValkeyClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
 
-    /// Annotations put on every pod of this cluster. Keys under `valkey.gomomento.com/` are
-    /// reserved.
+    /// Annotations put on every pod of this cluster: added, changed and removed keys reach the
+    /// running pods within a reconcile, without replacing them. Keys under
+    /// `valkey.gomomento.com/` are reserved.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "super::validation::annotations_map_schema")]
     #[x_kube(
