@@ -16,7 +16,9 @@
 #      plain manifests, which also carry the example bindings the e2e suites use;
 #   9. the checked-in plain manifests are what `make manifests` renders (no drift);
 #  10. the operator's NetworkPolicy (webhook and admin ports only; its from lists; off switch)
-#      and the ValkeyNode DELETE rule in a failurePolicy: Ignore entry of its own.
+#      and the ValkeyNode DELETE rule in a failurePolicy: Ignore entry of its own;
+#  11. chart parity: serviceAccount create/name/annotations, image by digest, extraEnv,
+#      extraVolumes, extraVolumeMounts, global, the recommended app.kubernetes.io labels.
 # Prints one line per check and a closing "N passed, N failed" line.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -320,6 +322,44 @@ PY
 check "persona ClusterRoles by default (none with personaRoles.create=false), as in manifests/rbac/ with its example bindings" personas
 check "promtool check rules: the chart's alerting rules" \
   bash -c "printf 'groups:\n' > '$tmp/rules.yaml' && sed 's/^/  /' '$CHART/files/rules.yaml' >> '$tmp/rules.yaml' && '$PROMTOOL' check rules '$tmp/rules.yaml' >&2"
+
+# Chart parity with the charts users already run: a ServiceAccount of their naming (or their
+# own) with workload-identity annotations, the image by digest, extra env/volumes/mounts,
+# `global` accepted, the recommended labels.
+render --set serviceAccount.name=vo-sa --set-string 'serviceAccount.annotations.eks\.amazonaws\.com/role-arn=arn:aws:iam::1:role/vo' \
+  --set image.digest=sha256:$(printf 'a%.0s' $(seq 64)) --set global.imageRegistry=r.example \
+  --set 'extraEnv[0].name=HTTPS_PROXY' --set 'extraEnv[0].value=http://proxy:3128' \
+  --set 'extraVolumes[0].name=ca' --set 'extraVolumes[0].configMap.name=s3-ca' \
+  --set 'extraVolumeMounts[0].name=ca' --set 'extraVolumeMounts[0].mountPath=/etc/s3-ca' > "$tmp/parity.yaml"
+render --set serviceAccount.create=false --set serviceAccount.name=theirs > "$tmp/own-sa.yaml"
+parity() {
+  python3 - "$tmp/parity.yaml" "$tmp/own-sa.yaml" "$tmp/default.yaml" <<'PY'
+import sys, yaml
+load = lambda f: [d for d in yaml.safe_load_all(open(f)) if d]
+docs, own, default = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+(sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+assert sa["metadata"]["name"] == "vo-sa" and sa["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/vo"}, sa
+subjects = [s["name"] for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding") and d["metadata"]["name"] == "valkey-operator" for s in d["subjects"]]
+assert subjects == ["vo-sa", "vo-sa"], subjects
+(dep,) = [d for d in docs if d["kind"] == "Deployment"]
+pod = dep["spec"]["template"]["spec"]
+(c,) = pod["containers"]
+env = {e["name"]: e.get("value") for e in c["env"]}
+assert pod["serviceAccountName"] == "vo-sa" and env["OPERATOR_USERNAME"] == "system:serviceaccount:ops:vo-sa", env
+assert c["image"] == "ghcr.io/valkey-operator/valkey-operator@sha256:" + "a" * 64, c["image"]
+assert env["HTTPS_PROXY"] == "http://proxy:3128"
+assert {"name": "ca", "configMap": {"name": "s3-ca"}} in pod["volumes"] and {"name": "ca", "mountPath": "/etc/s3-ca"} in c["volumeMounts"]
+assert not [d for d in own if d["kind"] == "ServiceAccount"], "serviceAccount.create=false still renders one"
+(dep,) = [d for d in own if d["kind"] == "Deployment"]
+assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "theirs"
+for d in default:
+    labels = d["metadata"].get("labels", {})
+    if labels.get("app.kubernetes.io/instance") == "vo":
+        assert labels.get("app.kubernetes.io/managed-by") == "Helm" and labels.get("app.kubernetes.io/part-of") == "valkey-operator", (d["kind"], labels)
+PY
+}
+check "chart parity: serviceAccount (name, annotations, create=false), image by digest, extraEnv/Volumes/Mounts, global, recommended labels" parity
+check "a malformed image digest is refused by the values schema" bash -c "! '$HELM' template vo '$CHART' --set image.digest=latest >/dev/null 2>&1"
 
 "$REPO/e2e/render-manifests.sh" "$tmp/rendered" >/dev/null
 drift() {

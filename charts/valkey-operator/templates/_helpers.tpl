@@ -3,7 +3,24 @@
 app.kubernetes.io/name: valkey-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: valkey-operator
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end }}
+
+{{/* The operator's ServiceAccount: its RBAC is bound to it, and the webhook lets only its
+     username write ValkeyNodes. */}}
+{{- define "valkey-operator.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default "valkey-operator" -}}
+{{- end }}
+
+{{/* The operator image: by digest when one is given (what runs cannot change under a tag). */}}
+{{- define "valkey-operator.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end }}
 
 {{/* cert-manager's CA injector fills caBundle from the serving Certificate. */}}
