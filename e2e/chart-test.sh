@@ -18,7 +18,8 @@
 #  10. the operator's NetworkPolicy (webhook and admin ports only; its from lists; off switch)
 #      and the ValkeyNode DELETE rule in a failurePolicy: Ignore entry of its own;
 #  11. chart parity: serviceAccount create/name/annotations, image by digest, extraEnv,
-#      extraVolumes, extraVolumeMounts, global, the recommended app.kubernetes.io labels.
+#      extraVolumes, extraVolumeMounts, global, the recommended app.kubernetes.io labels; the
+#      `helm test` pod (templates/tests/webhook.yaml).
 # Prints one line per check and a closing "N passed, N failed" line.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -179,7 +180,8 @@ def policy(docs):
 webhook, admin = policy(load(sys.argv[1]))
 assert "from" not in webhook and "from" not in admin, "by default: any address, these two ports only"
 webhook, admin = policy(load(sys.argv[2]))
-assert webhook["from"] == [{"ipBlock": {"cidr": "10.0.0.10/32"}}], webhook
+assert webhook["from"] == [{"ipBlock": {"cidr": "10.0.0.10/32"}},
+                           {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "valkey-operator-test"}}}], webhook
 assert admin["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}], admin
 assert not [d for d in load(sys.argv[3]) if d["kind"] == "NetworkPolicy"], "webhook.networkPolicy.enabled=false still renders it"
 PY2
@@ -359,6 +361,30 @@ for d in default:
 PY
 }
 check "chart parity: serviceAccount (name, annotations, create=false), image by digest, extraEnv/Volumes/Mounts, global, recommended labels" parity
+render --set webhook.certManager.enabled=false --set webhook.caBundle=$(printf 'PEM' | base64) > "$tmp/test-no-cm.yaml"
+helm_test_pod() {
+  python3 - "$tmp/default.yaml" "$tmp/test-no-cm.yaml" <<'PY'
+import sys, yaml
+load = lambda f: [d for d in yaml.safe_load_all(open(f)) if d]
+for path, ca in ((sys.argv[1], "secret"), (sys.argv[2], "configMap")):
+    docs = load(path)
+    (pod,) = [d for d in docs if d["kind"] == "Pod"]
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["annotations"]["helm.sh/hook"] == "test", meta
+    assert meta["labels"]["app.kubernetes.io/name"] == "valkey-operator-test", "not selected by the operator's Services, PDB, NetworkPolicy"
+    (c,) = spec["containers"]
+    assert c["command"] == ["valkey-operator", "check-webhook", "--url", "https://valkey-operator-webhook.ops.svc:443/healthz", "--ca-file", "/ca/ca.crt"], c["command"]
+    assert spec["automountServiceAccountToken"] is False and spec["securityContext"]["runAsNonRoot"] and c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    (vol,) = spec["volumes"]
+    assert ca in vol, vol
+    if ca == "configMap":
+        (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == vol["configMap"]["name"]]
+        assert cm["data"]["ca.crt"] == "PEM" and cm["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    else:
+        assert vol["secret"]["secretName"] == "valkey-operator-webhook-cert", vol
+PY
+}
+check "helm test pod: checks the webhook through its Service against the caBundle (cert-manager's ca.crt, or webhook.caBundle), restricted, not the operator's labels" helm_test_pod
 check "a malformed image digest is refused by the values schema" bash -c "! '$HELM' template vo '$CHART' --set image.digest=latest >/dev/null 2>&1"
 
 "$REPO/e2e/render-manifests.sh" "$tmp/rendered" >/dev/null

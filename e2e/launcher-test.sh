@@ -7,7 +7,8 @@
 #   3. `down` leaves no process, network namespace, link, bridge or kube-proxy rule behind, and
 #      gives the host back its ip_forward setting;
 #   4. `up` after `down` works, with the webhook certificate the other supported way
-#      (webhook.caBundle from the cluster CA instead of cert-manager).
+#      (webhook.caBundle from the cluster CA instead of cert-manager);
+#   5. the chart's `helm test` passes with either certificate.
 # Prints one line per check and a closing "N passed, N failed" line.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,6 +61,15 @@ nothing_left_now() {
     && ! compgen -G '/sys/fs/cgroup/*/vk-*' >/dev/null
 }
 
+# The chart's `helm test` (templates/tests/webhook.yaml) on the release `up` installed; a
+# failure prints the test pod's log.
+HELM="$CACHE/helm-v$HELM_VERSION/bin/helm"
+helm_test() {
+  "$HELM" test valkey-operator -n valkey-operator-system --kubeconfig "$LC_DIR/kubeconfig" \
+    --timeout 3m --logs >"$LC_DIR/logs/helm-test.log" 2>&1 && return 0
+  cat "$LC_DIR/logs/helm-test.log"; return 1
+}
+
 # 1. A second `up` builds nothing and keeps the control plane running.
 before=$(pids_of)
 start=$SECONDS
@@ -69,6 +79,7 @@ echo "second up: ${rc} in $((SECONDS - start))s"
 check "second up succeeds" test "$rc" = 0
 check "second up builds nothing" bash -c "! grep -qE 'building Kubernetes|building etcd|Compiling' <<<\"\$1\"" _ "$out"
 check "second up restarts no control-plane process" test "$before" = "$(pids_of)"
+check "helm test: the webhook answers through its Service (cert-manager's CA)" helm_test
 
 # 1b. `up` again and again on a running cluster (it once failed about 1 in 4 with "Address
 #     already assigned"), the last one after a user edited a sample it created.
@@ -124,6 +135,7 @@ check "up after down succeeds" test "$rc" = 0
 check "up after down has 3 Ready nodes" nodes_ready
 check "up after down serves the webhook on the caBundle certificate" \
   grep -q 'webhook certificate: ca-bundle' "$LC_DIR/logs/launcher-test-up-after-down.log"
+check "helm test: the webhook answers through its Service (webhook.caBundle)" helm_test
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -32,6 +32,16 @@ enum Command {
         #[command(subcommand)]
         action: BackupAction,
     },
+    /// Check that the admission webhook answers through its Service over verified HTTPS, as
+    /// the API server reaches it (the chart's `helm test`).
+    CheckWebhook {
+        /// The webhook's health URL through its Service.
+        #[arg(long)]
+        url: String,
+        /// PEM file of the CA the webhook configuration trusts (its caBundle).
+        #[arg(long)]
+        ca_file: String,
+    },
     /// Print the CustomResourceDefinitions of the valkey.gomomento.com API group as
     /// multi-document YAML (what `crds/` is generated from).
     Crd {
@@ -108,6 +118,7 @@ fn main() -> ExitCode {
             leader,
         } => run(namespace, admin_addr, webhook, leader),
         Command::Backup { action } => backup_run(action),
+        Command::CheckWebhook { url, ca_file } => check_webhook(&url, &ca_file),
         Command::Crd { out_dir: None } => {
             print!("{}", valkey_operator::api::crd::all_yaml());
             ExitCode::SUCCESS
@@ -121,6 +132,26 @@ fn main() -> ExitCode {
                 }
             }
             ExitCode::SUCCESS
+        }
+    }
+}
+
+fn check_webhook(url: &str, ca_file: &str) -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let checked = tokio::runtime::Runtime::new()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(valkey_operator::webhook::check::check(url, ca_file))
+                .map_err(|e| e.to_string())
+        });
+    match checked {
+        Ok(answer) => {
+            println!("the webhook answers at {url}: {}", answer.trim());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
 }

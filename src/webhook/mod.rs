@@ -12,6 +12,7 @@
 //!   gets a 4xx, never a crash.
 
 pub mod admission;
+pub mod check;
 pub mod conversion;
 pub mod limits;
 pub mod tls;
