@@ -1,7 +1,7 @@
 //! Creating a cluster, Momento v0.9's rules (issue 30): the spec is frozen while the cluster
 //! is created; a mislabelled image (declares 9.0.1, runs an older binary) ends the creation
-//! `Failed`, naming both versions, and nothing more is done to it. Real API server, kubelet
-//! pods, valkey-server.
+//! `Failed`, naming both versions, and nothing more is done to it. A cluster held while being
+//! deleted says `Deleting`. Real API server, kubelet pods, valkey-server.
 #![cfg(feature = "e2e")]
 
 use std::time::Duration;
@@ -251,6 +251,61 @@ async fn a_rollout_onto_a_binary_below_the_floor_is_held_with_the_old_members_se
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &good).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &bad).await?;
+    Ok(())
+}
+
+/// A cluster held while being deleted (here by a finalizer of someone else's) says `Deleting`
+/// and what holds it, and goes once that is removed.
+#[tokio::test]
+async fn a_cluster_held_while_being_deleted_says_deleting_and_by_what() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-deleting").await?;
+    let suffix = valkey_e2e::harness::random_suffix(4);
+    let (img, cfg) = (
+        format!("e2e-del-{suffix}-img"),
+        format!("e2e-del-{suffix}-cfg"),
+    );
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    apply(&client, &ns.name, cluster(&ns.name, "held", &cfg, 1, 0)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "held",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let hold = "e2e.example.com/hold";
+    let finalizers = |list: Vec<&str>| Patch::Merge(json!({"metadata": {"finalizers": list}}));
+    api.patch("held", &PatchParams::default(), &finalizers(vec![hold]))
+        .await?;
+    api.delete("held", &Default::default()).await?;
+    let message = wait_for(
+        "the cluster to say Deleting",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let api = api.clone();
+            async move {
+                let status = api.get("held").await?.status.unwrap_or_default();
+                let message = status.message.unwrap_or_default();
+                if status.state == Some(ClusterState::Deleting) && message.contains(hold) {
+                    Ok(Some(message))
+                } else {
+                    bail!("{:?}: {message}", status.state)
+                }
+            }
+        },
+    )
+    .await?;
+    println!("held: {message}");
+    api.patch("held", &PatchParams::default(), &finalizers(vec![]))
+        .await?;
+    wait_gone(&api, "held").await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())
 }
 

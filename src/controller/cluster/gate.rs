@@ -1,5 +1,5 @@
 //! Before the pipeline: whether this reconcile may run it at all. A deleted cluster only has
-//! memory to drop, a replica whose menu stores are still listing would resolve against an
+//! memory to drop (and says Deleting while something holds it), a replica whose menu stores are still listing would resolve against an
 //! empty menu, a replica that lost the lease must not write, and a paused cluster is left
 //! alone.
 
@@ -21,6 +21,13 @@ pub async fn may_proceed(
 ) -> Result<ControlFlow<Action>, Error> {
     if cluster.meta().deletion_timestamp.is_some() {
         forget_deleted(ctx, cluster).await;
+        // Held (foreground deletion, a finalizer): say so while it lasts. Only the leader
+        // writes; the object may be gone already, which is what was asked.
+        if ctx.confirm_leading().await.is_ok()
+            && let Err(e) = status::publish(ctx, cluster, status::deleting(cluster)).await
+        {
+            tracing::debug!(cluster = %object_key(cluster), "Deleting status not written: {e}");
+        }
         return Ok(ControlFlow::Break(Action::await_change()));
     }
     if !ctx.menu_synced.load(std::sync::atomic::Ordering::Acquire) {

@@ -189,6 +189,29 @@ pub fn paused(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
     status
 }
 
+/// Status of a cluster being deleted while something holds it (foreground deletion waiting
+/// for its members, a finalizer of someone else's): `Deleting`, `Ready=False`.
+pub fn deleting(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
+    let previous = previous_conditions(cluster);
+    let generation = cluster.metadata.generation;
+    let held_by = cluster.metadata.finalizers.clone().unwrap_or_default();
+    let message = match held_by.as_slice() {
+        [] => "being deleted: Kubernetes removes its members, Services and Secrets with it".into(),
+        held => format!(
+            "being deleted: Kubernetes removes its members, Services and Secrets with it; the object goes once these finalizers are removed: {}",
+            held.join(", ")
+        ),
+    };
+    let mut status = cluster.status.clone().unwrap_or_default();
+    status.state = Some(ClusterState::Deleting);
+    status.message = Some(message.clone());
+    status.conditions.retain(|c| c.type_ != "Ready");
+    status.conditions.push(condition(
+        "Ready", false, "Deleting", &message, generation, &previous,
+    ));
+    status
+}
+
 /// Status of a cluster whose creation cannot succeed (`cause`): `Failed`, `Ready=False,
 /// CreationFailed`, members as last observed; the message says the way out.
 pub fn failed(cluster: &ValkeyCluster, cause: &str) -> ValkeyClusterStatus {
@@ -1145,6 +1168,33 @@ mod tests {
                 "kind": "ValkeyCluster",
                 "status": status,
             })
+        );
+    }
+
+    #[test]
+    fn a_cluster_held_while_being_deleted_says_deleting_and_by_what() {
+        let c: ValkeyCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": "shop", "finalizers": ["foregroundDeletion"],
+                         "deletionTimestamp": "2026-12-06T10:00:00Z"},
+            "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 0},
+            "status": {"state": "Active", "message": "all good",
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "Active",
+                                       "message": "", "lastTransitionTime": "2026-12-06T09:00:00Z"}]},
+        }))
+        .unwrap();
+        let s = deleting(&c);
+        assert_eq!(s.state, Some(ClusterState::Deleting));
+        assert!(
+            s.message
+                .unwrap()
+                .ends_with("finalizers are removed: foregroundDeletion")
+        );
+        let ready: Vec<_> = s.conditions.iter().filter(|c| c.type_ == "Ready").collect();
+        assert_eq!(ready.len(), 1, "one condition per type");
+        assert_eq!(
+            (ready[0].status.as_str(), ready[0].reason.as_str()),
+            ("False", "Deleting")
         );
     }
 
