@@ -94,6 +94,10 @@ pub struct FailoverLabel {
     pub mode: &'static str,
 }
 
+impl FailoverLabel {
+    pub const MODES: [&'static str; 3] = ["coordinated", "force", "takeover"];
+}
+
 /// The operator's metrics. Names follow the words used in the API and docs.
 pub struct Metrics {
     registry: Registry,
@@ -165,6 +169,11 @@ impl Metrics {
             rolling_out: Default::default(),
             ready: AtomicBool::new(false),
         };
+        // Every failover mode from 0: a rate over a mode that has not happened yet is 0, not
+        // absent, and the family is on the page before the first failover.
+        for mode in FailoverLabel::MODES {
+            metrics.failovers.get_or_create(&FailoverLabel { mode });
+        }
         // The registry holds clones: handles on the same values the fields update. The order
         // of registration is the order of the /metrics page.
         metrics.register_build_info();
@@ -553,6 +562,21 @@ mod tests {
 #[cfg(test)]
 mod text_format_tests {
     use super::*;
+
+    #[test]
+    fn every_metric_is_declared_before_its_first_sample() {
+        // What e2e/metrics.txt lists, the operability suite finds on /metrics even when
+        // nothing happened yet (no failover, no slot moved), every failover mode at 0.
+        let text = openmetrics_to_text(&Metrics::new().encode());
+        for family in ["failovers_total", "slots_moved_total"] {
+            let declared = format!("# TYPE valkey_operator_{family} counter");
+            assert!(text.contains(&declared), "{declared} missing:\n{text}");
+        }
+        for mode in FailoverLabel::MODES {
+            let zero = format!("valkey_operator_failovers_total{{mode=\"{mode}\"}} 0");
+            assert!(text.contains(&zero), "{zero} missing:\n{text}");
+        }
+    }
 
     #[test]
     fn counters_are_named_with_total_and_openmetrics_lines_go() {

@@ -186,10 +186,11 @@ async fn failover(
     mode: FailoverMode,
 ) -> Result<(), Error> {
     a.ctx.metrics.action("failover");
+    let [coordinated, force, takeover] = crate::telemetry::FailoverLabel::MODES;
     let how = match mode {
-        FailoverMode::Default => "coordinated",
-        FailoverMode::Force => "force",
-        FailoverMode::Takeover => "takeover",
+        FailoverMode::Default => coordinated,
+        FailoverMode::Force => force,
+        FailoverMode::Takeover => takeover,
     };
     let label = crate::telemetry::FailoverLabel { mode: how };
     a.ctx.metrics.failovers.get_or_create(&label).inc();
