@@ -189,6 +189,20 @@ pub fn paused(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
     status
 }
 
+/// `status.conditions` is a list map keyed by `type`: the API server refuses a status with
+/// two conditions of one type. Where steps added one twice, the last word stands, in the
+/// place of the first.
+fn one_per_type(conditions: &mut Vec<Condition>) {
+    let mut kept: Vec<Condition> = Vec::with_capacity(conditions.len());
+    for c in conditions.drain(..) {
+        match kept.iter_mut().find(|k| k.type_ == c.type_) {
+            Some(earlier) => *earlier = c,
+            None => kept.push(c),
+        }
+    }
+    *conditions = kept;
+}
+
 /// Status of a cluster being deleted while something holds it (foreground deletion waiting
 /// for its members, a finalizer of someone else's): `Deleting`, `Ready=False`.
 pub fn deleting(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
@@ -892,8 +906,9 @@ fn unchanged(previous: &ValkeyClusterStatus, status: &ValkeyClusterStatus) -> bo
 pub async fn publish(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    status: ValkeyClusterStatus,
+    mut status: ValkeyClusterStatus,
 ) -> Result<(), Error> {
+    one_per_type(&mut status.conditions);
     let previous = cluster.status.clone().unwrap_or_default();
     if unchanged(&previous, &status) {
         return Ok(());
@@ -1169,6 +1184,27 @@ mod tests {
                 "status": status,
             })
         );
+    }
+
+    #[test]
+    fn conditions_are_sent_one_per_type_the_last_word_standing() {
+        let c = |type_: &str, reason: &str| Condition {
+            type_: type_.into(),
+            reason: reason.into(),
+            status: "True".into(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+            observed_generation: None,
+        };
+        let mut conditions = vec![c("Ready", "A"), c("Progressing", "B"), c("Ready", "C")];
+        one_per_type(&mut conditions);
+        let shown: Vec<(&str, &str)> = conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.reason.as_str()))
+            .collect();
+        assert_eq!(shown, [("Ready", "C"), ("Progressing", "B")]);
     }
 
     #[test]
