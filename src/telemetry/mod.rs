@@ -172,7 +172,10 @@ impl Metrics {
         // Every failover mode from 0: a rate over a mode that has not happened yet is 0, not
         // absent, and the family is on the page before the first failover.
         for mode in FailoverLabel::MODES {
-            metrics.failovers.get_or_create(&FailoverLabel { mode });
+            metrics
+                .failovers
+                .get_or_create(&FailoverLabel { mode })
+                .inc_by(0);
         }
         // The registry holds clones: handles on the same values the fields update. The order
         // of registration is the order of the /metrics page.
