@@ -44,6 +44,27 @@ pub async fn resolve_ipv4(name: &str) -> anyhow::Result<Vec<Ipv4Addr>> {
         .collect())
 }
 
+/// The IPv4 addresses the cluster DNS gives for `name` once it gives any, asked every 250 ms
+/// for up to `limit`, with how long that took: a member's record is published from its
+/// EndpointSlice once its pod is Ready, and the DNS server learns it a moment later (and may
+/// hold a negative answer for its cache's 5 s).
+pub async fn resolve_ipv4_within(
+    name: &str,
+    limit: std::time::Duration,
+) -> anyhow::Result<(Vec<Ipv4Addr>, std::time::Duration)> {
+    let started = std::time::Instant::now();
+    loop {
+        match resolve_ipv4(name).await {
+            Ok(answer) if !answer.is_empty() => return Ok((answer, started.elapsed())),
+            Ok(_) if started.elapsed() >= limit => {
+                anyhow::bail!("{name} has no IPv4 address after {limit:?}")
+            }
+            Err(e) if started.elapsed() >= limit => return Err(e),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+        }
+    }
+}
+
 /// fred's resolver for clients on the host: IP addresses as they are, names through the
 /// cluster DNS (the host's own resolver knows nothing of `cluster.local`).
 pub struct ClusterDnsResolver;
