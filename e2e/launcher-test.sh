@@ -62,12 +62,14 @@ nothing_left_now() {
 }
 
 # The chart's `helm test` (templates/tests/webhook.yaml) on the release `up` installed; a
-# failure prints the test pod's log.
+# failure prints the test pod's log (a failed test pod is kept; a passed one is deleted, so
+# `helm test --logs` would fail on it).
 HELM="$CACHE/helm-v$HELM_VERSION/bin/helm"
 helm_test() {
   "$HELM" test valkey-operator -n valkey-operator-system --kubeconfig "$LC_DIR/kubeconfig" \
-    --timeout 3m --logs >"$LC_DIR/logs/helm-test.log" 2>&1 && return 0
-  cat "$LC_DIR/logs/helm-test.log"; return 1
+    --timeout 3m >"$LC_DIR/logs/helm-test.log" 2>&1 && return 0
+  cat "$LC_DIR/logs/helm-test.log"
+  $KUBECTL -n valkey-operator-system logs valkey-operator-test-webhook; return 1
 }
 
 # 1. A second `up` builds nothing and keeps the control plane running.
