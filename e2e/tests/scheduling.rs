@@ -145,7 +145,7 @@ async fn a_configs_tolerations_and_priority_class_reach_the_members_and_a_cluste
                 let status = clusters.get("plain").await?.status.unwrap_or_default();
                 let message = status.message.unwrap_or_default();
                 // The scheduler's words, and the taint they count without naming it.
-                let named = format!("untolerated: {NODE} {TAINT}:NoSchedule");
+                let named = format!("untolerated: {NODE} {TAINT}=");
                 if message.contains("Unschedulable") && message.contains(&named) {
                     Ok(Some(message))
                 } else {
