@@ -13,7 +13,7 @@ use serde_json::json;
 
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, wait_for};
 use valkey_e2e::valkey::wait_state;
-use valkey_e2e::workload::{apply, cluster, config, image};
+use valkey_e2e::workload::{active_cluster, apply, cluster, config, image};
 use valkey_operator::api::validation::FROZEN_WHILE_CREATING;
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage};
 
@@ -260,22 +260,7 @@ async fn a_rollout_onto_a_binary_below_the_floor_is_held_with_the_old_members_se
 async fn a_cluster_held_while_being_deleted_says_deleting_and_by_what() -> anyhow::Result<()> {
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-deleting").await?;
-    let suffix = valkey_e2e::harness::random_suffix(4);
-    let (img, cfg) = (
-        format!("e2e-del-{suffix}-img"),
-        format!("e2e-del-{suffix}-cfg"),
-    );
-    apply(&client, "image", image(&img, "9.0.0")).await?;
-    apply(&client, "config", config(&cfg, &img)).await?;
-    apply(&client, &ns.name, cluster(&ns.name, "held", &cfg, 1, 0)).await?;
-    wait_state(
-        &client,
-        &ns.name,
-        "held",
-        ClusterState::Active,
-        Duration::from_secs(180),
-    )
-    .await?;
+    let menu = active_cluster(&client, &ns.name, "held", "9.0.0", (1, 0)).await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
     let hold = "e2e.example.com/hold";
     let finalizers = |list: Vec<&str>| Patch::Merge(json!({"metadata": {"finalizers": list}}));
@@ -304,9 +289,7 @@ async fn a_cluster_held_while_being_deleted_says_deleting_and_by_what() -> anyho
     api.patch("held", &PatchParams::default(), &finalizers(vec![]))
         .await?;
     wait_gone(&api, "held").await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
-    Ok(())
+    menu.remove(&client).await
 }
 
 async fn wait_gone(api: &Api<ValkeyCluster>, name: &str) -> anyhow::Result<()> {
