@@ -79,12 +79,40 @@ impl fred::types::Resolve for ClusterDnsResolver {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Ok(vec![SocketAddr::new(ip, port)]);
         }
-        let ips = resolve_ipv4(&host)
-            .await
-            .map_err(|e| fred::error::Error::new(fred::error::ErrorKind::IO, format!("{e:#}")))?;
+        let ips = match resolve_ipv4(&host).await {
+            Ok(ips) if !ips.is_empty() => ips,
+            answer => {
+                let why = match answer {
+                    Err(e) => format!("{e:#}"),
+                    Ok(_) => format!("{host} has no IPv4 address"),
+                };
+                UNRESOLVED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(host.to_string());
+                return Err(fred::error::Error::new(fred::error::ErrorKind::IO, why));
+            }
+        };
         Ok(ips
             .into_iter()
             .map(|ip| SocketAddr::new(IpAddr::V4(ip), port))
             .collect())
     }
+}
+
+/// Every name a [`ClusterDnsResolver`] of this process was asked for and the cluster DNS did
+/// not resolve, in order: a client sent to a member whose name does not resolve yet (NXDOMAIN)
+/// shows up here.
+static UNRESOLVED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// How many names [`ClusterDnsResolver`]s have failed to resolve so far; with
+/// [`unresolved_since`], what failed during one stretch of a test.
+pub fn unresolved_count() -> usize {
+    UNRESOLVED.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+/// The names that failed to resolve after the first `count` failures.
+pub fn unresolved_since(count: usize) -> Vec<String> {
+    let all = UNRESOLVED.lock().unwrap_or_else(|e| e.into_inner());
+    all.get(count..).map(<[String]>::to_vec).unwrap_or_default()
 }

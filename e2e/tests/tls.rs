@@ -737,12 +737,23 @@ async fn tls_writes_survive_scaling_a_rolling_replacement_and_a_primary_kill() -
     let writer = Writer::start_replicated(&client, ns, cluster).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    // Scale 3 -> 4 -> 3 shards: slots move between TLS members.
+    // Scale 3 -> 4 -> 3 shards: slots move between TLS members. The writer follows MOVED to
+    // the new shard's announced hostname, which must resolve before any slot moves there
+    // (with the holds-data gate alone its DNS record came only once it owned slots: NXDOMAIN).
+    let unresolved_before = valkey_e2e::dns::unresolved_count();
     for shards in [4, 3] {
         spec["spec"]["shards"] = json!(shards);
         workload::apply(&client, ns, spec.clone()).await?;
         settled(&client, ns, cluster, shards, &[]).await?;
         println!("scaled to {shards} shards over TLS");
+        if shards == 4 {
+            let unresolved = valkey_e2e::dns::unresolved_since(unresolved_before);
+            anyhow::ensure!(
+                unresolved.is_empty(),
+                "the writer was sent to names the cluster DNS did not resolve yet while \
+                 scaling out: {unresolved:?}"
+            );
+        }
     }
 
     // A rolling replacement: a config change every member takes by being replaced.

@@ -165,7 +165,10 @@ pub fn is_reserved_annotation(key: &str) -> bool {
 }
 
 /// Pod readiness gate of every member: True only while the member holds its shard's data (a
-/// primary owning slots, or a replica whose initial sync is done). The operator sets it; the
-/// kubelet counts the pod Ready only with it, so the PodDisruptionBudget allows the next
-/// eviction, and the client Service routes to the member, only once a replacement has synced.
+/// primary owning slots, or a replica whose initial sync is done) or is a primary that joined
+/// the cluster and waits for slots (a scale-out's new shard: clients are sent to it as soon as
+/// a slot moves, so its DNS record, published once its pod is Ready, must exist first). The
+/// operator sets it; the kubelet counts the pod Ready only with it, so the PodDisruptionBudget
+/// allows the next eviction, and the client Service routes to the member, only once a
+/// replacement has synced.
 pub const CONDITION_HOLDS_DATA: &str = "valkey.gomomento.com/holds-data";

@@ -96,6 +96,13 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         why: "whether a durable member's volume is bound to a deleted node (its node affinity), so the member is lost with it at once (cluster/observe.rs)",
     },
     Permission {
+        groups: &["discovery.k8s.io"],
+        resources: &["endpointslices"],
+        names: &[],
+        verbs: &["list"],
+        why: "only while a TLS cluster has a member that owns no slots yet: whether the hostname it announces resolves (its address is ready in the client Service's EndpointSlices), so no slot moves there before clients can reach it by name (cluster/published.rs)",
+    },
+    Permission {
         groups: &["storage.k8s.io"],
         resources: &["storageclasses"],
         names: &[],

@@ -177,6 +177,11 @@ pub struct Member {
     /// Kubernetes reports its pod not Ready: its readiness probe fails, or its node stopped
     /// reporting and the node lifecycle controller marked the node's pods not Ready.
     pub pod_not_ready: bool,
+    /// The name it announces to clients resolves (with TLS, members announce a hostname that
+    /// the cluster DNS answers only once the pod is Ready); always true for members announcing
+    /// only their IP. Slots move to a member only once it is, so no client is sent to a name
+    /// that does not resolve yet.
+    pub name_resolves: bool,
     /// Its Valkey is gone for good and will not come back under its identity (the process
     /// died and is not restarted in place, or the pod was lost and is not recreated): never
     /// waited for; its shard's replica takes over and a new member replaces it.
@@ -197,6 +202,7 @@ impl Member {
             pod_problem: None,
             host: None,
             pod_not_ready: false,
+            name_resolves: true,
             gone: None,
         }
     }

@@ -152,12 +152,19 @@ fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<Batches> {
         .collect();
     let mut by_source: BTreeMap<usize, Vec<(MoveTarget, bool)>> = BTreeMap::new();
     let mut unaware: BTreeSet<String> = BTreeSet::new();
+    let mut unresolvable: BTreeSet<String> = BTreeSet::new();
     for m in moves {
         let (Some(_), Some(target)) = (leader(m.from), leader(m.to)) else {
             continue;
         };
         if !knows_every_owner(target.view) {
             unaware.insert(target.name.clone());
+            continue;
+        }
+        // A client is sent to the target (MOVED, ASK) as soon as its first slot moves: with TLS
+        // by the hostname it announces, which must resolve by then.
+        if !target.name_resolves {
+            unresolvable.insert(target.name.clone());
             continue;
         }
         let target_move = MoveTarget {
@@ -176,6 +183,9 @@ fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<Batches> {
         waiting: unaware
             .into_iter()
             .map(|name| format!("{name} receives slots once it has learned every slot's owner"))
+            .chain(unresolvable.into_iter().map(|name| {
+                format!("{name} receives slots once the hostname it announces resolves")
+            }))
             .collect(),
     };
     for (from, planned) in by_source {

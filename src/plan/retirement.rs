@@ -53,12 +53,12 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
     let mut steps = Vec::new();
     for l in &o.leaving {
         if l.view.as_ref().is_some_and(|v| !v.slots.is_empty()) {
-            let replacement = a
+            let in_sync: Vec<_> = a
                 .shard_members(l.shard)
                 .iter()
                 .filter(|m| m.in_sync_replica())
-                .min_by(|x, y| x.name.cmp(&y.name));
-            let Some(r) = replacement else {
+                .collect();
+            let Some(r) = super::rollout::resolvable_first(&in_sync) else {
                 return Some(Plan::new(
                     Phase::Degraded,
                     vec![],
@@ -68,6 +68,16 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
                     ),
                 ));
             };
+            if !r.name_resolves {
+                return Some(Plan::new(
+                    Phase::Updating,
+                    vec![],
+                    format!(
+                        "{} is leaving; waiting for the hostname {} announces to resolve before failing over to it",
+                        l.name, r.name
+                    ),
+                ));
+            }
             steps.push(Step::Failover {
                 member: r.addr.clone(),
                 shard: l.shard,

@@ -41,17 +41,27 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
         ));
     };
     if !primary.current {
-        let Some(target) = list
+        let in_sync: Vec<&AnsweredMember> = list
             .iter()
             .filter(|m| m.current && m.in_sync_replica())
-            .min_by(|x, y| x.name.cmp(&y.name))
-        else {
+            .collect();
+        let Some(target) = resolvable_first(&in_sync) else {
             return Some(Plan::new(
                 Phase::Updating,
                 vec![],
                 format!("{note}: waiting for an in-sync replacement"),
             ));
         };
+        if !target.name_resolves {
+            return Some(Plan::new(
+                Phase::Updating,
+                vec![],
+                format!(
+                    "{note}: waiting for the hostname {} announces to resolve before failing over to it",
+                    target.name
+                ),
+            ));
+        }
         return Some(Plan::new(
             Phase::Updating,
             vec![Step::Failover {
@@ -73,4 +83,20 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
         }],
         format!("{note}: retiring {}", names(&stale)),
     ))
+}
+
+/// The failover target among in-sync replicas: the first by name whose announced hostname
+/// resolves (clients are sent there by name once it is primary), else the first by name, to
+/// wait for.
+pub(super) fn resolvable_first<'m, 'a>(
+    in_sync: &[&'m AnsweredMember<'a>],
+) -> Option<&'m AnsweredMember<'a>> {
+    let first = |resolving: bool| {
+        in_sync
+            .iter()
+            .filter(|m| m.name_resolves || !resolving)
+            .min_by(|x, y| x.name.cmp(&y.name))
+            .copied()
+    };
+    first(true).or_else(|| first(false))
 }

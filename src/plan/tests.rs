@@ -90,6 +90,7 @@ impl Sim {
                     pod_problem: None,
                     host: self.hosts.get(name).cloned(),
                     pod_not_ready: false,
+                    name_resolves: true,
                     gone: None,
                 })
                 .collect(),
@@ -482,6 +483,54 @@ fn a_new_primary_receives_slots_only_once_it_knows_every_owner() {
     assert!(
         p.message
             .contains("c-3-0 receives slots once it has learned every slot's owner"),
+        "{}",
+        p.message
+    );
+}
+
+/// A new shard's primary whose announced hostname does not resolve yet (TLS: its pod is not
+/// Ready in the client Service) receives no slots, so no client is sent to a name that gives
+/// NXDOMAIN; the other new shard does. Once it resolves, it receives them.
+#[test]
+fn a_new_primary_receives_slots_only_once_its_announced_name_resolves() {
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    let moving = |p: &Plan| p.steps.iter().any(|s| matches!(s, Step::MoveSlots { .. }));
+    for _ in 0..100 {
+        let p = plan(&sim.topology(5, 1));
+        if moving(&p) {
+            break;
+        }
+        for step in &p.steps {
+            sim.apply(step);
+        }
+        sim.gossip();
+    }
+    let targets_of = |p: &Plan| -> Vec<NodeId> {
+        p.steps
+            .iter()
+            .flat_map(|s| match s {
+                Step::MoveSlots { targets, .. } => targets.iter().map(|t| t.id.clone()).collect(),
+                _ => vec![],
+            })
+            .collect()
+    };
+    let new_primary = sim.nodes["c-3-0"].id.clone();
+    let mut t = sim.topology(5, 1);
+    assert!(targets_of(&plan(&t)).contains(&new_primary));
+    for m in t.members.iter_mut().filter(|m| m.name == "c-3-0") {
+        m.name_resolves = false;
+    }
+    let p = plan(&t);
+    assert!(!targets_of(&p).contains(&new_primary), "{:?}", p.steps);
+    assert!(
+        moving(&p),
+        "the other new shard still receives: {}",
+        p.message
+    );
+    assert!(
+        p.message
+            .contains("c-3-0 receives slots once the hostname it announces resolves"),
         "{}",
         p.message
     );
@@ -1216,6 +1265,56 @@ fn the_most_up_to_date_replica_is_promoted() {
         "{:?}",
         p.steps
     );
+}
+
+/// A rollout fails over to its in-sync replacement only once the hostname the replacement
+/// announces resolves (clients are sent to it by name as soon as it is primary).
+#[test]
+fn a_rollout_fails_over_only_to_a_replacement_whose_name_resolves() {
+    let mut sim = Sim::default();
+    form(&mut sim, 1, 1, |_| usize::MAX);
+    sim.generation += 1;
+    for _ in 0..200 {
+        let mut t = sim.topology(1, 1);
+        let p = plan(&t);
+        let failover = p.steps.iter().find_map(|s| match s {
+            Step::Failover { member, .. } => Some(member.clone()),
+            _ => None,
+        });
+        if let Some(target) = failover {
+            // Both replacements in sync: one whose name does not resolve yet is passed over.
+            let unresolved = t
+                .members
+                .iter()
+                .position(|m| m.addr.as_ref() == Some(&target));
+            t.members[unresolved.unwrap()].name_resolves = false;
+            let other = plan(&t);
+            assert!(
+                other.message.contains("failing over from c-0-0 to c-0-3"),
+                "{}",
+                other.message
+            );
+            // Neither resolves: the failover waits.
+            for m in t.members.iter_mut().filter(|m| m.current) {
+                m.name_resolves = false;
+            }
+            let waiting = plan(&t);
+            assert!(waiting.steps.is_empty(), "{:?}", waiting.steps);
+            assert!(
+                waiting
+                    .message
+                    .contains("waiting for the hostname c-0-2 announces to resolve"),
+                "{}",
+                waiting.message
+            );
+            return;
+        }
+        for a in &p.steps {
+            sim.apply(a);
+        }
+        sim.gossip();
+    }
+    panic!("the rollout never failed over");
 }
 
 #[test]

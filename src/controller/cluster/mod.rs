@@ -27,6 +27,7 @@ mod gate;
 pub mod live;
 pub mod observe;
 mod pods;
+mod published;
 mod repeats;
 mod resolve;
 mod rollout;

@@ -64,11 +64,23 @@ pub fn not_ready(pod: &Pod) -> bool {
     pod_condition(pod, "Ready") == Some("False")
 }
 
-/// Whether a member holds its shard's data: a primary owning slots, or a replica whose link
-/// to its primary is up and whose initial sync is done. An empty member (new, replacing a lost
-/// one, or retiring) does not, whatever its container says.
+/// Whether a member holds its shard's data (a primary owning slots, or a replica whose link to
+/// its primary is up and whose initial sync is done) or is a primary that joined the cluster
+/// and waits for slots (`cluster_state:ok`: it knows every slot's owner and redirects
+/// correctly). The second is a scale-out's new shard: clients are sent to it by name as soon as
+/// a slot moves there, and its name resolves only once its pod is Ready (so slots move only
+/// after that: `cluster::published`). A member that has not joined (new, replacing a lost one) or a
+/// replica still syncing does not, whatever its container says.
 pub fn holds_data(view: &MemberView) -> bool {
-    !view.slots.is_empty() || (view.primary_id.is_some() && view.replica_in_sync)
+    !view.slots.is_empty()
+        || (view.primary_id.is_some() && view.replica_in_sync)
+        || awaits_slots(view)
+}
+
+/// A primary owning no slots that has joined the cluster: a shard's leader before its first
+/// slot moves in (or after its last moved out, on a scale-in).
+fn awaits_slots(view: &MemberView) -> bool {
+    view.slots.is_empty() && view.primary_id.is_none() && view.cluster_ok
 }
 
 /// The holds-data condition of a pod: `Some(true/false)` once set, `None` before.
@@ -454,9 +466,7 @@ pub async fn members(
             None => observe_limit(node, pod.as_deref()),
         };
         let observation = observe_within(driver, &name, addr.as_ref(), limit).await;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let view = observation.as_ref().map(|o| view(o, now));
         // ... and silent: the machine is gone.
         let deleted_host = host_deleted.filter(|_| view.is_none());
@@ -489,6 +499,7 @@ pub async fn members(
                     .or_else(|| why_no_pod(node, pod.as_deref())),
                 host: host.clone(),
                 pod_not_ready: pod.as_deref().is_some_and(not_ready) || deleted_host.is_some(),
+                name_resolves: true, // see `published::check` below
                 gone,
             },
             pod: pod.map(|p| p.name_any()),
@@ -503,6 +514,7 @@ pub async fn members(
     }))
     .await;
     super::taints::name_untolerated(&stores.ctx.client, pods, &mut observed).await;
+    super::published::check(&stores.ctx.client, &mut observed).await;
     observed
 }
 
@@ -706,6 +718,33 @@ mod tests {
         let mut deleting = pod(vec![running()], Some("10.0.0.7"));
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert_eq!(running_address(&deleting), None, "being deleted");
+    }
+
+    /// The holds-data gate: data held, or a joined primary waiting for slots (its name must
+    /// resolve before slots move to it); never a member that has not joined or a syncing
+    /// replica.
+    #[test]
+    fn a_member_holds_data_or_has_joined_and_waits_for_slots() {
+        use crate::plan::MemberView;
+        let primary = |slots: Vec<std::ops::RangeInclusive<u16>>, cluster_ok| MemberView {
+            slots,
+            cluster_ok,
+            ..MemberView::bare("a")
+        };
+        let replica = |in_sync| MemberView {
+            primary_id: Some(crate::driver::parse::NodeId("p".into())),
+            replica_in_sync: in_sync,
+            cluster_ok: true,
+            ..MemberView::bare("b")
+        };
+        assert!(holds_data(&primary(vec![0..=99], false)));
+        assert!(
+            holds_data(&primary(vec![], true)),
+            "joined, waits for slots"
+        );
+        assert!(!holds_data(&primary(vec![], false)), "not joined yet");
+        assert!(holds_data(&replica(true)));
+        assert!(!holds_data(&replica(false)), "still syncing");
     }
 
     #[test]

@@ -68,13 +68,13 @@ fn holds_data_patch(holds: bool) -> StatusPatch<PodStatus> {
         (
             "True",
             "HoldsData",
-            "owns slots, or is a replica in sync with its primary",
+            "owns slots, is a replica in sync with its primary, or joined the cluster and waits for slots",
         )
     } else {
         (
             "False",
             "NoData",
-            "owns no slots and is not an in-sync replica",
+            "owns no slots, is not an in-sync replica and has not joined the cluster",
         )
     };
     StatusPatch {
@@ -177,14 +177,14 @@ mod tests {
             sent(true),
             json!({"status": {"conditions": [{
                 "type": CONDITION_HOLDS_DATA, "status": "True", "reason": "HoldsData",
-                "message": "owns slots, or is a replica in sync with its primary",
+                "message": "owns slots, is a replica in sync with its primary, or joined the cluster and waits for slots",
             }]}})
         );
         assert_eq!(
             sent(false),
             json!({"status": {"conditions": [{
                 "type": CONDITION_HOLDS_DATA, "status": "False", "reason": "NoData",
-                "message": "owns no slots and is not an in-sync replica",
+                "message": "owns no slots, is not an in-sync replica and has not joined the cluster",
             }]}})
         );
     }
