@@ -65,22 +65,34 @@ pub fn not_ready(pod: &Pod) -> bool {
 }
 
 /// Whether a member holds its shard's data (a primary owning slots, or a replica whose link to
-/// its primary is up and whose initial sync is done) or is a primary that joined the cluster
-/// and waits for slots (`cluster_state:ok`: it knows every slot's owner and redirects
-/// correctly). The second is a scale-out's new shard: clients are sent to it by name as soon as
-/// a slot moves there, and its name resolves only once its pod is Ready (so slots move only
-/// after that: `cluster::published`). A member that has not joined (new, replacing a lost one) or a
-/// replica still syncing does not, whatever its container says.
-pub fn holds_data(view: &MemberView) -> bool {
+/// its primary is up and whose initial sync is done) or leads a shard that has none yet and
+/// waits for slots. `shard_owns_slots`: some member of its shard owns slots.
+///
+/// The second is a scale-out's new shard: clients are sent to its primary by name as soon as a
+/// slot moves there, and its name resolves only once its pod is Ready (so slots move only after
+/// that: `cluster::published`). It must have joined (`cluster_state:ok`: it knows every slot's
+/// owner and redirects correctly). An empty member of a shard whose data is elsewhere (one that
+/// lost its identity and came back empty) does not: counted healthy, it would let the
+/// PodDisruptionBudget evict the shard's only copy. Neither does a member that has not joined
+/// or a replica still syncing, whatever its container says.
+pub fn holds_data(view: &MemberView, shard_owns_slots: bool) -> bool {
     !view.slots.is_empty()
         || (view.primary_id.is_some() && view.replica_in_sync)
-        || awaits_slots(view)
+        || (!shard_owns_slots && awaits_slots(view))
 }
 
-/// A primary owning no slots that has joined the cluster: a shard's leader before its first
-/// slot moves in (or after its last moved out, on a scale-in).
+/// A primary owning no slots that has joined the cluster.
 fn awaits_slots(view: &MemberView) -> bool {
     view.slots.is_empty() && view.primary_id.is_none() && view.cluster_ok
+}
+
+/// The shards some answering member of which owns slots.
+pub fn shards_owning_slots(observed: &[Observed]) -> std::collections::BTreeSet<usize> {
+    observed
+        .iter()
+        .filter(|o| o.member.view.as_ref().is_some_and(|v| !v.slots.is_empty()))
+        .map(|o| o.member.shard)
+        .collect()
 }
 
 /// The holds-data condition of a pod: `Some(true/false)` once set, `None` before.
@@ -720,9 +732,9 @@ mod tests {
         assert_eq!(running_address(&deleting), None, "being deleted");
     }
 
-    /// The holds-data gate: data held, or a joined primary waiting for slots (its name must
-    /// resolve before slots move to it); never a member that has not joined or a syncing
-    /// replica.
+    /// The holds-data gate: data held, or a joined primary of a shard without data waiting for
+    /// slots (its name must resolve before slots move to it); never an empty member of a shard
+    /// whose data is elsewhere, a member that has not joined or a syncing replica.
     #[test]
     fn a_member_holds_data_or_has_joined_and_waits_for_slots() {
         use crate::plan::MemberView;
@@ -737,14 +749,21 @@ mod tests {
             cluster_ok: true,
             ..MemberView::bare("b")
         };
-        assert!(holds_data(&primary(vec![0..=99], false)));
+        assert!(holds_data(&primary(vec![0..=99], false), true));
         assert!(
-            holds_data(&primary(vec![], true)),
+            holds_data(&primary(vec![], true), false),
             "joined, waits for slots"
         );
-        assert!(!holds_data(&primary(vec![], false)), "not joined yet");
-        assert!(holds_data(&replica(true)));
-        assert!(!holds_data(&replica(false)), "still syncing");
+        assert!(
+            !holds_data(&primary(vec![], true), true),
+            "empty while its shard's data is on another member"
+        );
+        assert!(
+            !holds_data(&primary(vec![], false), false),
+            "not joined yet"
+        );
+        assert!(holds_data(&replica(true), true));
+        assert!(!holds_data(&replica(false), true), "still syncing");
     }
 
     #[test]

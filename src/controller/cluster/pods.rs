@@ -40,6 +40,7 @@ async fn publish_holds_data(
     pods: &Store<Pod>,
 ) {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let with_data = observe::shards_owning_slots(observed);
     for o in observed {
         let (Some(view), Some(pod_name)) = (&o.member.view, &o.pod) else {
             continue;
@@ -47,7 +48,7 @@ async fn publish_holds_data(
         let Some(pod) = pods.get(&ObjectRef::new(pod_name).within(namespace)) else {
             continue;
         };
-        let holds = observe::holds_data(view);
+        let holds = observe::holds_data(view, with_data.contains(&o.member.shard));
         if observe::holds_data_condition(&pod) == Some(holds) {
             continue;
         }
