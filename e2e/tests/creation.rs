@@ -15,7 +15,7 @@ use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, wait_for
 use valkey_e2e::valkey::wait_state;
 use valkey_e2e::workload::{active_cluster, apply, cluster, config, image};
 use valkey_operator::api::validation::FROZEN_WHILE_CREATING;
-use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage};
+use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyRole};
 
 /// Momento v0.9: the spec cannot change while the cluster is created (no status yet, or
 /// `Creating`), with a message saying why and what to do; labels can; once Active the same
@@ -290,6 +290,104 @@ async fn a_cluster_held_while_being_deleted_says_deleting_and_by_what() -> anyho
         .await?;
     wait_gone(&api, "held").await?;
     menu.remove(&client).await
+}
+
+/// The menu kinds' `status.observedGeneration` follows their generation: written once the
+/// operator's caches hold a new object, and again after an edit.
+#[tokio::test]
+async fn the_menu_reports_the_generation_the_operator_holds() -> anyhow::Result<()> {
+    let client = client().await?;
+    let s = valkey_e2e::harness::random_suffix(4);
+    let (img, cfg, role) = (
+        format!("e2e-gen-{s}-img"),
+        format!("e2e-gen-{s}-cfg"),
+        format!("e2e-gen-{s}-role"),
+    );
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    apply(&client, "config", config(&cfg, &img)).await?;
+    let role_spec = |categories: &[&str]| {
+        let categories: Vec<_> = categories
+            .iter()
+            .map(|c| json!({"name": c, "access": "allow"}))
+            .collect();
+        json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyRole",
+               "metadata": {"name": role}, "spec": {"categories": categories}})
+    };
+    let images: Api<ValkeyImage> = Api::all(client.clone());
+    let configs: Api<ValkeyConfig> = Api::all(client.clone());
+    let roles: Api<ValkeyRole> = Api::all(client.clone());
+    let apply_role = |spec| {
+        let roles = roles.clone();
+        let role = role.clone();
+        async move {
+            roles
+                .patch(
+                    &role,
+                    &PatchParams::apply("e2e").force(),
+                    &Patch::Apply(&spec),
+                )
+                .await
+        }
+    };
+    apply_role(role_spec(&["read"])).await?;
+    let generations = || async {
+        let (i, c, r) = (
+            images.get(&img).await?,
+            configs.get(&cfg).await?,
+            roles.get(&role).await?,
+        );
+        let observed = |g: Option<i64>, o: Option<i64>| (g.unwrap_or_default(), o);
+        Ok::<_, anyhow::Error>([
+            observed(
+                i.metadata.generation,
+                i.status.and_then(|s| s.observed_generation),
+            ),
+            observed(
+                c.metadata.generation,
+                c.status.and_then(|s| s.observed_generation),
+            ),
+            observed(
+                r.metadata.generation,
+                r.status.and_then(|s| s.observed_generation),
+            ),
+        ])
+    };
+    let caught_up = |what: &'static str| {
+        let generations = &generations;
+        wait_for(
+            what,
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            move || async move {
+                let now = generations().await?;
+                if now.iter().all(|(g, o)| Some(*g) == *o) {
+                    Ok(Some(now))
+                } else {
+                    bail!("(generation, observedGeneration) of image, config, role: {now:?}")
+                }
+            },
+        )
+    };
+    let first = caught_up("the new menu's observedGeneration").await?;
+    // An edit of each: a new generation, observed in turn.
+    let mut edited = config(&cfg, &img);
+    edited["spec"]["resources"]["memory"] = json!("300Mi");
+    apply(&client, "config", edited).await?;
+    apply_role(role_spec(&["read", "connection"])).await?;
+    let mut with_pull_secret = image(&img, "9.0.0");
+    with_pull_secret["spec"]["imagePullSecrets"] = json!([{"name": "e2e-pull"}]);
+    apply(&client, "image", with_pull_secret).await?;
+    let second = caught_up("the edited menu's observedGeneration").await?;
+    for (before, after) in first.iter().zip(&second) {
+        ensure!(
+            after.0 > before.0,
+            "an edit raises the generation: {first:?} -> {second:?}"
+        );
+    }
+    println!("menu (generation, observedGeneration): {first:?} -> {second:?}");
+    delete_cluster_scoped::<ValkeyRole>(&client, &role).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await
 }
 
 async fn wait_gone(api: &Api<ValkeyCluster>, name: &str) -> anyhow::Result<()> {

@@ -120,7 +120,7 @@ pub struct Resources {
     pub memory: Option<String>,
 }
 
-/// Observed state of a ValkeyConfig (reserved; the operator does not write it yet).
+/// Observed state of a ValkeyConfig (the operator writes `observedGeneration` once its caches hold that generation).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyConfigStatus {

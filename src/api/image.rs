@@ -93,7 +93,7 @@ pub struct PullSecret {
     pub name: String,
 }
 
-/// Observed state of a ValkeyImage (reserved; the operator does not write it yet).
+/// Observed state of a ValkeyImage (the operator writes `observedGeneration` once its caches hold that generation).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyImageStatus {

@@ -102,7 +102,7 @@ pub enum RuleAccess {
     Deny,
 }
 
-/// Observed state of a ValkeyRole (reserved; the operator does not write it yet).
+/// Observed state of a ValkeyRole (the operator writes `observedGeneration` once its caches hold that generation).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyRoleStatus {

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod image_protection;
 pub mod jobs;
 pub mod leader;
+pub mod menu_status;
 pub mod metering;
 pub mod names;
 pub mod node;

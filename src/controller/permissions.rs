@@ -34,6 +34,17 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
     },
     Permission {
         groups: &["valkey.gomomento.com"],
+        resources: &[
+            "valkeyimages/status",
+            "valkeyconfigs/status",
+            "valkeyroles/status",
+        ],
+        names: &[],
+        verbs: &["patch"],
+        why: "status.observedGeneration of the menu: the generation the operator's caches hold (controller/menu_status.rs)",
+    },
+    Permission {
+        groups: &["valkey.gomomento.com"],
         resources: &["valkeyclusters"],
         names: &[],
         verbs: &["get", "list", "watch"],

@@ -122,6 +122,7 @@ fn beside_the_controllers(
     tokio::spawn(crate::controller::image_protection::protect_images(
         ctx.clone(),
     ));
+    tokio::spawn(crate::controller::menu_status::publish_observed_generations(ctx.clone()));
     tokio::spawn(crate::controller::metering::meter(
         ctx.clone(),
         crate::controller::metering::Fleet {
