@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure};
 use fred::prelude::*;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
@@ -15,7 +16,9 @@ use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, wait_for
 use valkey_e2e::valkey::wait_state;
 use valkey_e2e::workload::{active_cluster, apply, cluster, config, image};
 use valkey_operator::api::validation::FROZEN_WHILE_CREATING;
-use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyRole};
+use valkey_operator::api::{
+    ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole,
+};
 
 /// Momento v0.9: the spec cannot change while the cluster is created (no status yet, or
 /// `Creating`), with a message saying why and what to do; labels can; once Active the same
@@ -293,9 +296,10 @@ async fn a_cluster_held_while_being_deleted_says_deleting_and_by_what() -> anyho
 }
 
 /// The menu kinds' `status.observedGeneration` follows their generation: written once the
-/// operator's caches hold a new object, and again after an edit.
+/// operator's caches hold a new object, and again after an edit. A cluster's members
+/// (ValkeyNodes) report theirs too.
 #[tokio::test]
-async fn the_menu_reports_the_generation_the_operator_holds() -> anyhow::Result<()> {
+async fn every_kind_reports_the_generation_the_operator_holds() -> anyhow::Result<()> {
     let client = client().await?;
     let s = valkey_e2e::harness::random_suffix(4);
     let (img, cfg, role) = (
@@ -385,6 +389,31 @@ async fn the_menu_reports_the_generation_the_operator_holds() -> anyhow::Result<
         );
     }
     println!("menu (generation, observedGeneration): {first:?} -> {second:?}");
+    let ns = TestNamespace::create(&client, "e2e-generations").await?;
+    apply(&client, &ns.name, cluster(&ns.name, "gen", &cfg, 1, 0)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "gen",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let nodes = Api::<ValkeyNode>::namespaced(client.clone(), &ns.name)
+        .list(&Default::default())
+        .await?;
+    for node in &nodes {
+        let observed = node.status.as_ref().and_then(|s| s.observed_generation);
+        ensure!(
+            node.metadata.generation.is_some() && observed == node.metadata.generation,
+            "{}: generation {:?}, observedGeneration {observed:?}",
+            node.name_any(),
+            node.metadata.generation
+        );
+    }
+    let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    clusters.delete("gen", &Default::default()).await?;
+    wait_gone(&clusters, "gen").await?;
     delete_cluster_scoped::<ValkeyRole>(&client, &role).await?;
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await

@@ -1040,13 +1040,15 @@ pub async fn update_node_statuses(
     for o in observed {
         let current = o.node.status.clone().unwrap_or_default();
         let node_id = o.member.view.as_ref().map(|v| v.id.as_str().to_string());
+        let generation = o.node.metadata.generation;
         let changed = (o.role.is_some() && current.role != o.role)
             || (node_id.is_some() && current.node_id != node_id)
-            || (o.pod.is_some() && current.pod != o.pod);
+            || (o.pod.is_some() && current.pod != o.pod)
+            || current.observed_generation != generation;
         if !changed {
             continue;
         }
-        let patch = observed_patch(o.role, node_id, o.pod.clone());
+        let patch = observed_patch(o.role, node_id, o.pod.clone(), generation);
         api.patch_status(
             &o.member.name,
             &PatchParams::default(),
@@ -1057,17 +1059,20 @@ pub async fn update_node_statuses(
     Ok(())
 }
 
-/// What was observed of a member; what was not (`None`) is left as it is.
+/// What was observed of a member, and the generation of the spec it was observed with (a
+/// member's spec never changes: written once); what was not (`None`) is left as it is.
 fn observed_patch(
     role: Option<NodeRole>,
     node_id: Option<String>,
     pod: Option<String>,
+    observed_generation: Option<i64>,
 ) -> StatusPatch<ValkeyNodeStatus> {
     StatusPatch {
         status: ValkeyNodeStatus {
             role,
             node_id,
             pod,
+            observed_generation,
             ..Default::default()
         },
     }
@@ -1154,17 +1159,18 @@ mod tests {
             sent(observed_patch(
                 Some(NodeRole::Replica),
                 Some("ab".repeat(20)),
-                Some("c-0-1".into())
+                Some("c-0-1".into()),
+                Some(1)
             )),
-            json!({"status": {"role": "replica", "nodeId": "ab".repeat(20), "pod": "c-0-1"}})
+            json!({"status": {"role": "replica", "nodeId": "ab".repeat(20), "pod": "c-0-1", "observedGeneration": 1}})
         );
         // Nothing observed, nothing written (a merge patch with `null` would erase it).
         assert_eq!(
-            sent(observed_patch(None, None, None)),
+            sent(observed_patch(None, None, None, None)),
             json!({"status": {}})
         );
         assert_eq!(
-            sent(observed_patch(Some(NodeRole::Primary), None, None)),
+            sent(observed_patch(Some(NodeRole::Primary), None, None, None)),
             json!({"status": {"role": "primary"}})
         );
         let status = ValkeyClusterStatus {
