@@ -86,11 +86,27 @@ fn awaits_slots(view: &MemberView) -> bool {
     view.slots.is_empty() && view.primary_id.is_none() && view.cluster_ok
 }
 
-/// The shards some answering member of which owns slots.
+/// The shards holding data: some member of which (answering or not, by the Valkey node id it
+/// answers with or last recorded) owns slots as any answering member sees the cluster. A shard
+/// whose primary was just lost still holds data (everybody still sees the lost primary owning
+/// its slots until its replica takes over); only a scale-out's new shard holds none.
 pub fn shards_owning_slots(observed: &[Observed]) -> std::collections::BTreeSet<usize> {
+    let owners: std::collections::BTreeSet<&crate::driver::parse::NodeId> = observed
+        .iter()
+        .filter_map(|o| o.member.view.as_ref())
+        .flat_map(|v| v.owned_by.iter())
+        .filter(|(_, slots)| !slots.is_empty())
+        .map(|(id, _)| id)
+        .collect();
     observed
         .iter()
-        .filter(|o| o.member.view.as_ref().is_some_and(|v| !v.slots.is_empty()))
+        .filter(|o| {
+            let answered = o.member.view.as_ref().map(|v| &v.id);
+            answered
+                .into_iter()
+                .chain(o.member.node_id.as_ref())
+                .any(|id| owners.contains(id))
+        })
         .map(|o| o.member.shard)
         .collect()
 }
@@ -764,6 +780,52 @@ mod tests {
         );
         assert!(holds_data(&replica(true), true));
         assert!(!holds_data(&replica(false), true), "still syncing");
+    }
+
+    /// A shard holds data while any view has one of its members (answering or not) owning
+    /// slots: a lost primary's shard does, so its empty replacement does not pass the gate.
+    #[test]
+    fn a_shard_whose_primary_was_lost_still_holds_data_a_new_one_does_not() {
+        use crate::driver::parse::NodeId;
+        use crate::plan::MemberView;
+        let observed = |name: &str, shard: usize, id: &str, view: Option<MemberView>| Observed {
+            node: Arc::new(node(Some(false), Some(id))),
+            member: Member {
+                node_id: Some(NodeId(id.into())),
+                view,
+                ..Member::new(name, shard)
+            },
+            pod: Some(name.into()),
+            start_failure: None,
+            role: None,
+            version: None,
+            run_id: None,
+            aof_bytes: None,
+            usage: None,
+        };
+        // Everybody still sees the lost primary `lost` (shard 0, silent) owning 0-99.
+        let seen = |id: &str| MemberView {
+            owned_by: [(NodeId("lost".into()), vec![0..=99])].into(),
+            cluster_ok: true,
+            ..MemberView::bare(id)
+        };
+        let members = [
+            observed("c-0-0", 0, "lost", None),
+            observed("c-0-1", 0, "replica", Some(seen("replica"))),
+            observed("c-0-2", 0, "empty", Some(seen("empty"))),
+            observed("c-1-0", 1, "new", Some(seen("new"))),
+        ];
+        assert_eq!(shards_owning_slots(&members), [0].into());
+        let empty = members[2].member.view.as_ref().unwrap();
+        assert!(
+            !holds_data(empty, true),
+            "the lost primary's shard holds data"
+        );
+        let new = members[3].member.view.as_ref().unwrap();
+        assert!(
+            holds_data(new, false),
+            "a scale-out's new shard waits for slots"
+        );
     }
 
     #[test]
