@@ -440,24 +440,29 @@ fn three_to_five_to_three_shards() {
     );
 }
 
-/// A new shard's primary whose view still misses some primary's slots (it has not heard that
-/// primary's heartbeat yet) receives no slots until its view is whole; the others do.
-#[test]
-fn a_new_primary_receives_slots_only_once_it_knows_every_owner() {
-    let mut sim = Sim::default();
-    form(&mut sim, 3, 1, |_| usize::MAX);
-    // Run the scale-out until its first round of slot moves.
-    let moving = |p: &Plan| p.steps.iter().any(|s| matches!(s, Step::MoveSlots { .. }));
+/// Plans and applies rounds on `sim` towards `shape` (shards, replicas) until a plan satisfies
+/// `reached` (that plan is not applied), for at most 100 rounds.
+fn run_until(sim: &mut Sim, shape: (usize, usize), reached: impl Fn(&Plan) -> bool) {
     for _ in 0..100 {
-        let p = plan(&sim.topology(5, 1));
-        if moving(&p) {
-            break;
+        let p = plan(&sim.topology(shape.0, shape.1));
+        if reached(&p) {
+            return;
         }
         for step in &p.steps {
             sim.apply(step);
         }
         sim.gossip();
     }
+}
+
+/// A new shard's primary whose view still misses some primary's slots (it has not heard that
+/// primary's heartbeat yet) receives no slots until its view is whole; the others do.
+#[test]
+fn a_new_primary_receives_slots_only_once_it_knows_every_owner() {
+    let mut sim = Sim::default();
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    let moving = |p: &Plan| p.steps.iter().any(|s| matches!(s, Step::MoveSlots { .. }));
+    run_until(&mut sim, (5, 1), moving);
     let mut t = sim.topology(5, 1);
     assert!(moving(&plan(&t)), "the scale-out moves slots");
     let new_primary = sim.nodes["c-3-0"].id.clone();
@@ -496,16 +501,7 @@ fn a_new_primary_receives_slots_only_once_its_announced_name_resolves() {
     let mut sim = Sim::default();
     form(&mut sim, 3, 1, |_| usize::MAX);
     let moving = |p: &Plan| p.steps.iter().any(|s| matches!(s, Step::MoveSlots { .. }));
-    for _ in 0..100 {
-        let p = plan(&sim.topology(5, 1));
-        if moving(&p) {
-            break;
-        }
-        for step in &p.steps {
-            sim.apply(step);
-        }
-        sim.gossip();
-    }
+    run_until(&mut sim, (5, 1), moving);
     let targets_of = |p: &Plan| -> Vec<NodeId> {
         p.steps
             .iter()

@@ -782,26 +782,36 @@ mod tests {
         assert!(!holds_data(&replica(false), true), "still syncing");
     }
 
-    /// A shard holds data while any view has one of its members (answering or not) owning
-    /// slots: a lost primary's shard does, so its empty replacement does not pass the gate.
-    #[test]
-    fn a_shard_whose_primary_was_lost_still_holds_data_a_new_one_does_not() {
-        use crate::driver::parse::NodeId;
-        use crate::plan::MemberView;
-        let observed = |name: &str, shard: usize, id: &str, view: Option<MemberView>| Observed {
-            node: Arc::new(node(Some(false), Some(id))),
-            member: Member {
-                node_id: Some(NodeId(id.into())),
-                view,
-                ..Member::new(name, shard)
-            },
-            pod: Some(name.into()),
+    /// `member` as observed, with its ValkeyNode `node` and a pod of its name, nothing else known.
+    fn observed_as(node: ValkeyNode, member: Member) -> Observed {
+        Observed {
+            node: Arc::new(node),
+            pod: Some(member.name.clone()),
+            member,
             start_failure: None,
             role: None,
             version: None,
             run_id: None,
             aof_bytes: None,
             usage: None,
+        }
+    }
+
+    /// A shard holds data while any view has one of its members (answering or not) owning
+    /// slots: a lost primary's shard does, so its empty replacement does not pass the gate.
+    #[test]
+    fn a_shard_whose_primary_was_lost_still_holds_data_a_new_one_does_not() {
+        use crate::driver::parse::NodeId;
+        use crate::plan::MemberView;
+        let observed = |name: &str, shard: usize, id: &str, view: Option<MemberView>| {
+            observed_as(
+                node(Some(false), Some(id)),
+                Member {
+                    node_id: Some(NodeId(id.into())),
+                    view,
+                    ..Member::new(name, shard)
+                },
+            )
         };
         // Everybody still sees the lost primary `lost` (shard 0, silent) owning 0-99.
         let seen = |id: &str| MemberView {
@@ -987,21 +997,16 @@ mod tests {
 
     #[test]
     fn members_kubernetes_reports_down_that_did_not_answer_are_left_out_after_the_plan() {
-        let member = |name: &str, answered: bool, pod_not_ready: bool| Observed {
-            node: Arc::new(node(Some(false), Some("abc"))),
-            member: Member {
-                addr: Some(MemberAddr::new(format!("10.0.0.{}", name.len()), 6379)),
-                view: answered.then(|| crate::plan::MemberView::bare("abc")),
-                pod_not_ready,
-                ..Member::new(name, 0)
-            },
-            pod: Some(name.into()),
-            start_failure: None,
-            role: None,
-            version: None,
-            run_id: None,
-            aof_bytes: None,
-            usage: None,
+        let member = |name: &str, answered: bool, pod_not_ready: bool| {
+            observed_as(
+                node(Some(false), Some("abc")),
+                Member {
+                    addr: Some(MemberAddr::new(format!("10.0.0.{}", name.len()), 6379)),
+                    view: answered.then(|| crate::plan::MemberView::bare("abc")),
+                    pod_not_ready,
+                    ..Member::new(name, 0)
+                },
+            )
         };
         let observed = [
             member("answered", true, true),
