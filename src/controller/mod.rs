@@ -111,6 +111,9 @@ pub struct Context {
     secret_refreshes: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     /// Until when this replica surely holds the leader lease (see [`Context::confirm_leading`]).
     lease_fence: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Each cluster as this replica last wrote its status, until the store catches up (see
+    /// [`cluster::written`]).
+    pub cluster_status_writes: cluster::written::StatusWrites,
 }
 
 impl Context {
@@ -143,6 +146,7 @@ impl Context {
             rollouts: Default::default(),
             secret_refreshes: Default::default(),
             lease_fence: std::sync::Mutex::new(None),
+            cluster_status_writes: Default::default(),
         }
     }
 

@@ -36,6 +36,7 @@ mod taints;
 pub mod tls;
 pub mod utilization;
 mod volumes;
+pub mod written;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -98,6 +99,8 @@ pub async fn reconcile(
     cctx: Arc<ClusterContext>,
 ) -> Result<Action, Error> {
     let ctx = &cctx.ctx;
+    // The status this replica wrote last round, when the store has not caught up with it.
+    let cluster = ctx.cluster_status_writes.freshest(cluster);
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     // Deleted, menu still listing, leadership lost or paused: the pipeline does not run.

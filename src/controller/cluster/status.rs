@@ -916,12 +916,14 @@ pub async fn publish(
     let api: Api<ValkeyCluster> =
         Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
     let patch = StatusApply::new::<ValkeyCluster>(&status);
-    api.patch_status(
-        &cluster.name_any(),
-        &PatchParams::apply(CLUSTER_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    let written = api
+        .patch_status(
+            &cluster.name_any(),
+            &PatchParams::apply(CLUSTER_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    ctx.cluster_status_writes.record(cluster, written);
     if previous.state != status.state
         && let Some(state) = status.state
     {
