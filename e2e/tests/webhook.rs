@@ -94,18 +94,7 @@ async fn valkeynodes_are_written_by_the_operator_only_and_it_still_manages_them(
     apply_menu()?;
     let ns = TestNamespace::create(&client, "e2e-webhook").await?;
     let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
-    clusters
-        .patch(
-            "guarded",
-            &PatchParams::apply("e2e"),
-            &Patch::Apply(&json!({
-                "apiVersion": "valkey.gomomento.com/v1alpha1",
-                "kind": "ValkeyCluster",
-                "metadata": {"name": "guarded", "namespace": ns.name},
-                "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 1},
-            })),
-        )
-        .await?;
+    apply_guarded(&clusters, &ns.name, 1).await?;
     // The operator creates, updates (finalizers, status) and owns its nodes through the webhook.
     wait_active(&client, &ns.name, "guarded").await?;
 
@@ -119,152 +108,14 @@ async fn valkeynodes_are_written_by_the_operator_only_and_it_still_manages_them(
         .context("a ValkeyNode")?;
     let name = node.metadata.name.clone().context("node name")?;
 
-    // Cluster-admin (system:masters) may not touch them: metadata edit and delete are denied by
-    // the webhook, with its message.
-    let out = kubectl_outcome(&["-n", &ns.name, "label", "valkeynode", &name, "e2e=touched"])?;
-    assert!(
-        !out.ok,
-        "label as cluster-admin must be denied: {}",
-        out.stdout
-    );
-    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
-    assert!(
-        out.stderr.contains(&format!(
-            "ValkeyNodes are managed by valkey-operator only: \"kubernetes-admin\" may not update ValkeyNode {}/{name}",
-            ns.name
-        )),
-        "{}",
-        out.stderr
-    );
-    let out = kubectl_outcome(&[
-        "-n",
-        &ns.name,
-        "delete",
-        "valkeynode",
-        &name,
-        "--wait=false",
-    ])?;
-    assert!(!out.ok, "delete as cluster-admin must be denied");
-    // DELETE has a webhook entry of its own (failurePolicy Ignore: a namespace deletion never
-    // waits for the operator), with the same rule.
-    assert!(out.stderr.contains(NODE_DELETE_WEBHOOK), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("may not delete ValkeyNode"),
-        "{}",
-        out.stderr
-    );
-
-    // A spec edit is denied too (the CRD's CEL rule answers first; the webhook backs it up).
-    let out = kubectl_outcome(&[
-        "-n",
-        &ns.name,
-        "patch",
-        "valkeynode",
-        &name,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"image":"valkey/valkey:9.1.2"}}"#,
-    ])?;
-    assert!(!out.ok, "spec edit as cluster-admin must be denied");
-    assert!(out.stderr.contains("immutable"), "{}", out.stderr);
-
-    // So is a status edit: lifecycle and node id are what the operator plans from.
-    let out = kubectl_outcome(&[
-        "-n",
-        &ns.name,
-        "patch",
-        "valkeynode",
-        &name,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"lifecycle":"Leaving"}}"#,
-    ])?;
-    assert!(!out.ok, "status edit as cluster-admin must be denied");
-    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
-    assert!(
-        out.stderr.contains(&format!(
-            "the status of ValkeyNode {}/{name} is written by valkey-operator only",
-            ns.name
-        )),
-        "{}",
-        out.stderr
-    );
-
-    // A product-team user, even with RBAC that (wrongly) lets them create ValkeyNodes, is
-    // denied by the webhook.
-    let user = format!("dev-{}@product.example", random_suffix(4));
-    kubectl_input(
-        &["apply", "-f", "-"],
-        &serde_json::to_string(&json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "too-broad", "namespace": ns.name},
-            "rules": [{"apiGroups": ["valkey.gomomento.com"], "resources": ["valkeynodes"], "verbs": ["get", "list", "create", "update", "patch", "delete"]}],
-        }))?,
-    )
-    .and_then(|o| if o.ok { Ok(()) } else { bail!("{}", o.stderr) })?;
-    kubectl_run(&[
-        "-n",
-        &ns.name,
-        "create",
-        "rolebinding",
-        "too-broad",
-        "--role=too-broad",
-        &format!("--user={user}"),
-    ])?;
-    let forged = json!({
-        "apiVersion": "valkey.gomomento.com/v1alpha1",
-        "kind": "ValkeyNode",
-        "metadata": {"name": "forged", "namespace": ns.name},
-        "spec": node.spec,
-    });
-    let out = kubectl_input(
-        &["create", "-f", "-", "--as", &user],
-        &serde_json::to_string(&forged)?,
-    )?;
-    assert!(!out.ok, "create as a product-team user must be denied");
-    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
-    assert!(
-        out.stderr.contains(&format!(
-            "\"{user}\" may not create ValkeyNode {}/forged",
-            ns.name
-        )),
-        "{}",
-        out.stderr
-    );
-    let out = kubectl_outcome(&[
-        "-n",
-        &ns.name,
-        "delete",
-        "valkeynode",
-        &name,
-        "--as",
-        &user,
-        "--wait=false",
-    ])?;
-    assert!(
-        !out.ok && out.stderr.contains(NODE_DELETE_WEBHOOK),
-        "{}",
-        out.stderr
-    );
+    cluster_admin_is_denied(&ns.name, &name)?;
+    a_product_team_user_is_denied(&ns.name, &name, &node)?;
 
     // Nothing changed, and the operator keeps managing: scaling out adds nodes and goes Active.
     let still = nodes.get(&name).await?;
     assert_eq!(still.spec, node.spec);
     assert!(!still.labels().contains_key("e2e"));
-    clusters
-        .patch(
-            "guarded",
-            &PatchParams::apply("e2e"),
-            &Patch::Apply(&json!({
-                "apiVersion": "valkey.gomomento.com/v1alpha1",
-                "kind": "ValkeyCluster",
-                "metadata": {"name": "guarded", "namespace": ns.name},
-                "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 2},
-            })),
-        )
-        .await?;
+    apply_guarded(&clusters, &ns.name, 2).await?;
     wait_for(
         "a third member",
         Duration::from_secs(120),
@@ -731,5 +582,159 @@ async fn a_downgrade_repoint_is_warned_and_a_cross_major_one_refused() -> anyhow
     clusters.delete("shop", &Default::default()).await?;
     delete_cluster_scoped::<valkey_operator::api::ValkeyImage>(&client, &old_image).await?;
     menu.remove(&client).await?;
+    Ok(())
+}
+
+/// Applies the 1-shard cluster `guarded` with `replicas` replicas per shard.
+async fn apply_guarded(
+    clusters: &Api<ValkeyCluster>,
+    ns: &str,
+    replicas: u32,
+) -> anyhow::Result<()> {
+    clusters
+        .patch(
+            "guarded",
+            &PatchParams::apply("e2e"),
+            &Patch::Apply(&json!({
+                "apiVersion": "valkey.gomomento.com/v1alpha1",
+                "kind": "ValkeyCluster",
+                "metadata": {"name": "guarded", "namespace": ns},
+                "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": replicas},
+            })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Cluster-admin (system:masters) may not touch ValkeyNode `name`: metadata edit and delete
+/// are denied by the webhook, with its message; spec and status edits too.
+fn cluster_admin_is_denied(ns: &str, name: &str) -> anyhow::Result<()> {
+    // Cluster-admin (system:masters) may not touch them: metadata edit and delete are denied by
+    // the webhook, with its message.
+    let out = kubectl_outcome(&["-n", ns, "label", "valkeynode", name, "e2e=touched"])?;
+    assert!(
+        !out.ok,
+        "label as cluster-admin must be denied: {}",
+        out.stdout
+    );
+    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "ValkeyNodes are managed by valkey-operator only: \"kubernetes-admin\" may not update ValkeyNode {}/{name}",
+            ns
+        )),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl_outcome(&["-n", ns, "delete", "valkeynode", name, "--wait=false"])?;
+    assert!(!out.ok, "delete as cluster-admin must be denied");
+    // DELETE has a webhook entry of its own (failurePolicy Ignore: a namespace deletion never
+    // waits for the operator), with the same rule.
+    assert!(out.stderr.contains(NODE_DELETE_WEBHOOK), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("may not delete ValkeyNode"),
+        "{}",
+        out.stderr
+    );
+
+    // A spec edit is denied too (the CRD's CEL rule answers first; the webhook backs it up).
+    let out = kubectl_outcome(&[
+        "-n",
+        ns,
+        "patch",
+        "valkeynode",
+        name,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"image":"valkey/valkey:9.1.2"}}"#,
+    ])?;
+    assert!(!out.ok, "spec edit as cluster-admin must be denied");
+    assert!(out.stderr.contains("immutable"), "{}", out.stderr);
+
+    // So is a status edit: lifecycle and node id are what the operator plans from.
+    let out = kubectl_outcome(&[
+        "-n",
+        ns,
+        "patch",
+        "valkeynode",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"lifecycle":"Leaving"}}"#,
+    ])?;
+    assert!(!out.ok, "status edit as cluster-admin must be denied");
+    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "the status of ValkeyNode {}/{name} is written by valkey-operator only",
+            ns
+        )),
+        "{}",
+        out.stderr
+    );
+    Ok(())
+}
+
+/// A product-team user, even with RBAC that (wrongly) lets them create ValkeyNodes, is denied
+/// by the webhook: creating a forged node and deleting `name`.
+fn a_product_team_user_is_denied(ns: &str, name: &str, node: &ValkeyNode) -> anyhow::Result<()> {
+    // A product-team user, even with RBAC that (wrongly) lets them create ValkeyNodes, is
+    // denied by the webhook.
+    let user = format!("dev-{}@product.example", random_suffix(4));
+    kubectl_input(
+        &["apply", "-f", "-"],
+        &serde_json::to_string(&json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "too-broad", "namespace": ns},
+            "rules": [{"apiGroups": ["valkey.gomomento.com"], "resources": ["valkeynodes"], "verbs": ["get", "list", "create", "update", "patch", "delete"]}],
+        }))?,
+    )
+    .and_then(|o| if o.ok { Ok(()) } else { bail!("{}", o.stderr) })?;
+    kubectl_run(&[
+        "-n",
+        ns,
+        "create",
+        "rolebinding",
+        "too-broad",
+        "--role=too-broad",
+        &format!("--user={user}"),
+    ])?;
+    let forged = json!({
+        "apiVersion": "valkey.gomomento.com/v1alpha1",
+        "kind": "ValkeyNode",
+        "metadata": {"name": "forged", "namespace": ns},
+        "spec": node.spec,
+    });
+    let out = kubectl_input(
+        &["create", "-f", "-", "--as", &user],
+        &serde_json::to_string(&forged)?,
+    )?;
+    assert!(!out.ok, "create as a product-team user must be denied");
+    assert!(out.stderr.contains(NODE_WEBHOOK), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "\"{user}\" may not create ValkeyNode {}/forged",
+            ns
+        )),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl_outcome(&[
+        "-n",
+        ns,
+        "delete",
+        "valkeynode",
+        name,
+        "--as",
+        &user,
+        "--wait=false",
+    ])?;
+    assert!(
+        !out.ok && out.stderr.contains(NODE_DELETE_WEBHOOK),
+        "{}",
+        out.stderr
+    );
     Ok(())
 }
