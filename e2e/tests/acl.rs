@@ -367,51 +367,13 @@ async fn rotation_case(f: &Fixture) -> anyhow::Result<()> {
     assert_eq!(pods_before.len(), 2);
     let addrs = member_addrs(client, ns, "shop").await?;
 
-    // Readwrite on app:* can SET; read-only can GET app:x, gets NOPERM on SET and elsewhere.
-    let writer = cluster_client(&addrs, "writer", "old-pw").await?;
-    writer
-        .set::<(), _, _>("app:x", "42", None, None, false)
-        .await?;
-    assert!(
-        is_noperm(
-            &writer
-                .set::<(), _, _>("other:x", "1", None, None, false)
-                .await
-        ),
-        "writer outside app:*"
-    );
-    let reader = cluster_client(&addrs, "reader", "reader-pw").await?;
-    assert_eq!(
-        reader.get::<Option<String>, _>("app:x").await?,
-        Some("42".into())
-    );
-    assert!(
-        is_noperm(
-            &reader
-                .set::<(), _, _>("app:x", "1", None, None, false)
-                .await
-        ),
-        "reader SET app:x"
-    );
-    assert!(
-        is_noperm(&reader.get::<Option<String>, _>("other:x").await),
-        "reader GET other:x"
-    );
+    let (writer, reader) = key_patterns_and_access_modes_are_enforced(&addrs).await?;
 
     // Rotation, step 1: add a second hash. Both passwords authenticate, on every member.
     apply_cluster(client, ns, "shop", &f.base, 1, acl(&["old-pw", "new-pw"])).await?;
     let (rev1, took1) = wait_acl_applied(client, ns, "shop", Some(&rev0)).await?;
     println!("second hash: revision {rev1} loaded on every member {took1:?} after the apply");
-    for addr in &addrs {
-        assert!(
-            authenticates(addr, "writer", "old-pw").await?,
-            "{addr}: old password during rotation"
-        );
-        assert!(
-            authenticates(addr, "writer", "new-pw").await?,
-            "{addr}: new password during rotation"
-        );
-    }
+    both_writer_passwords_authenticate(&addrs).await?;
     // Step 2: remove the first hash. Only the second authenticates; the connection
     // authenticated with the old password keeps working (Valkey keeps it: the user remains).
     apply_cluster(client, ns, "shop", &f.base, 1, acl(&["new-pw"])).await?;
@@ -419,16 +381,7 @@ async fn rotation_case(f: &Fixture) -> anyhow::Result<()> {
     println!(
         "first hash removed: revision {rev2} loaded on every member {took2:?} after the apply"
     );
-    for addr in &addrs {
-        assert!(
-            !authenticates(addr, "writer", "old-pw").await?,
-            "{addr}: old password after rotation"
-        );
-        assert!(
-            authenticates(addr, "writer", "new-pw").await?,
-            "{addr}: new password after rotation"
-        );
-    }
+    only_the_new_writer_password_authenticates(&addrs).await?;
     writer
         .set::<(), _, _>("app:y", "still connected", None, None, false)
         .await?;
@@ -457,21 +410,7 @@ async fn rotation_case(f: &Fixture) -> anyhow::Result<()> {
         );
     }
 
-    // Each revision was announced by an Event.
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    let notes: Vec<String> = events
-        .list(&ListParams::default().fields("reason=AclApplied"))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|e| e.message)
-        .collect();
-    for rev in [&rev1, &rev2] {
-        assert!(
-            notes.iter().any(|n| n.contains(rev.as_str())),
-            "AclApplied event for {rev}: {notes:?}"
-        );
-    }
+    each_revision_was_announced(client, ns, &rev1, &rev2).await?;
 
     let pods_after = pod_identities(client, ns, "shop").await?;
     assert_eq!(
@@ -480,6 +419,97 @@ async fn rotation_case(f: &Fixture) -> anyhow::Result<()> {
     );
     let _ = writer.quit().await;
     let _ = reader.quit().await;
+    Ok(())
+}
+
+/// Readwrite on app:* can SET; read-only can GET app:x, gets NOPERM on SET and elsewhere.
+/// Returns the writer's and the reader's clients.
+async fn key_patterns_and_access_modes_are_enforced(
+    addrs: &[MemberAddr],
+) -> anyhow::Result<(fred::clients::Client, fred::clients::Client)> {
+    let writer = cluster_client(addrs, "writer", "old-pw").await?;
+    writer
+        .set::<(), _, _>("app:x", "42", None, None, false)
+        .await?;
+    assert!(
+        is_noperm(
+            &writer
+                .set::<(), _, _>("other:x", "1", None, None, false)
+                .await
+        ),
+        "writer outside app:*"
+    );
+    let reader = cluster_client(addrs, "reader", "reader-pw").await?;
+    assert_eq!(
+        reader.get::<Option<String>, _>("app:x").await?,
+        Some("42".into())
+    );
+    assert!(
+        is_noperm(
+            &reader
+                .set::<(), _, _>("app:x", "1", None, None, false)
+                .await
+        ),
+        "reader SET app:x"
+    );
+    assert!(
+        is_noperm(&reader.get::<Option<String>, _>("other:x").await),
+        "reader GET other:x"
+    );
+    Ok((writer, reader))
+}
+
+/// During the rotation both of the writer's passwords authenticate, on every member.
+async fn both_writer_passwords_authenticate(addrs: &[MemberAddr]) -> anyhow::Result<()> {
+    for addr in addrs {
+        assert!(
+            authenticates(addr, "writer", "old-pw").await?,
+            "{addr}: old password during rotation"
+        );
+        assert!(
+            authenticates(addr, "writer", "new-pw").await?,
+            "{addr}: new password during rotation"
+        );
+    }
+    Ok(())
+}
+
+/// After the rotation only the writer's new password authenticates, on every member.
+async fn only_the_new_writer_password_authenticates(addrs: &[MemberAddr]) -> anyhow::Result<()> {
+    for addr in addrs {
+        assert!(
+            !authenticates(addr, "writer", "old-pw").await?,
+            "{addr}: old password after rotation"
+        );
+        assert!(
+            authenticates(addr, "writer", "new-pw").await?,
+            "{addr}: new password after rotation"
+        );
+    }
+    Ok(())
+}
+
+/// Each revision was announced by an Event.
+async fn each_revision_was_announced(
+    client: &Client,
+    ns: &str,
+    rev1: &str,
+    rev2: &str,
+) -> anyhow::Result<()> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let notes: Vec<String> = events
+        .list(&ListParams::default().fields("reason=AclApplied"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|e| e.message)
+        .collect();
+    for rev in [rev1, rev2] {
+        assert!(
+            notes.iter().any(|n| n.contains(rev)),
+            "AclApplied event for {rev}: {notes:?}"
+        );
+    }
     Ok(())
 }
 

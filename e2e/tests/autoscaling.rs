@@ -189,40 +189,9 @@ fn active_with(c: &ValkeyCluster, shards: usize) -> bool {
         && desired(c) == Some(shards as i32)
 }
 
-#[tokio::test]
-async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "e2e-autoscale").await?;
-    let suffix = valkey_e2e::harness::random_suffix(4);
-    let (img, cfg) = (
-        format!("e2e-auto-{suffix}-img"),
-        format!("e2e-auto-{suffix}-cfg"),
-    );
-    apply(&client, "image", image(&img, "9.0.0")).await?;
-    let mut menu_config = config(&cfg, &img);
-    menu_config["spec"]["valkey"]["maxmemory"] = json!("128mb");
-    apply(&client, "config", menu_config).await?;
-
-    let mut spec = cluster(&ns.name, NAME, &cfg, 2, 1);
-    spec["spec"]["autoscaling"] = json!({
-        "minShards": 2, "maxShards": 3,
-        "scaleOut": {"memoryPercent": 50, "bandwidthMbps": 20}, "scaleIn": {"memoryPercent": 25},
-        "scaleInWindowSeconds": 60, "scaleOutCooldownSeconds": 60, "scaleInCooldownSeconds": 60
-    });
-    apply(&client, &ns.name, spec).await?;
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
-    let active = wait_state(
-        &client,
-        &ns.name,
-        NAME,
-        ClusterState::Active,
-        Duration::from_secs(300),
-    )
-    .await?;
-    ensure!(desired(&active) == Some(2), "{:?}", active.status);
-
-    // Utilization on every member's ValkeyNode, sampled again ~30 s later.
-    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns.name);
+/// Utilization on every member's ValkeyNode, sampled again ~30 s later: the first sample has
+/// a memory budget and percentage, the next one a rate.
+async fn utilization_is_sampled_and_sampled_again(nodes: &Api<ValkeyNode>) -> anyhow::Result<()> {
     let member = format!("{NAME}-0-0");
     let first = wait_for(
         "utilization on the ValkeyNode",
@@ -269,6 +238,88 @@ async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> an
         next.bandwidth_mbps.is_some(),
         "a second sample has a rate: {next:?}"
     );
+    Ok(())
+}
+
+/// The load goes; after the quiet window and the cooldown one shard is removed (the whole
+/// window after the load was removed, once, never below minShards).
+async fn quiet_removes_one_shard(
+    client: &Client,
+    ns: &str,
+    api: &Api<ValkeyCluster>,
+    valkey: &fred::clients::Client,
+    seen: &mut Vec<(i32, Duration)>,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let unloaded = Instant::now();
+    let unloaded_at = started.elapsed();
+    for i in 0..LOAD_KEYS {
+        let _: i64 = valkey.del(format!("load:{i}")).await?;
+    }
+    let _ = valkey.quit().await;
+    watch_desired(api, seen, started, Duration::from_secs(420), |c| {
+        active_with(c, 2)
+    })
+    .await?;
+    println!(
+        "scale-in done {:?} after the load was removed",
+        unloaded.elapsed()
+    );
+    let in_at = seen.last().map(|(_, t)| *t).unwrap_or_default();
+    println!(
+        "scale-in decided {:?} after the load began to be removed",
+        in_at.saturating_sub(unloaded_at)
+    );
+    // The whole 60 s quiet window (less the second a sample's time is rounded to).
+    ensure!(
+        in_at.saturating_sub(unloaded_at) >= Duration::from_secs(58),
+        "scale-in before a whole quiet window: {seen:?}, load removed at {unloaded_at:?}"
+    );
+    let shards: Vec<i32> = seen.iter().map(|(d, _)| *d).collect();
+    ensure!(
+        shards == [2, 3, 2],
+        "one shard out, one in, never below minShards: {shards:?}"
+    );
+    let scale_in = events(client, ns, "ScaleIn").await?;
+    ensure!(scale_in.len() == 1, "{scale_in:?}");
+    println!("ScaleIn: {}", scale_in[0]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-autoscale").await?;
+    let suffix = valkey_e2e::harness::random_suffix(4);
+    let (img, cfg) = (
+        format!("e2e-auto-{suffix}-img"),
+        format!("e2e-auto-{suffix}-cfg"),
+    );
+    apply(&client, "image", image(&img, "9.0.0")).await?;
+    let mut menu_config = config(&cfg, &img);
+    menu_config["spec"]["valkey"]["maxmemory"] = json!("128mb");
+    apply(&client, "config", menu_config).await?;
+
+    let mut spec = cluster(&ns.name, NAME, &cfg, 2, 1);
+    spec["spec"]["autoscaling"] = json!({
+        "minShards": 2, "maxShards": 3,
+        "scaleOut": {"memoryPercent": 50, "bandwidthMbps": 20}, "scaleIn": {"memoryPercent": 25},
+        "scaleInWindowSeconds": 60, "scaleOutCooldownSeconds": 60, "scaleInCooldownSeconds": 60
+    });
+    apply(&client, &ns.name, spec).await?;
+    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let active = wait_state(
+        &client,
+        &ns.name,
+        NAME,
+        ClusterState::Active,
+        Duration::from_secs(300),
+    )
+    .await?;
+    ensure!(desired(&active) == Some(2), "{:?}", active.status);
+
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns.name);
+    utilization_is_sampled_and_sampled_again(&nodes).await?;
 
     replica_load_adds_no_shard(&client, &ns.name, &api, &nodes).await?;
 
@@ -304,39 +355,7 @@ async fn load_adds_one_shard_and_quiet_removes_it_without_losing_a_write() -> an
         "exactly one ScaleOut"
     );
 
-    // The load goes; after the quiet window and the cooldown one shard is removed.
-    let unloaded = Instant::now();
-    let unloaded_at = started.elapsed();
-    for i in 0..LOAD_KEYS {
-        let _: i64 = valkey.del(format!("load:{i}")).await?;
-    }
-    let _ = valkey.quit().await;
-    watch_desired(&api, &mut seen, started, Duration::from_secs(420), |c| {
-        active_with(c, 2)
-    })
-    .await?;
-    println!(
-        "scale-in done {:?} after the load was removed",
-        unloaded.elapsed()
-    );
-    let in_at = seen.last().map(|(_, t)| *t).unwrap_or_default();
-    println!(
-        "scale-in decided {:?} after the load began to be removed",
-        in_at.saturating_sub(unloaded_at)
-    );
-    // The whole 60 s quiet window (less the second a sample's time is rounded to).
-    ensure!(
-        in_at.saturating_sub(unloaded_at) >= Duration::from_secs(58),
-        "scale-in before a whole quiet window: {seen:?}, load removed at {unloaded_at:?}"
-    );
-    let shards: Vec<i32> = seen.iter().map(|(d, _)| *d).collect();
-    ensure!(
-        shards == [2, 3, 2],
-        "one shard out, one in, never below minShards: {shards:?}"
-    );
-    let scale_in = events(&client, &ns.name, "ScaleIn").await?;
-    ensure!(scale_in.len() == 1, "{scale_in:?}");
-    println!("ScaleIn: {}", scale_in[0]);
+    quiet_removes_one_shard(&client, &ns.name, &api, &valkey, &mut seen, started).await?;
 
     let report = writer.finish(&client, &ns.name, NAME).await?;
     println!(

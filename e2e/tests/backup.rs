@@ -31,7 +31,9 @@ use valkey_e2e::workload::{
     PRELOADED, Writer, apply, cluster, cluster_client, config, image, preload, preloaded_key,
     reachable_cluster_client,
 };
-use valkey_operator::api::backup::{BackupPhase, ValkeyBackup, ValkeyBackupLocation};
+use valkey_operator::api::backup::{
+    BackupPhase, ValkeyBackup, ValkeyBackupLocation, ValkeyBackupStatus,
+};
 use valkey_operator::api::{ClusterState, ValkeyConfig, ValkeyImage};
 use valkey_operator::backup::Manifest;
 use valkey_operator::driver::testing::ValkeyBuild;
@@ -235,8 +237,31 @@ async fn a_cluster_is_backed_up_shard_by_shard_into_the_object_store() -> anyhow
         );
     }
 
-    // The bucket: the manifest, and shards whose checksums match it and the status.
     let store = bucket(&client).await?;
+    the_bucket_holds_each_shard_as_written(&store, &status, &written).await?;
+
+    // The spec records what was backed up: it cannot change.
+    let mut changed = backups.get("first").await?;
+    changed.spec.location = "elsewhere".into();
+    changed.metadata.managed_fields = None;
+    let refused = backups
+        .replace("first", &PostParams::default(), &changed)
+        .await;
+    ensure!(refused.is_err(), "a backup's spec is immutable");
+
+    failures_name_their_cause(&client, &ns.name, &backups, &store).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// The bucket: the manifest, and shards whose checksums match it and the status; each shard's
+/// snapshot, loaded by valkey-server, holds exactly the keys written, their types and TTLs.
+async fn the_bucket_holds_each_shard_as_written(
+    store: &Arc<dyn ObjectStore>,
+    status: &ValkeyBackupStatus,
+    written: &BTreeMap<String, &'static str>,
+) -> anyhow::Result<()> {
     let path = status.path.clone().context("status.path")?;
     let prefix = path
         .strip_prefix(&format!("s3://{BUCKET}/"))
@@ -288,7 +313,7 @@ async fn a_cluster_is_backed_up_shard_by_shard_into_the_object_store() -> anyhow
         with_ttl += loaded.with_ttl;
         restored.extend(loaded.types);
     }
-    for (key, kind) in &written {
+    for (key, kind) in written {
         ensure!(
             restored.get(key).map(String::as_str) == Some(*kind),
             "{key} ({kind}) restored as {:?}",
@@ -304,19 +329,6 @@ async fn a_cluster_is_backed_up_shard_by_shard_into_the_object_store() -> anyhow
         with_ttl >= 2000 / 3,
         "TTLs are kept: {with_ttl} keys with one"
     );
-
-    // The spec records what was backed up: it cannot change.
-    let mut changed = backups.get("first").await?;
-    changed.spec.location = "elsewhere".into();
-    changed.metadata.managed_fields = None;
-    let refused = backups
-        .replace("first", &PostParams::default(), &changed)
-        .await;
-    ensure!(refused.is_err(), "a backup's spec is immutable");
-
-    failures_name_their_cause(&client, &ns.name, &backups, &store).await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())
 }
 
@@ -430,27 +442,7 @@ async fn a_schedule_keeps_its_newest_backups() -> anyhow::Result<()> {
     let _ = valkey.quit().await;
 
     let backups: Api<ValkeyBackup> = Api::namespaced(client.clone(), &ns.name);
-    let mut completed = std::collections::BTreeSet::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(420);
-    while completed.len() < 4 {
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "four scheduled backups did not complete within 7 minutes: {completed:?}"
-        );
-        for b in backups.list(&ListParams::default()).await? {
-            let phase = b.status.as_ref().and_then(|s| s.phase);
-            let name = b.metadata.name.clone().unwrap_or_default();
-            ensure!(
-                phase != Some(BackupPhase::Failed),
-                "{name} failed: {:?}",
-                b.status
-            );
-            if phase == Some(BackupPhase::Completed) {
-                completed.insert(name);
-            }
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    let completed = four_scheduled_backups_complete(&backups).await?;
     // No more runs; wait for one that may have started to end.
     let clusters: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -503,11 +495,51 @@ async fn a_schedule_keeps_its_newest_backups() -> anyhow::Result<()> {
         "the two newest are kept: {names:?} of {newest:?}"
     );
 
-    // In the bucket: exactly the two kept backups have objects.
-    let store = bucket(&client).await?;
+    only_the_kept_backups_are_in_the_bucket(&client, &ns.name, &names).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// Waits (7 minutes at most) until four scheduled backups completed, none failing; returns
+/// their names.
+async fn four_scheduled_backups_complete(
+    backups: &Api<ValkeyBackup>,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let mut completed = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(420);
+    while completed.len() < 4 {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "four scheduled backups did not complete within 7 minutes: {completed:?}"
+        );
+        for b in backups.list(&ListParams::default()).await? {
+            let phase = b.status.as_ref().and_then(|s| s.phase);
+            let name = b.metadata.name.clone().unwrap_or_default();
+            ensure!(
+                phase != Some(BackupPhase::Failed),
+                "{name} failed: {:?}",
+                b.status
+            );
+            if phase == Some(BackupPhase::Completed) {
+                completed.insert(name);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    Ok(completed)
+}
+
+/// In the bucket: exactly the two kept backups (`names`) have objects, each its manifest.
+async fn only_the_kept_backups_are_in_the_bucket(
+    client: &kube::Client,
+    ns: &str,
+    names: &[String],
+) -> anyhow::Result<()> {
+    let store = bucket(client).await?;
     // Objects, not "folders": a store may keep an emptied prefix listed (SeaweedFS does).
     let objects: Vec<object_store::ObjectMeta> = futures::TryStreamExt::try_collect(
-        store.list(Some(&Path::from(format!("backups/{}/nightly", ns.name)))),
+        store.list(Some(&Path::from(format!("backups/{ns}/nightly")))),
     )
     .await?;
     let dirs: std::collections::BTreeSet<String> = objects
@@ -517,17 +549,14 @@ async fn a_schedule_keeps_its_newest_backups() -> anyhow::Result<()> {
     let dirs: Vec<String> = dirs.into_iter().collect();
     println!("in the bucket: {dirs:?} ({} objects)", objects.len());
     ensure!(dirs.len() == 2, "two backups in the bucket: {dirs:?}");
-    for (dir, name) in dirs.iter().zip(&names) {
+    for (dir, name) in dirs.iter().zip(names) {
         ensure!(dir.starts_with(&format!("{name}-")), "{dir} is {name}'s");
         store
             .head(&Path::from(format!(
-                "backups/{}/nightly/{dir}/manifest.json",
-                ns.name
+                "backups/{ns}/nightly/{dir}/manifest.json"
             )))
             .await?;
     }
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())
 }
 

@@ -38,12 +38,8 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-#[tokio::test]
-async fn momento_shaped_manifests_apply_strictly_and_mean_the_same() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "e2e-compat").await?;
-
-    // The menu objects, for real.
+/// The menu objects, for real: every menu fixture applies strictly, with the warnings we say.
+fn the_menu_fixtures_apply_with_their_warnings() -> anyhow::Result<()> {
     for name in [
         "01-role-subcommand.yaml",
         "02-role-empty.yaml",
@@ -67,36 +63,15 @@ async fn momento_shaped_manifests_apply_strictly_and_mean_the_same() -> anyhow::
             _ => {}
         }
     }
-    // The clusters: accepted by a server-side dry run (no members started for them).
-    for name in ["07-cluster-many-replicas.yaml", "08-cluster-tls.yaml"] {
-        let out = kubectl_apply(&["--dry-run=server", "-n", &ns.name, "-f", &fixture(name)])?;
-        ensure!(out.status.success(), "{name}: {}", stderr(&out));
-        if name.starts_with("07") {
-            ensure!(
-                stderr(&out).contains("replicasPerShard 6 is more than 5"),
-                "{name}: {}",
-                stderr(&out)
-            );
-        }
-    }
+    Ok(())
+}
 
-    // A real cluster on the Momento-shaped config.
-    let cluster = serde_json::json!({
-        "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
-        "metadata": {"name": "compat", "namespace": ns.name},
-        "spec": {"configRef": "compat-config", "shards": 1, "replicasPerShard": 0}});
-    valkey_e2e::workload::apply(&client, &ns.name, cluster).await?;
-    wait_state(
-        &client,
-        &ns.name,
-        "compat",
-        ClusterState::Active,
-        Duration::from_secs(180),
-    )
-    .await?;
-
-    // The ACL file says what Momento's docs say.
-    let secret = Api::<Secret>::namespaced(client.clone(), &ns.name)
+/// The ACL file the operator renders for the cluster says what Momento's docs say.
+async fn the_acl_file_says_what_momentos_docs_say(
+    client: &kube::Client,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
         .get("compat-acl")
         .await?;
     let file = secret
@@ -116,9 +91,16 @@ async fn momento_shaped_manifests_apply_strictly_and_mean_the_same() -> anyhow::
         !line.contains("+cluster "),
         "not the whole cluster command: {line}"
     );
+    Ok(())
+}
 
-    // And Valkey enforces exactly that.
-    let pod = member_pods(&client, &ns.name, "compat")
+/// And Valkey enforces exactly that: SET and GET on the pattern only, PUBLISH on the channel
+/// only, `cluster|info` but not the whole cluster command.
+async fn valkey_enforces_the_binding_exactly(
+    client: &kube::Client,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let pod = member_pods(client, ns, "compat")
         .await?
         .into_iter()
         .next()
@@ -169,6 +151,46 @@ async fn momento_shaped_manifests_apply_strictly_and_mean_the_same() -> anyhow::
         "only cluster|info, not the whole cluster command"
     );
     let _ = valkey.quit().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn momento_shaped_manifests_apply_strictly_and_mean_the_same() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-compat").await?;
+
+    the_menu_fixtures_apply_with_their_warnings()?;
+    // The clusters: accepted by a server-side dry run (no members started for them).
+    for name in ["07-cluster-many-replicas.yaml", "08-cluster-tls.yaml"] {
+        let out = kubectl_apply(&["--dry-run=server", "-n", &ns.name, "-f", &fixture(name)])?;
+        ensure!(out.status.success(), "{name}: {}", stderr(&out));
+        if name.starts_with("07") {
+            ensure!(
+                stderr(&out).contains("replicasPerShard 6 is more than 5"),
+                "{name}: {}",
+                stderr(&out)
+            );
+        }
+    }
+
+    // A real cluster on the Momento-shaped config.
+    let cluster = serde_json::json!({
+        "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
+        "metadata": {"name": "compat", "namespace": ns.name},
+        "spec": {"configRef": "compat-config", "shards": 1, "replicasPerShard": 0}});
+    valkey_e2e::workload::apply(&client, &ns.name, cluster).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "compat",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+
+    the_acl_file_says_what_momentos_docs_say(&client, &ns.name).await?;
+
+    valkey_enforces_the_binding_exactly(&client, &ns.name).await?;
 
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete("compat", &Default::default())

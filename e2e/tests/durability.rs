@@ -27,7 +27,9 @@ use valkey_e2e::workload::{
     write_confirmed,
 };
 use valkey_operator::api::constants::LABEL_CLUSTER;
-use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
+use valkey_operator::api::{
+    ClusterNodeStatus, ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode,
+};
 use valkey_operator::driver::FredDriver;
 use valkey_operator::driver::parse::Reply;
 
@@ -287,30 +289,18 @@ async fn pod_uids(
         .collect())
 }
 
-#[tokio::test]
-async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "e2e-volumes").await?;
-    let s = random_suffix(4);
-    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-vols"));
-    let name = "vols";
-    apply(&client, "image", image(&img, "9.1.2")).await?;
-    apply(&client, "config", durable_config(&cfg, &img)).await?;
-    let active = active_cluster_on(&client, &ns.name, name, &cfg, (1, 1)).await?;
-    let primary_before = active
-        .status
-        .unwrap_or_default()
-        .nodes
-        .into_iter()
-        .find(|n| n.role == Some(valkey_operator::api::NodeRole::Primary))
-        .context("a primary")?;
-    let ids_before = node_ids_of(&client, &ns.name, name).await?;
-
-    // The primary's pod alone, force-deleted under a writer: it comes back on its volume as
-    // the same member with the same node id (it is not replaced).
-    let writer = Writer::start_replicated(&client, &ns.name, name).await?;
+/// The primary's pod alone, force-deleted under a writer: it comes back on its volume as the
+/// same member with the same node id (it is not replaced), no acknowledged write lost.
+async fn the_primary_pod_comes_back_as_the_same_member(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    primary_before: &ClusterNodeStatus,
+    ids_before: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    let writer = Writer::start_replicated(client, ns, name).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let old_uid = pods
         .get(primary_before.pod.as_deref().context("primary pod")?)
         .await?
@@ -327,7 +317,7 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         Duration::from_secs(300),
         Duration::from_secs(1),
         || async {
-            let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+            let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
                 .get(name)
                 .await?;
             let status = c.status.unwrap_or_default();
@@ -353,9 +343,7 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         .iter()
         .find(|n| n.role == Some(valkey_operator::api::NodeRole::Primary))
         .map(|n| n.name.clone());
-    let report = writer
-        .finish_counting_losses(&client, &ns.name, name)
-        .await?;
+    let report = writer.finish_counting_losses(client, ns, name).await?;
     println!(
         "primary pod force-deleted: back Active {:?} later as the same member; primary before {}, after {primary_after:?} ({}); writer paused {:?}, {} of {} acknowledged writes lost",
         restarted.elapsed(),
@@ -370,22 +358,29 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         report.acknowledged.len()
     );
     report.nothing_lost()?;
-    let ids_after = node_ids_of(&client, &ns.name, name).await?;
+    let ids_after = node_ids_of(client, ns, name).await?;
     ensure!(
-        ids_after == ids_before,
+        ids_after == *ids_before,
         "same members, same node ids: before {ids_before:?}, after {ids_after:?}"
     );
-    // With the append-only file, Valkey restores no replication offset when it starts (only a
-    // snapshot written at shutdown carries one), so the replica needs a full resync: reported.
-    replica_restarted_on_its_volume(&client, &ns.name, name).await?;
+    Ok(())
+}
 
-    // Growing the volumes on a class that cannot expand (local-path): said in status, nothing
-    // rolls.
-    let uids = pod_uids(&client, &ns.name, name).await?;
+/// Growing the volumes on a class that cannot expand (local-path): said in status, nothing
+/// rolls.
+async fn growing_on_local_path_is_said_and_rolls_nothing(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    cfg: &str,
+    img: &str,
+    ids_before: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    let uids = pod_uids(client, ns, name).await?;
     apply(
-        &client,
+        client,
         "config",
-        durable_config_with(&cfg, &img, json!({"size": "512Mi"})),
+        durable_config_with(cfg, img, json!({"size": "512Mi"})),
     )
     .await?;
     let sized = wait_for(
@@ -393,7 +388,7 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         Duration::from_secs(120),
         Duration::from_secs(1),
         || async {
-            let c = condition(&client, &ns.name, name, "VolumesSized").await?;
+            let c = condition(client, ns, name, "VolumesSized").await?;
             match c {
                 Some(c) if c.reason == "ExpansionUnsupported" => Ok(Some(c)),
                 other => anyhow::bail!("{other:?}"),
@@ -410,34 +405,29 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         "{sized:?}"
     );
     ensure!(
-        pod_uids(&client, &ns.name, name).await? == uids,
+        pod_uids(client, ns, name).await? == uids,
         "a storage size change replaced pods"
     );
     ensure!(
-        node_ids_of(&client, &ns.name, name).await? == ids_before,
+        node_ids_of(client, ns, name).await? == *ids_before,
         "a storage size change replaced members"
     );
+    Ok(())
+}
 
-    // Shrinking is refused at admission, with the reason.
-    let refused = apply(
-        &client,
-        "config",
-        durable_config_with(&cfg, &img, json!({"size": "128Mi"})),
-    )
-    .await;
-    let why = format!("{:#}", refused.err().context("a shrink was accepted")?);
-    println!("shrink 512Mi -> 128Mi: {why}");
-    ensure!(why.contains("storage.size cannot shrink"), "{why}");
-
-    // Retain: the claims lose their owner, and outlive the cluster.
+/// Retain: the claims lose their owner, and outlive the cluster (deleted here). Returns the
+/// claims kept.
+async fn retained_claims_outlive_the_cluster(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    cfg: &str,
+    img: &str,
+) -> anyhow::Result<Vec<PersistentVolumeClaim>> {
     apply(
-        &client,
+        client,
         "config",
-        durable_config_with(
-            &cfg,
-            &img,
-            json!({"size": "512Mi", "whenDeleted": "Retain"}),
-        ),
+        durable_config_with(cfg, img, json!({"size": "512Mi", "whenDeleted": "Retain"})),
     )
     .await?;
     wait_for(
@@ -445,7 +435,7 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         Duration::from_secs(120),
         Duration::from_secs(1),
         || async {
-            let claims = claims_of(&client, &ns.name, name).await?;
+            let claims = claims_of(client, ns, name).await?;
             let owned = claims
                 .iter()
                 .filter(|c| !c.owner_references().is_empty())
@@ -459,7 +449,7 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         },
     )
     .await?;
-    Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+    Api::<ValkeyCluster>::namespaced(client.clone(), ns)
         .delete(name, &DeleteParams::default())
         .await?;
     wait_for(
@@ -467,26 +457,35 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         Duration::from_secs(180),
         Duration::from_secs(1),
         || async {
-            let left = node_ids_of(&client, &ns.name, name).await?.len()
-                + member_pods(&client, &ns.name, name).await?.len();
+            let left = node_ids_of(client, ns, name).await?.len()
+                + member_pods(client, ns, name).await?.len();
             ensure!(left == 0, "{left} members or pods left");
             Ok(Some(()))
         },
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let kept = claims_of(&client, &ns.name, name).await?;
+    let kept = claims_of(client, ns, name).await?;
     println!(
         "Retain: {} claim(s) kept after the cluster was deleted",
         kept.len()
     );
     ensure!(kept.len() == 2, "Retain kept {} claims", kept.len());
+    Ok(kept)
+}
 
-    // A new cluster of the same name never takes the retained volumes: its members get new
-    // claims, and the retained ones stay as they were.
-    active_cluster_on(&client, &ns.name, name, &cfg, (1, 1)).await?;
+/// A new cluster of the same name never takes the retained volumes (`kept`): its members get
+/// new claims, and the retained ones stay as they were.
+async fn a_new_cluster_of_the_same_name_takes_no_retained_volume(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    cfg: &str,
+    kept: &[PersistentVolumeClaim],
+) -> anyhow::Result<()> {
+    active_cluster_on(client, ns, name, cfg, (1, 1)).await?;
     let kept_names: Vec<String> = kept.iter().map(|c| c.name_any()).collect();
-    let mounted: Vec<String> = member_pods(&client, &ns.name, name)
+    let mounted: Vec<String> = member_pods(client, ns, name)
         .await?
         .iter()
         .flat_map(|p| p.spec.iter().flat_map(|s| s.volumes.iter().flatten()))
@@ -497,8 +496,8 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
         mounted.len() == 2 && mounted.iter().all(|m| !kept_names.contains(m)),
         "the new cluster took a retained volume: mounts {mounted:?}, retained {kept_names:?}"
     );
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
-    for old in &kept {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    for old in kept {
         let now = claims.get(&old.name_any()).await?;
         ensure!(
             now.metadata.uid == old.metadata.uid && now.owner_references().is_empty(),
@@ -507,6 +506,65 @@ async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow:
             now.metadata.owner_references
         );
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn volumes_follow_the_menu_and_a_member_comes_back_on_its_own() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-volumes").await?;
+    let s = random_suffix(4);
+    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-vols"));
+    let name = "vols";
+    apply(&client, "image", image(&img, "9.1.2")).await?;
+    apply(&client, "config", durable_config(&cfg, &img)).await?;
+    let active = active_cluster_on(&client, &ns.name, name, &cfg, (1, 1)).await?;
+    let primary_before = active
+        .status
+        .unwrap_or_default()
+        .nodes
+        .into_iter()
+        .find(|n| n.role == Some(valkey_operator::api::NodeRole::Primary))
+        .context("a primary")?;
+    let ids_before = node_ids_of(&client, &ns.name, name).await?;
+
+    the_primary_pod_comes_back_as_the_same_member(
+        &client,
+        &ns.name,
+        name,
+        &primary_before,
+        &ids_before,
+    )
+    .await?;
+    // With the append-only file, Valkey restores no replication offset when it starts (only a
+    // snapshot written at shutdown carries one), so the replica needs a full resync: reported.
+    replica_restarted_on_its_volume(&client, &ns.name, name).await?;
+
+    growing_on_local_path_is_said_and_rolls_nothing(
+        &client,
+        &ns.name,
+        name,
+        &cfg,
+        &img,
+        &ids_before,
+    )
+    .await?;
+
+    // Shrinking is refused at admission, with the reason.
+    let refused = apply(
+        &client,
+        "config",
+        durable_config_with(&cfg, &img, json!({"size": "128Mi"})),
+    )
+    .await;
+    let why = format!("{:#}", refused.err().context("a shrink was accepted")?);
+    println!("shrink 512Mi -> 128Mi: {why}");
+    ensure!(why.contains("storage.size cannot shrink"), "{why}");
+
+    let kept = retained_claims_outlive_the_cluster(&client, &ns.name, name, &cfg, &img).await?;
+
+    a_new_cluster_of_the_same_name_takes_no_retained_volume(&client, &ns.name, name, &cfg, &kept)
+        .await?;
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete(name, &DeleteParams::default())
         .await?;

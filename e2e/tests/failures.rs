@@ -122,6 +122,154 @@ async fn wait_not_active(client: &Client, ns: &str) -> anyhow::Result<()> {
     .await
 }
 
+/// SIGKILL of shard 0's primary under a writer: Active with every member again, no
+/// acknowledged write lost.
+async fn a_killed_primary_restarts_and_loses_nothing(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let writer = Writer::start(client, ns, NAME).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, pod) = shard0_primary(client, ns).await?;
+    let t = Instant::now();
+    PodRef::find(ns, &pod)?.kill("valkey")?;
+    println!("SIGKILL sent to {pod}'s valkey-server");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    active_with_full_count(client, ns, "SIGKILL", t).await?;
+    let r = finish(writer, client, ns, "SIGKILL").await?;
+    assert!(
+        r.lost.is_empty(),
+        "append-only members lose nothing to a process kill"
+    );
+    Ok(())
+}
+
+/// SIGSTOP of shard 0's primary for 30 s under a writer: the cluster notices, and is Active
+/// with every member again once it is resumed.
+async fn a_primary_paused_for_30s_heals(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let writer = Writer::start(client, ns, NAME).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, pod) = shard0_primary(client, ns).await?;
+    let paused = PodRef::find(ns, &pod)?;
+    let t = Instant::now();
+    paused.pause("valkey")?;
+    println!("SIGSTOP sent to {pod}'s valkey-server");
+    wait_not_active(client, ns).await?;
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(t.elapsed())).await;
+    paused.resume("valkey")?;
+    active_with_full_count(client, ns, "SIGSTOP 30 s", t).await?;
+    finish(writer, client, ns, "SIGSTOP 30 s").await?;
+    Ok(())
+}
+
+/// Shard 0's primary pod deleted at once under a writer: its member is replaced by a new
+/// ValkeyNode, and every member forgets the lost node id.
+async fn a_lost_primary_pod_is_replaced_and_forgotten(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let writer = Writer::start(client, ns, NAME).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (member, pod) = shard0_primary(client, ns).await?;
+    let driver = operator_driver(client, ns, NAME).await?;
+    let before_ids: BTreeSet<String> = member_ids(client, ns, &driver).await?;
+    let t = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete(&pod, &DeleteParams::default().grace_period(0))
+        .await?;
+    println!("deleted pod {pod} (member {member})");
+    wait_not_active(client, ns).await?;
+    let c = active_with_full_count(client, ns, "pod loss", t).await?;
+    finish(writer, client, ns, "pod loss").await?;
+    let names: Vec<String> = c
+        .status
+        .unwrap()
+        .nodes
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    assert!(
+        !names.contains(&member),
+        "{member} was replaced by a new ValkeyNode: {names:?}"
+    );
+    // Every member knows exactly the current members: the lost node id is forgotten.
+    let after_ids = wait_for(
+        "stale entries to be forgotten",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || {
+            let driver = &driver;
+            async move {
+                let ids = member_ids(client, ns, driver).await?;
+                for addr in member_addrs(client, ns).await? {
+                    let known: BTreeSet<String> = driver
+                        .cluster_nodes(&addr)
+                        .await?
+                        .into_iter()
+                        .map(|n| n.id.0)
+                        .collect();
+                    if known != ids {
+                        bail!("{addr} knows {known:?}, members are {ids:?}");
+                    }
+                }
+                Ok(Some(ids))
+            }
+        },
+    )
+    .await?;
+    assert_eq!(after_ids.len(), 6);
+    assert_eq!(
+        before_ids.intersection(&after_ids).count(),
+        5,
+        "one node id replaced"
+    );
+    Ok(())
+}
+
+/// Shard 0's primary pod deleted with its grace period under a writer: its replica takes over
+/// at its request, no acknowledged write lost.
+async fn a_gracefully_deleted_primary_hands_over_losing_nothing(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let writer = Writer::start(client, ns, NAME).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (member, pod) = shard0_primary(client, ns).await?;
+    let (_, replica_pod) = shard0_member(client, ns, NodeRole::Replica).await?;
+    let t = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete(&pod, &DeleteParams::default())
+        .await?;
+    println!("deleted pod {pod} (member {member}) with its default grace period");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let handed_over = wait_for(
+        "the replica to take over at the primary's request",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let pods = pods.clone();
+            let replica_pod = replica_pod.clone();
+            async move {
+                let log = pods.logs(&replica_pod, &Default::default()).await?;
+                Ok(log
+                    .lines()
+                    .find(|l| l.contains("Forced failover primary request accepted"))
+                    .map(str::to_string))
+            }
+        },
+    )
+    .await?;
+    println!("{replica_pod} after {:?}: {handed_over}", t.elapsed());
+    active_with_full_count(client, ns, "graceful pod deletion", t).await?;
+    let r = finish(writer, client, ns, "graceful pod deletion").await?;
+    assert!(
+        r.lost.is_empty(),
+        "a primary stopped gracefully hands over with every acknowledged write: {:?}",
+        r.lost
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_primary_killed_paused_or_lost_heals_back_to_active() -> anyhow::Result<()> {
     let client = client().await?;
@@ -150,131 +298,20 @@ async fn a_primary_killed_paused_or_lost_heals_back_to_active() -> anyhow::Resul
 
     // 1. SIGKILL the primary's process: the kubelet restarts it at once, it reloads its
     //    append-only file and keeps its node id.
-    let writer = Writer::start(&client, &ns.name, NAME).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (_, pod) = shard0_primary(&client, &ns.name).await?;
-    let t = Instant::now();
-    PodRef::find(&ns.name, &pod)?.kill("valkey")?;
-    println!("SIGKILL sent to {pod}'s valkey-server");
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    active_with_full_count(&client, &ns.name, "SIGKILL", t).await?;
-    let r = finish(writer, &client, &ns.name, "SIGKILL").await?;
-    assert!(
-        r.lost.is_empty(),
-        "append-only members lose nothing to a process kill"
-    );
+    a_killed_primary_restarts_and_loses_nothing(&client, &ns.name).await?;
 
     // 2. SIGSTOP the primary for 30 s: Valkey promotes its replica (node timeout 5 s); when
     //    it wakes up it rejoins as a replica.
-    let writer = Writer::start(&client, &ns.name, NAME).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (_, pod) = shard0_primary(&client, &ns.name).await?;
-    let paused = PodRef::find(&ns.name, &pod)?;
-    let t = Instant::now();
-    paused.pause("valkey")?;
-    println!("SIGSTOP sent to {pod}'s valkey-server");
-    wait_not_active(&client, &ns.name).await?;
-    tokio::time::sleep(Duration::from_secs(30).saturating_sub(t.elapsed())).await;
-    paused.resume("valkey")?;
-    active_with_full_count(&client, &ns.name, "SIGSTOP 30 s", t).await?;
-    finish(writer, &client, &ns.name, "SIGSTOP 30 s").await?;
+    a_primary_paused_for_30s_heals(&client, &ns.name).await?;
 
     // 3. Lose the primary's pod: the new pod is an empty node with a new id. Its replica is
     //    promoted, the member replaced by a new ValkeyNode, the old id forgotten.
-    let writer = Writer::start(&client, &ns.name, NAME).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (member, pod) = shard0_primary(&client, &ns.name).await?;
-    let driver = operator_driver(&client, &ns.name, NAME).await?;
-    let before_ids: BTreeSet<String> = member_ids(&client, &ns.name, &driver).await?;
-    let t = Instant::now();
-    Api::<Pod>::namespaced(client.clone(), &ns.name)
-        .delete(&pod, &DeleteParams::default().grace_period(0))
-        .await?;
-    println!("deleted pod {pod} (member {member})");
-    wait_not_active(&client, &ns.name).await?;
-    let c = active_with_full_count(&client, &ns.name, "pod loss", t).await?;
-    finish(writer, &client, &ns.name, "pod loss").await?;
-    let names: Vec<String> = c
-        .status
-        .unwrap()
-        .nodes
-        .into_iter()
-        .map(|n| n.name)
-        .collect();
-    assert!(
-        !names.contains(&member),
-        "{member} was replaced by a new ValkeyNode: {names:?}"
-    );
-    // Every member knows exactly the current members: the lost node id is forgotten.
-    let after_ids = wait_for(
-        "stale entries to be forgotten",
-        Duration::from_secs(60),
-        Duration::from_secs(1),
-        || {
-            let (client, ns, driver) = (client.clone(), ns.name.clone(), &driver);
-            async move {
-                let ids = member_ids(&client, &ns, driver).await?;
-                for addr in member_addrs(&client, &ns).await? {
-                    let known: BTreeSet<String> = driver
-                        .cluster_nodes(&addr)
-                        .await?
-                        .into_iter()
-                        .map(|n| n.id.0)
-                        .collect();
-                    if known != ids {
-                        bail!("{addr} knows {known:?}, members are {ids:?}");
-                    }
-                }
-                Ok(Some(ids))
-            }
-        },
-    )
-    .await?;
-    assert_eq!(after_ids.len(), 6);
-    assert_eq!(
-        before_ids.intersection(&after_ids).count(),
-        5,
-        "one node id replaced"
-    );
+    a_lost_primary_pod_is_replaced_and_forgotten(&client, &ns.name).await?;
 
     // 4. `kubectl delete pod` of a primary with the default grace period: on SIGTERM the
     //    primary lets its replica catch up, hands it the slots and exits (shutdown-on-sigterm
     //    failover): no write waits for Valkey's failure detection, none is lost.
-    let writer = Writer::start(&client, &ns.name, NAME).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (member, pod) = shard0_primary(&client, &ns.name).await?;
-    let (_, replica_pod) = shard0_member(&client, &ns.name, NodeRole::Replica).await?;
-    let t = Instant::now();
-    Api::<Pod>::namespaced(client.clone(), &ns.name)
-        .delete(&pod, &DeleteParams::default())
-        .await?;
-    println!("deleted pod {pod} (member {member}) with its default grace period");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let handed_over = wait_for(
-        "the replica to take over at the primary's request",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            let pods = pods.clone();
-            let replica_pod = replica_pod.clone();
-            async move {
-                let log = pods.logs(&replica_pod, &Default::default()).await?;
-                Ok(log
-                    .lines()
-                    .find(|l| l.contains("Forced failover primary request accepted"))
-                    .map(str::to_string))
-            }
-        },
-    )
-    .await?;
-    println!("{replica_pod} after {:?}: {handed_over}", t.elapsed());
-    active_with_full_count(&client, &ns.name, "graceful pod deletion", t).await?;
-    let r = finish(writer, &client, &ns.name, "graceful pod deletion").await?;
-    assert!(
-        r.lost.is_empty(),
-        "a primary stopped gracefully hands over with every acknowledged write: {:?}",
-        r.lost
-    );
+    a_gracefully_deleted_primary_hands_over_losing_nothing(&client, &ns.name).await?;
 
     delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
     delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;

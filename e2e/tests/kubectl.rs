@@ -60,31 +60,10 @@ fn run_documented(line: &str) -> anyhow::Result<(String, String)> {
     Ok((stdout, stderr))
 }
 
-#[tokio::test]
-async fn the_documented_scaling_commands_scale_the_cluster_with_no_version_named()
--> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "e2e-kubectl").await?;
-    let menu = Menu::publish(&client, "e2e-kubectl", "9.0.0").await?;
-    let name = "docs-cluster";
-    // Created the way the seed shows it: a v1alpha1 manifest through kubectl.
-    let manifest = format!(
-        "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  configRef: {cfg}\n  shards: 3\n  replicasPerShard: 1\n",
-        ns = ns.name,
-        cfg = menu.config
-    );
-    let file = std::env::temp_dir().join(format!("{}-cluster.yaml", ns.name));
-    std::fs::write(&file, manifest)?;
-    kubectl_run(&["apply", "-f", &file.display().to_string()])?;
-    valkey_e2e::valkey::wait_state(
-        &client,
-        &ns.name,
-        name,
-        ClusterState::Active,
-        Duration::from_secs(180),
-    )
-    .await?;
-
+/// Runs every line of the "Scaling with kubectl" block of docs/api.md (`my-cluster` and
+/// `my-app` renamed to `name` and `ns`): no field pruned, each patch changes something,
+/// `kubectl get` shows the v1alpha1 shape with 4 shards, `kubectl explain` documents shards.
+fn every_documented_scaling_line_changes_the_cluster(name: &str, ns: &str) -> anyhow::Result<()> {
     let lines = documented_block("### Scaling with kubectl")?;
     ensure!(
         lines
@@ -95,7 +74,7 @@ async fn the_documented_scaling_commands_scale_the_cluster_with_no_version_named
         "the doc block has the shards and the replicasPerShard patch: {lines:?}"
     );
     for line in &lines {
-        let line = line.replace("my-cluster", name).replace("my-app", &ns.name);
+        let line = line.replace("my-cluster", name).replace("my-app", ns);
         let (stdout, stderr) = run_documented(&line)?;
         ensure!(
             !stderr.contains("unknown field"),
@@ -122,6 +101,66 @@ async fn the_documented_scaling_commands_scale_the_cluster_with_no_version_named
             );
         }
     }
+    Ok(())
+}
+
+/// What `kubectl get` shows a product team: state, members ready of those asked for, the
+/// Valkey version, the shape (DESIRED SHARDS: empty without autoscaling) and what the
+/// operator is doing.
+fn kubectl_get_shows_the_cluster_at_a_glance(name: &str, ns: &str) -> anyhow::Result<()> {
+    let table = kubectl_run(&["get", "valkeycluster", name, "-n", ns])?;
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header.starts_with(&[
+            "NAME", "STATE", "READY", "VERSION", "SHARDS", "DESIRED", "SHARDS", "REPLICAS",
+            "CONFIG", "PROGRESS"
+        ]),
+        "columns: {table}"
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        row.get(1..5) == Some(&["Active", "12/12", "9.0.0", "4"][..]),
+        "row: {table}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_documented_scaling_commands_scale_the_cluster_with_no_version_named()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-kubectl").await?;
+    let menu = Menu::publish(&client, "e2e-kubectl", "9.0.0").await?;
+    let name = "docs-cluster";
+    // Created the way the seed shows it: a v1alpha1 manifest through kubectl.
+    let manifest = format!(
+        "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  configRef: {cfg}\n  shards: 3\n  replicasPerShard: 1\n",
+        ns = ns.name,
+        cfg = menu.config
+    );
+    let file = std::env::temp_dir().join(format!("{}-cluster.yaml", ns.name));
+    std::fs::write(&file, manifest)?;
+    kubectl_run(&["apply", "-f", &file.display().to_string()])?;
+    valkey_e2e::valkey::wait_state(
+        &client,
+        &ns.name,
+        name,
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+
+    every_documented_scaling_line_changes_the_cluster(name, &ns.name)?;
 
     // The patches reached the operator: 4 shards of 1 primary + 2 replicas, Active.
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
@@ -157,33 +196,7 @@ async fn the_documented_scaling_commands_scale_the_cluster_with_no_version_named
         },
     )
     .await?;
-    // What `kubectl get` shows a product team: state, members ready of those asked for, the
-    // Valkey version, the shape (DESIRED SHARDS: empty without autoscaling) and what the
-    // operator is doing.
-    let table = kubectl_run(&["get", "valkeycluster", name, "-n", &ns.name])?;
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    ensure!(
-        header.starts_with(&[
-            "NAME", "STATE", "READY", "VERSION", "SHARDS", "DESIRED", "SHARDS", "REPLICAS",
-            "CONFIG", "PROGRESS"
-        ]),
-        "columns: {table}"
-    );
-    let row: Vec<&str> = table
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    ensure!(
-        row.get(1..5) == Some(&["Active", "12/12", "9.0.0", "4"][..]),
-        "row: {table}"
-    );
+    kubectl_get_shows_the_cluster_at_a_glance(name, &ns.name)?;
     let _ = std::fs::remove_file(&file);
     api.delete(name, &Default::default()).await?;
     menu.remove(&client).await?;

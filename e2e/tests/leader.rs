@@ -189,6 +189,149 @@ async fn wait_fresh_lease(client: &Client) -> anyhow::Result<()> {
     .await
 }
 
+/// Both serve the webhooks: both are endpoints of the webhook Service.
+async fn both_replicas_serve_the_webhooks(client: &Client) -> anyhow::Result<()> {
+    let endpoints = Api::<Endpoints>::namespaced(client.clone(), NS)
+        .get("valkey-operator-webhook")
+        .await?;
+    let addresses = endpoints
+        .subsets
+        .iter()
+        .flatten()
+        .flat_map(|s| s.addresses.iter().flatten())
+        .count();
+    assert_eq!(addresses, 2, "both replicas serve the webhooks");
+    Ok(())
+}
+
+/// Freeze the leader past its lease (but not past its liveness probe, 3 x 10 s: the
+/// kubelet would restart it and prove nothing): the standby takes over and reconciles
+/// a change made meanwhile; the old leader, thawed, finds the lease gone and exits on
+/// its own (its container restarts and stands by) instead of reconciling.
+/// Returns the old leader's pod as it restarted.
+async fn a_frozen_leader_is_replaced_and_exits_when_thawed(
+    client: &Client,
+    ns: &str,
+    leader: &Pod,
+    standby: &Pod,
+) -> anyhow::Result<Pod> {
+    let frozen = PodRef::find(NS, &leader.name_any())?;
+    let log_before = frozen
+        .log_path("operator")
+        .ok()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default();
+    let restarts_before = restarts(leader);
+    frozen.pause("operator")?;
+    let paused = Instant::now();
+    set_replicas(client, ns, "led", 1).await?;
+    let took_over = wait_for(
+        "the standby to take the lease",
+        Duration::from_secs(LEASE_SECONDS * 2),
+        Duration::from_millis(200),
+        || {
+            let client = client.clone();
+            let standby = standby.name_any();
+            async move { Ok((holder(&client).await?.as_deref() == Some(&standby)).then_some(())) }
+        },
+    )
+    .await;
+    let takeover = paused.elapsed();
+    let woke = Instant::now();
+    frozen.resume("operator")?;
+    took_over?;
+    println!(
+        "frozen leader: standby holds the lease {:.1} s after the freeze (lease {LEASE_SECONDS} s)",
+        takeover.as_secs_f64()
+    );
+    let old = wait_for(
+        "the thawed leader to restart",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let client = client.clone();
+            let name = leader.name_any();
+            async move {
+                let pod = Api::<Pod>::namespaced(client, NS).get(&name).await?;
+                Ok((restarts(&pod) > restarts_before).then_some(pod))
+            }
+        },
+    )
+    .await?;
+    println!(
+        "thawed leader exited {:.1} s after SIGCONT",
+        woke.elapsed().as_secs_f64()
+    );
+    // The exited process's last lines are in its previous run's log once the new one has
+    // started.
+    let current = frozen.log_path("operator")?;
+    let previous = frozen.previous_log_path("operator")?;
+    let mut new_lines = String::new();
+    for path in [previous, current] {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let tail = if text.starts_with(log_before.as_str()) {
+            &text[log_before.len()..]
+        } else {
+            &text[..]
+        };
+        new_lines.push_str(tail);
+    }
+    assert!(
+        new_lines.contains("lost the leader lease"),
+        "the thawed leader exited for another reason than the lost lease:\n{new_lines}"
+    );
+    wait_members(client, ns, "led", 2).await?;
+    wait_state(
+        client,
+        ns,
+        "led",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    assert!(
+        reconciles(&metrics(standby)?) > 0.0,
+        "the new leader reconciles"
+    );
+    Ok(old)
+}
+
+/// A deleted leader releases the lease on SIGTERM: another replica leads at once (the
+/// standby, or the Deployment's replacement pod if it starts first and finds the lease
+/// free while the standby waits out the old expiry).
+async fn a_deleted_leader_hands_the_lease_over_at_once(
+    client: &Client,
+    leader2: &Pod,
+    standby2: &Pod,
+) -> anyhow::Result<()> {
+    let deleted = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .delete(&leader2.name_any(), &DeleteParams::default())
+        .await?;
+    let next = wait_for(
+        "the lease to move to another replica",
+        Duration::from_secs(LEASE_SECONDS * 4),
+        Duration::from_millis(100),
+        || {
+            let client = client.clone();
+            let old = leader2.name_any();
+            async move { Ok(holder(&client).await?.filter(|h| *h != old)) }
+        },
+    )
+    .await?;
+    let handover = deleted.elapsed();
+    println!(
+        "deleted leader: {next} holds the lease {:.1} s after the delete (standby was {})",
+        handover.as_secs_f64(),
+        standby2.name_any()
+    );
+    assert!(
+        handover < Duration::from_secs(LEASE_SECONDS),
+        "the lease was left to expire ({handover:?}) instead of being released"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()> {
     let client = client().await?;
@@ -199,138 +342,46 @@ async fn one_replica_reconciles_and_a_standby_takes_over() -> anyhow::Result<()>
     let result = async {
         wait_ready_pods(&client, 2).await?;
         let (leader, standby) = roles(&client).await?;
-        println!("leader {}, standby {}", leader.name_any(), standby.name_any());
+        println!(
+            "leader {}, standby {}",
+            leader.name_any(),
+            standby.name_any()
+        );
 
-        // Both serve the webhooks: both are endpoints of the webhook Service.
-        let endpoints = Api::<Endpoints>::namespaced(client.clone(), NS)
-            .get("valkey-operator-webhook")
-            .await?;
-        let addresses = endpoints
-            .subsets
-            .iter()
-            .flatten()
-            .flat_map(|s| s.addresses.iter().flatten())
-            .count();
-        assert_eq!(addresses, 2, "both replicas serve the webhooks");
+        both_replicas_serve_the_webhooks(&client).await?;
 
         // The leader provisions a cluster; the standby reconciles nothing.
-        apply(&client, &ns.name, cluster(&ns.name, "led", &menu.config, 1, 0)).await?;
-        wait_state(&client, &ns.name, "led", ClusterState::Active, Duration::from_secs(180))
-            .await?;
-        assert_eq!(reconciles(&metrics(&standby)?), 0.0, "the standby reconciled");
-        assert!(reconciles(&metrics(&leader)?) > 0.0);
-
-        // Freeze the leader past its lease (but not past its liveness probe, 3 x 10 s: the
-        // kubelet would restart it and prove nothing): the standby takes over and reconciles
-        // a change made meanwhile; the old leader, thawed, finds the lease gone and exits on
-        // its own (its container restarts and stands by) instead of reconciling.
-        let frozen = PodRef::find(NS, &leader.name_any())?;
-        let log_before = frozen
-            .log_path("operator")
-            .ok()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .unwrap_or_default();
-        let restarts_before = restarts(&leader);
-        frozen.pause("operator")?;
-        let paused = Instant::now();
-        set_replicas(&client, &ns.name, "led", 1).await?;
-        let took_over = wait_for(
-            "the standby to take the lease",
-            Duration::from_secs(LEASE_SECONDS * 2),
-            Duration::from_millis(200),
-            || {
-                let client = client.clone();
-                let standby = standby.name_any();
-                async move { Ok((holder(&client).await?.as_deref() == Some(&standby)).then_some(())) }
-            },
-        )
-        .await;
-        let takeover = paused.elapsed();
-        let woke = Instant::now();
-        frozen.resume("operator")?;
-        took_over?;
-        println!(
-            "frozen leader: standby holds the lease {:.1} s after the freeze (lease {LEASE_SECONDS} s)",
-            takeover.as_secs_f64()
-        );
-        let old = wait_for(
-            "the thawed leader to restart",
-            Duration::from_secs(60),
-            Duration::from_millis(200),
-            || {
-                let client = client.clone();
-                let name = leader.name_any();
-                async move {
-                    let pod = Api::<Pod>::namespaced(client, NS).get(&name).await?;
-                    Ok((restarts(&pod) > restarts_before).then_some(pod))
-                }
-            },
+        apply(
+            &client,
+            &ns.name,
+            cluster(&ns.name, "led", &menu.config, 1, 0),
         )
         .await?;
-        println!(
-            "thawed leader exited {:.1} s after SIGCONT",
-            woke.elapsed().as_secs_f64()
+        wait_state(
+            &client,
+            &ns.name,
+            "led",
+            ClusterState::Active,
+            Duration::from_secs(180),
+        )
+        .await?;
+        assert_eq!(
+            reconciles(&metrics(&standby)?),
+            0.0,
+            "the standby reconciled"
         );
-        // The exited process's last lines are in its previous run's log once the new one has
-        // started.
-        let current = frozen.log_path("operator")?;
-        let previous = frozen.previous_log_path("operator")?;
-        let mut new_lines = String::new();
-        for path in [previous, current] {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let tail = if text.starts_with(log_before.as_str()) {
-                &text[log_before.len()..]
-            } else {
-                &text[..]
-            };
-            new_lines.push_str(tail);
-        }
-        assert!(
-            new_lines.contains("lost the leader lease"),
-            "the thawed leader exited for another reason than the lost lease:\n{new_lines}"
-        );
-        wait_members(&client, &ns.name, "led", 2).await?;
-        wait_state(&client, &ns.name, "led", ClusterState::Active, Duration::from_secs(180))
-            .await?;
-        assert!(reconciles(&metrics(&standby)?) > 0.0, "the new leader reconciles");
+        assert!(reconciles(&metrics(&leader)?) > 0.0);
+
+        let old =
+            a_frozen_leader_is_replaced_and_exits_when_thawed(&client, &ns.name, &leader, &standby)
+                .await?;
 
         wait_ready_pods(&client, 2).await?;
         let (leader2, standby2) = roles(&client).await?;
         assert_eq!(leader2.name_any(), standby.name_any());
         assert_eq!(standby2.name_any(), old.name_any());
 
-        // A deleted leader releases the lease on SIGTERM: another replica leads at once (the
-        // standby, or the Deployment's replacement pod if it starts first and finds the lease
-        // free while the standby waits out the old expiry).
-        let deleted = Instant::now();
-        Api::<Pod>::namespaced(client.clone(), NS)
-            .delete(&leader2.name_any(), &DeleteParams::default())
-            .await?;
-        let next = wait_for(
-            "the lease to move to another replica",
-            Duration::from_secs(LEASE_SECONDS * 4),
-            Duration::from_millis(100),
-            || {
-                let client = client.clone();
-                let old = leader2.name_any();
-                async move {
-                    Ok(holder(&client)
-                        .await?
-                        .filter(|h| *h != old))
-                }
-            },
-        )
-        .await?;
-        let handover = deleted.elapsed();
-        println!(
-            "deleted leader: {next} holds the lease {:.1} s after the delete (standby was {})",
-            handover.as_secs_f64(),
-            standby2.name_any()
-        );
-        assert!(
-            handover < Duration::from_secs(LEASE_SECONDS),
-            "the lease was left to expire ({handover:?}) instead of being released"
-        );
+        a_deleted_leader_hands_the_lease_over_at_once(&client, &leader2, &standby2).await?;
         set_replicas(&client, &ns.name, "led", 0).await?;
         wait_members(&client, &ns.name, "led", 1).await?;
         anyhow::Ok(())

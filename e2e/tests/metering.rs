@@ -133,25 +133,7 @@ async fn a_cluster_is_metered_until_its_record_is_released() -> anyhow::Result<(
         .context("cluster uid")?;
     let records: Api<ValkeyMeteringRecord> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
 
-    // One record, named after the cluster, retained by the finalizer.
-    let first = wait_record(
-        &records,
-        &uid,
-        1,
-        "the first record",
-        Duration::from_secs(30),
-        |_| true,
-    )
-    .await?;
-    println!("record {} created", first.name_any());
-    ensure!(
-        first.name_any() == format!("{}.metered.{}.1", ns.name, &uid.replace('-', "")[..8]),
-        "record name {}",
-        first.name_any()
-    );
-    ensure!(first.finalizers().iter().any(|f| f == RETAIN_FINALIZER));
-    ensure!(first.spec.cluster.name == "metered" && first.spec.cluster.namespace == ns.name);
-    only_the_operator_writes_usage(&records, &first.name_any()).await?;
+    let first = first_record_named_and_retained(&records, &uid, &ns.name).await?;
 
     wait_state(
         &client,
@@ -163,10 +145,56 @@ async fn a_cluster_is_metered_until_its_record_is_released() -> anyhow::Result<(
     .await?;
     let active_at = valkey_operator::time::now_seconds();
 
+    let b2 = usage_grows_with_both_members(&records, &uid, active_at).await?;
+    let second = release_starts_the_next_record_from_zero(&records, &uid, &first, b2).await?;
+    deleting_the_cluster_closes_the_record(&records, &clusters, &uid, &second).await?;
+    the_record_outlives_its_cluster(&records, &clusters, &uid, &second).await?;
+
+    annotate_release(&records, &second.name_any()).await?;
+    released_and_gone(&records, &second.name_any()).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    Ok(())
+}
+
+/// The first record: named after the cluster, kept by the finalizer, usage operator-written.
+async fn first_record_named_and_retained(
+    records: &Api<ValkeyMeteringRecord>,
+    uid: &str,
+    ns: &str,
+) -> anyhow::Result<ValkeyMeteringRecord> {
+    // One record, named after the cluster, retained by the finalizer.
+    let first = wait_record(
+        records,
+        uid,
+        1,
+        "the first record",
+        Duration::from_secs(30),
+        |_| true,
+    )
+    .await?;
+    println!("record {} created", first.name_any());
+    ensure!(
+        first.name_any() == format!("{}.metered.{}.1", ns, &uid.replace('-', "")[..8]),
+        "record name {}",
+        first.name_any()
+    );
+    ensure!(first.finalizers().iter().any(|f| f == RETAIN_FINALIZER));
+    ensure!(first.spec.cluster.name == "metered" && first.spec.cluster.namespace == ns);
+    only_the_operator_writes_usage(records, &first.name_any()).await?;
+    Ok(first)
+}
+
+/// Two advances grow the first record by 2 x 256 MiB x the seconds between; returns its total.
+async fn usage_grows_with_both_members(
+    records: &Api<ValkeyMeteringRecord>,
+    uid: &str,
+    active_at: i64,
+) -> anyhow::Result<u128> {
     // Two advances with both members running: the growth is 2 x 256 MiB x the seconds between.
     let before = wait_record(
-        &records,
-        &uid,
+        records,
+        uid,
         1,
         "an advance after Active",
         Duration::from_secs(90),
@@ -175,8 +203,8 @@ async fn a_cluster_is_metered_until_its_record_is_released() -> anyhow::Result<(
     .await?;
     let (t1, b1) = accounted(&before).context("accounted")?;
     let after = wait_record(
-        &records,
-        &uid,
+        records,
+        uid,
         1,
         "the next advance",
         Duration::from_secs(90),
@@ -209,25 +237,43 @@ async fn a_cluster_is_metered_until_its_record_is_released() -> anyhow::Result<(
         today.peak_nodes == 2 && today.by_source.contains_key("Reserved"),
         "{today:?}"
     );
+    Ok(b2)
+}
 
+/// Releasing the first record starts a second one from zero and deletes the first; returns it.
+async fn release_starts_the_next_record_from_zero(
+    records: &Api<ValkeyMeteringRecord>,
+    uid: &str,
+    first: &ValkeyMeteringRecord,
+    b2: u128,
+) -> anyhow::Result<ValkeyMeteringRecord> {
     // Released while the cluster runs: its next record starts from zero, the first is gone.
-    annotate_release(&records, &first.name_any()).await?;
+    annotate_release(records, &first.name_any()).await?;
     let second = wait_record(
-        &records,
-        &uid,
+        records,
+        uid,
         2,
         "the second record",
         Duration::from_secs(30),
         |_| true,
     )
     .await?;
-    released_and_gone(&records, &first.name_any()).await?;
+    released_and_gone(records, &first.name_any()).await?;
     let second_total = accounted(&second).map_or(0, |(_, b)| b);
     ensure!(
         second_total < 2 * MEMBER_BYTES * 30,
         "the second record starts from zero, not from the first one's {b2}: {second_total}"
     );
+    Ok(second)
+}
 
+/// A plain delete leaves the record terminating; deleting the cluster closes it, usage exact.
+async fn deleting_the_cluster_closes_the_record(
+    records: &Api<ValkeyMeteringRecord>,
+    clusters: &Api<ValkeyCluster>,
+    uid: &str,
+    second: &ValkeyMeteringRecord,
+) -> anyhow::Result<()> {
     // A plain delete leaves it terminating; deleting the cluster closes it; it stays.
     records
         .delete(&second.name_any(), &Default::default())
@@ -240,8 +286,8 @@ async fn a_cluster_is_metered_until_its_record_is_released() -> anyhow::Result<(
     );
     clusters.delete("metered", &Default::default()).await?;
     let closed = wait_record(
-        &records,
-        &uid,
+        records,
+        uid,
         2,
         "the record closed",
         Duration::from_secs(60),
@@ -280,6 +326,16 @@ async fn a_cluster_is_metered_until_its_record_is_released() -> anyhow::Result<(
         "closed with {total} byte-seconds for {} s of two members",
         deleted - started
     );
+    Ok(())
+}
+
+/// Once the cluster is gone, its closed record stays until released, and no new one comes.
+async fn the_record_outlives_its_cluster(
+    records: &Api<ValkeyMeteringRecord>,
+    clusters: &Api<ValkeyCluster>,
+    uid: &str,
+    second: &ValkeyMeteringRecord,
+) -> anyhow::Result<()> {
     wait_for(
         "the cluster gone",
         Duration::from_secs(120),
@@ -301,13 +357,8 @@ async fn a_cluster_is_metered_until_its_record_is_released() -> anyhow::Result<(
         "the record survives its cluster's deletion until released"
     );
     ensure!(
-        records_of(&records, &uid).await?.len() == 1,
+        records_of(records, uid).await?.len() == 1,
         "no new record for a deleted cluster"
     );
-
-    annotate_release(&records, &second.name_any()).await?;
-    released_and_gone(&records, &second.name_any()).await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
     Ok(())
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, ObjectList, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -70,12 +70,28 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
     let menu = active_cluster(&client, &ns.name, NAME, "9.0.0", (1, 1)).await?;
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
 
+    status_says_where_to_connect_and_what_is_going_on(&api, &ns.name).await?;
+    pod_annotations_reach_every_pod_in_place(&client, &ns.name).await?;
+    let operator_pods = per_cluster_metrics_name_the_cluster(&client, &ns.name).await?;
+    metrics_page_passes_promtool_and_matches_the_list(&operator_pods).await?;
+    paused_holds_a_scale_out_until_resumed(&client, &api, &ns.name).await?;
+
+    api.delete(NAME, &Default::default()).await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// The status says where to connect, its conditions, and what `kubectl get` shows.
+async fn status_says_where_to_connect_and_what_is_going_on(
+    api: &Api<ValkeyCluster>,
+    ns: &str,
+) -> anyhow::Result<()> {
     // Status: where to connect, what is going on.
     let c = api.get(NAME).await?;
     let status = c.status.clone().context("status")?;
     assert_eq!(
         status.endpoint.as_deref(),
-        Some(format!("{NAME}.{}.svc:6379", ns.name).as_str())
+        Some(format!("{NAME}.{}.svc:6379", ns).as_str())
     );
     assert_eq!(
         condition(&c, "Ready"),
@@ -102,12 +118,16 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
             slots_to_move: 0,
         })
     );
+    Ok(())
+}
 
+/// `spec.podAnnotations` edits reach every pod in place within 10 s; others' annotations stay.
+async fn pod_annotations_reach_every_pod_in_place(client: &Client, ns: &str) -> anyhow::Result<()> {
     // podAnnotations: added, changed, removed, within 10 s; someone else's stays.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let uids = |ps: Vec<Pod>| -> BTreeSet<String> { ps.iter().filter_map(|p| p.uid()).collect() };
-    let uids_before = uids(member_pods(&client, &ns.name, NAME).await?);
-    for p in member_pods(&client, &ns.name, NAME).await? {
+    let uids_before = uids(member_pods(client, ns, NAME).await?);
+    for p in member_pods(client, ns, NAME).await? {
         pods.patch(
             &p.name_any(),
             &PatchParams::default(),
@@ -116,23 +136,23 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         .await?;
     }
     patch_cluster(
-        &client,
-        &ns.name,
+        client,
+        ns,
         json!({"spec": {"podAnnotations": {"team": "shop", "cost-center": "42"}}}),
     )
     .await?;
-    let added = pods_annotated(&client, &ns.name, "annotations added", |a| {
+    let added = pods_annotated(client, ns, "annotations added", |a| {
         a.get("team").map(String::as_str) == Some("shop")
             && a.get("cost-center").map(String::as_str) == Some("42")
     })
     .await?;
     patch_cluster(
-        &client,
-        &ns.name,
+        client,
+        ns,
         json!({"spec": {"podAnnotations": {"team": "web", "cost-center": null}}}),
     )
     .await?;
-    let changed = pods_annotated(&client, &ns.name, "annotation changed and removed", |a| {
+    let changed = pods_annotated(client, ns, "annotation changed and removed", |a| {
         a.get("team").map(String::as_str) == Some("web")
             && !a.contains_key("cost-center")
             && a.get("theirs").map(String::as_str) == Some("x")
@@ -142,16 +162,23 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         "podAnnotations reached every pod: added in {added:?}, changed/removed in {changed:?}"
     );
     assert_eq!(
-        uids(member_pods(&client, &ns.name, NAME).await?),
+        uids(member_pods(client, ns, NAME).await?),
         uids_before,
         "pods patched in place, not replaced"
     );
+    Ok(())
+}
 
+/// Waits for this cluster's state and figures in the operator's metrics; returns its pods.
+async fn per_cluster_metrics_name_the_cluster(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<ObjectList<Pod>> {
     // The per-cluster metrics name this cluster, its state and its figures.
     let operator_pods = Api::<Pod>::namespaced(client.clone(), OPERATOR_NAMESPACE)
         .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
         .await?;
-    let labels = format!("namespace=\"{}\",name=\"{NAME}\"", ns.name);
+    let labels = format!("namespace=\"{}\",name=\"{NAME}\"", ns);
     let lines = [
         format!("valkey_operator_cluster_info{{{labels},state=\"Active\"}} 1"),
         format!("valkey_operator_cluster_members{{{labels}}} 2"),
@@ -180,7 +207,13 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         },
     )
     .await?;
+    Ok(operator_pods)
+}
 
+/// The metrics page passes `promtool check metrics` and declares exactly e2e/metrics.txt.
+async fn metrics_page_passes_promtool_and_matches_the_list(
+    operator_pods: &ObjectList<Pod>,
+) -> anyhow::Result<()> {
     // The whole metrics page passes promtool's checks (exposition format and naming).
     let page = operator_pods
         .items
@@ -241,15 +274,23 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         listed_only.is_empty() && declared_only.is_empty(),
         "e2e/metrics.txt and the /metrics page differ: listed only {listed_only:?}, declared only {declared_only:?}"
     );
+    Ok(())
+}
 
+/// Paused, a scale-out waits (status says why, no member created); resumed, it happens.
+async fn paused_holds_a_scale_out_until_resumed(
+    client: &Client,
+    api: &Api<ValkeyCluster>,
+    ns: &str,
+) -> anyhow::Result<()> {
     // Paused: a scale-out waits, status says why; unpaused, it happens.
     patch_cluster(
-        &client,
-        &ns.name,
+        client,
+        ns,
         json!({"metadata": {"annotations": {"valkey.gomomento.com/paused": "true"}}}),
     )
     .await?;
-    patch_cluster(&client, &ns.name, json!({"spec": {"shards": 2}})).await?;
+    patch_cluster(client, ns, json!({"spec": {"shards": 2}})).await?;
     wait_for(
         "the paused status",
         Duration::from_secs(30),
@@ -276,19 +317,19 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let nodes = Api::<ValkeyNode>::namespaced(client.clone(), &ns.name)
+    let nodes = Api::<ValkeyNode>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await?;
     assert_eq!(nodes.items.len(), 2, "no member created while paused");
     patch_cluster(
-        &client,
-        &ns.name,
+        client,
+        ns,
         json!({"metadata": {"annotations": {"valkey.gomomento.com/paused": null}}}),
     )
     .await?;
     let c = wait_state(
-        &client,
-        &ns.name,
+        client,
+        ns,
         NAME,
         ClusterState::Active,
         Duration::from_secs(240),
@@ -299,8 +340,5 @@ async fn annotations_status_metrics_and_pause_work_on_a_live_cluster() -> anyhow
         4,
         "scaled once resumed"
     );
-
-    api.delete(NAME, &Default::default()).await?;
-    menu.remove(&client).await?;
     Ok(())
 }

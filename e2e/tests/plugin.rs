@@ -146,7 +146,26 @@ async fn impact_image_names_exactly_the_clusters_that_then_roll() -> anyhow::Res
         "exit code 3 when something would roll, got {code}: {stderr}"
     );
     ensure!(text.contains("order: all at once"), "{text}");
-    let (_, json, _) = plugin(&[&args[..], &["-o", "json"]].concat()).await?;
+    impact_json_and_the_other_image_agree(&args, &ns.name, &other.image).await?;
+    repointed_clusters_roll_and_the_other_does_not(&client, &repointed, &ns.name, &before).await?;
+    let (code, text, _) = plugin(&args).await?;
+    ensure!(
+        code == 0,
+        "after the repoint nothing more would roll: {text}"
+    );
+    println!("repoint and rollouts done in {:?}", started.elapsed());
+    repointed.remove(&client).await?;
+    other.remove(&client).await?;
+    Ok(())
+}
+
+/// `impact image` `args` `-o json` names a1 and a2 in one step; the other image rolls nothing.
+async fn impact_json_and_the_other_image_agree(
+    args: &[&str],
+    ns: &str,
+    other_image: &str,
+) -> anyhow::Result<()> {
+    let (_, json, _) = plugin(&[args, &["-o", "json"]].concat()).await?;
     let impact: Value = serde_json::from_str(&json).context("impact -o json")?;
     let mut rolling: Vec<String> = impact["clusters"]
         .as_array()
@@ -162,33 +181,42 @@ async fn impact_image_names_exactly_the_clusters_that_then_roll() -> anyhow::Res
     assert_eq!(rolling, ["a1", "a2"], "{json}");
     assert_eq!(
         impact["order"],
-        serde_json::json!([[format!("{}/a1", ns.name), format!("{}/a2", ns.name)]])
+        serde_json::json!([[format!("{}/a1", ns), format!("{}/a2", ns)]])
     );
     // The image the other clusters run: no change given, its readers; a no-op change: nothing.
     let (code, text, _) = plugin(&[
         "impact",
         "image",
-        &other.image,
+        other_image,
         "--to-tag",
         "9.0.0",
         "-n",
-        &ns.name,
+        ns,
     ])
     .await?;
     ensure!(
         code == 0 && text.contains("no cluster would roll"),
         "{code}: {text}"
     );
+    Ok(())
+}
 
+/// Repoints `repointed` to 9.1.2: a1 and a2 roll to it with every pod replaced, b1's pods stay.
+async fn repointed_clusters_roll_and_the_other_does_not(
+    client: &kube::Client,
+    repointed: &Menu,
+    ns: &str,
+    before: &[Vec<String>],
+) -> anyhow::Result<()> {
     // The repoint: exactly a1 and a2 roll.
-    repointed.repoint(&client, "9.1.2").await?;
+    repointed.repoint(client, "9.1.2").await?;
     for name in ["a1", "a2"] {
         wait_for(
             &format!("{name} rolled to 9.1.2"),
             Duration::from_secs(400),
             Duration::from_secs(2),
             || async {
-                let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+                let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
                     .get(name)
                     .await?;
                 let status = c.status.unwrap_or_default();
@@ -215,7 +243,7 @@ async fn impact_image_names_exactly_the_clusters_that_then_roll() -> anyhow::Res
             Duration::from_secs(90),
             Duration::from_secs(1),
             || async {
-                let left: Vec<String> = pod_uids(&client, &ns.name, name)
+                let left: Vec<String> = pod_uids(client, ns, name)
                     .await?
                     .into_iter()
                     .filter(|uid| before.contains(uid))
@@ -230,18 +258,10 @@ async fn impact_image_names_exactly_the_clusters_that_then_roll() -> anyhow::Res
         .await?;
     }
     assert_eq!(
-        pod_uids(&client, &ns.name, "b1").await?,
+        pod_uids(client, ns, "b1").await?,
         before[2],
         "b1 did not roll"
     );
-    let (code, text, _) = plugin(&args).await?;
-    ensure!(
-        code == 0,
-        "after the repoint nothing more would roll: {text}"
-    );
-    println!("repoint and rollouts done in {:?}", started.elapsed());
-    repointed.remove(&client).await?;
-    other.remove(&client).await?;
     Ok(())
 }
 
@@ -445,78 +465,11 @@ async fn a_live_setting_reaches_every_member_without_a_roll_and_a_restart_only_o
             &set("maxmemory-policy", "noeviction"),
         )
         .await?;
-    let changed = Instant::now();
-    wait_for(
-        "every member of the three clusters on maxmemory-policy noeviction",
-        Duration::from_secs(30),
-        Duration::from_millis(500),
-        || async {
-            for name in names {
-                let values = member_setting(&client, &ns.name, name, "maxmemory-policy").await?;
-                ensure!(
-                    values.len() == 2 && values.iter().all(|v| v == "noeviction"),
-                    "{name}: {values:?}"
-                );
-            }
-            Ok(Some(()))
-        },
-    )
-    .await?;
-    println!(
-        "live setting on all 6 members {:?} after the config changed",
-        changed.elapsed()
-    );
+    every_member_gets_the_live_setting(&client, &ns.name, names).await?;
     ensure!(uids().await? == before, "a live setting replaced pods");
-    for name in names {
-        let c = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
-            .get(name)
-            .await?;
-        let applied = c
-            .status
-            .unwrap_or_default()
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "SettingsApplied");
-        ensure!(
-            applied.as_ref().is_some_and(|c| c.status == "True"),
-            "{name}: SettingsApplied {applied:?}"
-        );
-    }
+    settings_applied_on_every_cluster(&client, &ns.name, names).await?;
 
-    // A member's Valkey killed: it starts again in its pod from its valkey.conf (allkeys-lru),
-    // and the operator sets it again (a new process: a new run id).
-    let pod = member_pods(&client, &ns.name, "l1").await?[0].name_any();
-    valkey_e2e::faults::PodRef::find(&ns.name, &pod)?.kill("valkey")?;
-    let killed = Instant::now();
-    wait_for(
-        "the restarted member back on noeviction",
-        Duration::from_secs(90),
-        Duration::from_millis(500),
-        || async {
-            let restarted = member_pods(&client, &ns.name, "l1")
-                .await?
-                .iter()
-                .filter(|p| p.name_any() == pod)
-                .flat_map(|p| {
-                    p.status
-                        .iter()
-                        .flat_map(|s| s.container_statuses.iter().flatten())
-                })
-                .any(|c| c.name == "valkey" && c.restart_count >= 1);
-            ensure!(restarted, "{pod}'s valkey container has not restarted yet");
-            let values = member_setting(&client, &ns.name, "l1", "maxmemory-policy").await?;
-            ensure!(
-                values.len() == 2 && values.iter().all(|v| v == "noeviction"),
-                "{values:?}"
-            );
-            Ok(Some(()))
-        },
-    )
-    .await?;
-    println!(
-        "killed member back on the live value {:?} after the kill",
-        killed.elapsed()
-    );
+    a_killed_member_comes_back_on_the_live_value(&client, &ns.name).await?;
 
     // A restart-only setting: impact says the clusters roll, and they do.
     let (code, text) =
@@ -532,6 +485,119 @@ async fn a_live_setting_reaches_every_member_without_a_roll_and_a_restart_only_o
             &set("tcp-backlog", "1024"),
         )
         .await?;
+    every_member_rolls_onto_the_restart_only_setting(&client, &ns.name, names, &before, uids)
+        .await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// Waits until every member of the three clusters runs maxmemory-policy noeviction (set live).
+async fn every_member_gets_the_live_setting(
+    client: &kube::Client,
+    ns: &str,
+    names: [&str; 3],
+) -> anyhow::Result<()> {
+    let changed = Instant::now();
+    wait_for(
+        "every member of the three clusters on maxmemory-policy noeviction",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || async {
+            for name in names {
+                let values = member_setting(client, ns, name, "maxmemory-policy").await?;
+                ensure!(
+                    values.len() == 2 && values.iter().all(|v| v == "noeviction"),
+                    "{name}: {values:?}"
+                );
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    println!(
+        "live setting on all 6 members {:?} after the config changed",
+        changed.elapsed()
+    );
+    Ok(())
+}
+
+/// Every cluster's `SettingsApplied` condition is True.
+async fn settings_applied_on_every_cluster(
+    client: &kube::Client,
+    ns: &str,
+    names: [&str; 3],
+) -> anyhow::Result<()> {
+    for name in names {
+        let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+            .get(name)
+            .await?;
+        let applied = c
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "SettingsApplied");
+        ensure!(
+            applied.as_ref().is_some_and(|c| c.status == "True"),
+            "{name}: SettingsApplied {applied:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Kills the Valkey of a member of l1: it restarts in its pod and is back on noeviction.
+async fn a_killed_member_comes_back_on_the_live_value(
+    client: &kube::Client,
+    ns: &str,
+) -> anyhow::Result<()> {
+    // A member's Valkey killed: it starts again in its pod from its valkey.conf (allkeys-lru),
+    // and the operator sets it again (a new process: a new run id).
+    let pod = member_pods(client, ns, "l1").await?[0].name_any();
+    valkey_e2e::faults::PodRef::find(ns, &pod)?.kill("valkey")?;
+    let killed = Instant::now();
+    wait_for(
+        "the restarted member back on noeviction",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || async {
+            let restarted = member_pods(client, ns, "l1")
+                .await?
+                .iter()
+                .filter(|p| p.name_any() == pod)
+                .flat_map(|p| {
+                    p.status
+                        .iter()
+                        .flat_map(|s| s.container_statuses.iter().flatten())
+                })
+                .any(|c| c.name == "valkey" && c.restart_count >= 1);
+            ensure!(restarted, "{pod}'s valkey container has not restarted yet");
+            let values = member_setting(client, ns, "l1", "maxmemory-policy").await?;
+            ensure!(
+                values.len() == 2 && values.iter().all(|v| v == "noeviction"),
+                "{values:?}"
+            );
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    println!(
+        "killed member back on the live value {:?} after the kill",
+        killed.elapsed()
+    );
+    Ok(())
+}
+
+/// Waits until every member is replaced onto tcp-backlog 1024; noeviction survives the roll.
+async fn every_member_rolls_onto_the_restart_only_setting<F>(
+    client: &kube::Client,
+    ns: &str,
+    names: [&str; 3],
+    before: &[Vec<String>],
+    uids: impl Fn() -> F,
+) -> anyhow::Result<()>
+where
+    F: Future<Output = anyhow::Result<Vec<Vec<String>>>>,
+{
     wait_for(
         "every member replaced and every cluster Active",
         Duration::from_secs(300),
@@ -545,8 +611,8 @@ async fn a_live_setting_reaches_every_member_without_a_roll_and_a_restart_only_o
                     now[i],
                     before[i]
                 );
-                active(&client, &ns.name, name).await?;
-                let values = member_setting(&client, &ns.name, name, "tcp-backlog").await?;
+                active(client, ns, name).await?;
+                let values = member_setting(client, ns, name, "tcp-backlog").await?;
                 ensure!(values.iter().all(|v| v == "1024"), "{name}: {values:?}");
             }
             Ok(Some(()))
@@ -554,12 +620,11 @@ async fn a_live_setting_reaches_every_member_without_a_roll_and_a_restart_only_o
     )
     .await?;
     for name in names {
-        let values = member_setting(&client, &ns.name, name, "maxmemory-policy").await?;
+        let values = member_setting(client, ns, name, "maxmemory-policy").await?;
         ensure!(
             values.iter().all(|v| v == "noeviction"),
             "{name} after the roll: {values:?}"
         );
     }
-    menu.remove(&client).await?;
     Ok(())
 }

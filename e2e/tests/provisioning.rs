@@ -268,24 +268,56 @@ async fn apply_all(client: &Client, objects: &[serde_json::Value]) -> anyhow::Re
 #[tokio::test]
 async fn broken_references_block_and_unblock_without_editing_the_cluster() -> anyhow::Result<()> {
     let client = client().await?;
+    apply_the_sample_menu(&client).await?;
+    let ns = TestNamespace::create(&client, "e2e-blocked").await?;
+    let s = random_suffix(4);
+    let n = |base: &str| format!("e2e-{s}-{base}");
+    let cases = broken_cases(&n);
+    // Two cases cannot be built through the API, so the resolver's unit tests cover them:
+    // a cycle (the admission webhook denies the config that would close it: e2e/tests/webhook.rs)
+    // and "no imageRef anywhere" (CEL requires every config to set imageRef or baseRef, so such a
+    // chain ends in a missing config or a cycle).
+
+    every_case_blocks_then_unblocks_once_fixed(&client, &ns.name, &cases).await?;
+    a_named_image_deleted_blocks_its_cluster_without_touching_pods(&client, &ns.name, &n).await?;
+
+    for case in &cases {
+        for o in case.configs.iter().chain(&case.fix) {
+            if o["kind"] == "ValkeyConfig" {
+                delete_cluster_scoped::<ValkeyConfig>(
+                    &client,
+                    o["metadata"]["name"].as_str().unwrap(),
+                )
+                .await?;
+            }
+        }
+    }
+    delete_cluster_scoped::<ValkeyImage>(&client, &n("image")).await?;
+    Ok(())
+}
+
+/// Applies the sample images, roles and configs (manifests/samples/00 to 02).
+async fn apply_the_sample_menu(client: &Client) -> anyhow::Result<()> {
     apply_yaml(
-        &client,
+        client,
         &std::fs::read_to_string(format!("{REPO}/manifests/samples/00-images.yaml"))?,
     )
     .await?;
     apply_yaml(
-        &client,
+        client,
         &std::fs::read_to_string(format!("{REPO}/manifests/samples/01-roles.yaml"))?,
     )
     .await?;
     apply_yaml(
-        &client,
+        client,
         &std::fs::read_to_string(format!("{REPO}/manifests/samples/02-configs.yaml"))?,
     )
     .await?;
-    let ns = TestNamespace::create(&client, "e2e-blocked").await?;
-    let s = random_suffix(4);
-    let n = |base: &str| format!("e2e-{s}-{base}");
+    Ok(())
+}
+
+/// The broken-reference cases (missing config, base or image; chain too deep), named by `n`.
+fn broken_cases(n: &impl Fn(&str) -> String) -> Vec<BrokenCase> {
     let small = json!({"cpu": "100m", "memory": "256Mi"});
     let mut deep = Vec::new();
     for i in 0..11 {
@@ -295,7 +327,7 @@ async fn broken_references_block_and_unblock_without_editing_the_cluster() -> an
         }
         deep.push(config(&n(&format!("deep{i}")), spec));
     }
-    let cases = vec![
+    vec![
         BrokenCase {
             name: "missing-config",
             configs: vec![],
@@ -340,21 +372,24 @@ async fn broken_references_block_and_unblock_without_editing_the_cluster() -> an
                 json!({"imageRef": "valkey-9-0", "resources": small}),
             )],
         },
-    ];
-    // Two cases cannot be built through the API, so the resolver's unit tests cover them:
-    // a cycle (the admission webhook denies the config that would close it: e2e/tests/webhook.rs)
-    // and "no imageRef anywhere" (CEL requires every config to set imageRef or baseRef, so such a
-    // chain ends in a missing config or a cycle).
+    ]
+}
 
-    for case in &cases {
-        apply_all(&client, &case.images).await?;
-        apply_all(&client, &case.configs).await?;
-        create_cluster(&client, &ns.name, case.name, &case.config_ref, 1, 0).await?;
+/// Every case's cluster is Blocked (its message, no member), then Active once its fix applies.
+async fn every_case_blocks_then_unblocks_once_fixed(
+    client: &Client,
+    ns: &str,
+    cases: &[BrokenCase],
+) -> anyhow::Result<()> {
+    for case in cases {
+        apply_all(client, &case.images).await?;
+        apply_all(client, &case.configs).await?;
+        create_cluster(client, ns, case.name, &case.config_ref, 1, 0).await?;
     }
-    for case in &cases {
+    for case in cases {
         let c = wait_state(
-            &client,
-            &ns.name,
+            client,
+            ns,
             case.name,
             ClusterState::Blocked,
             Duration::from_secs(60),
@@ -367,7 +402,7 @@ async fn broken_references_block_and_unblock_without_editing_the_cluster() -> an
             case.name,
             case.expect
         );
-        let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns.name);
+        let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), ns);
         let members = nodes
             .list(
                 &ListParams::default()
@@ -380,13 +415,13 @@ async fn broken_references_block_and_unblock_without_editing_the_cluster() -> an
             case.name
         );
     }
-    for case in &cases {
-        apply_all(&client, &case.fix).await?;
+    for case in cases {
+        apply_all(client, &case.fix).await?;
     }
-    for case in &cases {
+    for case in cases {
         wait_state(
-            &client,
-            &ns.name,
+            client,
+            ns,
             case.name,
             ClusterState::Active,
             Duration::from_secs(180),
@@ -394,17 +429,25 @@ async fn broken_references_block_and_unblock_without_editing_the_cluster() -> an
         .await
         .with_context(|| format!("case {}", case.name))?;
     }
+    Ok(())
+}
 
+/// A named image survives a delete; removed anyway, its cluster is Blocked till it is back.
+async fn a_named_image_deleted_blocks_its_cluster_without_touching_pods(
+    client: &Client,
+    ns: &str,
+    n: &impl Fn(&str) -> String,
+) -> anyhow::Result<()> {
     // An image its config names is only marked by a delete (deletion protection): the
     // cluster stays Active. Once it disappears from the allowlist all the same (its finalizer
     // removed by hand), the cluster is Blocked, and its pods keep running untouched; restoring
     // the image unblocks it.
-    let before: BTreeSet<String> = member_pods(&client, &ns.name, "missing-image")
+    let before: BTreeSet<String> = member_pods(client, ns, "missing-image")
         .await?
         .iter()
         .filter_map(|p| p.uid())
         .collect();
-    delete_cluster_scoped::<ValkeyImage>(&client, &n("image")).await?;
+    delete_cluster_scoped::<ValkeyImage>(client, &n("image")).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let images: Api<ValkeyImage> = Api::all(client.clone());
     let marked = images.get(&n("image")).await?;
@@ -412,7 +455,7 @@ async fn broken_references_block_and_unblock_without_editing_the_cluster() -> an
         marked.metadata.deletion_timestamp.is_some(),
         "the named image is kept, terminating"
     );
-    let still = Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
+    let still = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
         .get("missing-image")
         .await?;
     assert_eq!(
@@ -428,42 +471,29 @@ async fn broken_references_block_and_unblock_without_editing_the_cluster() -> an
         )
         .await?;
     wait_state(
-        &client,
-        &ns.name,
+        client,
+        ns,
         "missing-image",
         ClusterState::Blocked,
         Duration::from_secs(60),
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let during: BTreeSet<String> = member_pods(&client, &ns.name, "missing-image")
+    let during: BTreeSet<String> = member_pods(client, ns, "missing-image")
         .await?
         .iter()
         .filter_map(|p| p.uid())
         .collect();
     assert_eq!(before, during, "no pod touched while blocked");
-    apply_all(&client, &[image(&n("image"), "9.0.0")]).await?;
+    apply_all(client, &[image(&n("image"), "9.0.0")]).await?;
     wait_state(
-        &client,
-        &ns.name,
+        client,
+        ns,
         "missing-image",
         ClusterState::Active,
         Duration::from_secs(60),
     )
     .await?;
-
-    for case in &cases {
-        for o in case.configs.iter().chain(&case.fix) {
-            if o["kind"] == "ValkeyConfig" {
-                delete_cluster_scoped::<ValkeyConfig>(
-                    &client,
-                    o["metadata"]["name"].as_str().unwrap(),
-                )
-                .await?;
-            }
-        }
-    }
-    delete_cluster_scoped::<ValkeyImage>(&client, &n("image")).await?;
     Ok(())
 }
 

@@ -268,46 +268,9 @@ async fn restore_round_trip(
         .delete("shop", &Default::default())
         .await?;
 
-    // Another tenant, another shard count: refused when the cluster is created.
-    let tenant = refused(
-        client,
-        other,
-        restored(other, "copy", cfg, 3, (source, "before-move")),
-    )
-    .await?;
-    println!("another tenant: {tenant}");
-    ensure!(tenant.contains("crossNamespaceRestores"), "{tenant}");
-    let count = refused(
-        client,
-        target,
-        restored(target, "copy", cfg, 2, (source, "before-move")),
-    )
-    .await?;
-    println!("another shard count: {count}");
-    ensure!(count.contains("holds 3 shard(s)"), "{count}");
-    // A backup that does not exist: admitted with a warning, Blocked, no member started.
-    apply(
-        client,
-        target,
-        restored(target, "early", cfg, 3, (source, "not-yet")),
-    )
-    .await?;
-    wait_state(
-        client,
-        target,
-        "early",
-        ClusterState::Blocked,
-        Duration::from_secs(60),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let members = Api::<ValkeyNode>::namespaced(client.clone(), target)
-        .list(&ListParams::default().labels("valkey.gomomento.com/cluster=early"))
+    another_tenant_and_another_shard_count_are_refused(client, (source, target, other), cfg)
         .await?;
-    ensure!(
-        members.items.is_empty(),
-        "a member started for a backup that does not exist"
-    );
+    a_missing_backup_blocks_with_no_member_started(client, (source, target), cfg).await?;
 
     let started = Instant::now();
     apply(
@@ -368,6 +331,76 @@ async fn restore_round_trip(
         before.len()
     );
 
+    restore_from_never_changes_and_completion_is_an_event(client, &clusters, source, target)
+        .await?;
+    restore_user_retired(client, target, "shop", active_at).await
+}
+
+/// A restore into an unlisted namespace, or with another shard count, is refused at creation.
+async fn another_tenant_and_another_shard_count_are_refused(
+    client: &kube::Client,
+    (source, target, other): (&str, &str, &str),
+    cfg: &str,
+) -> anyhow::Result<()> {
+    // Another tenant, another shard count: refused when the cluster is created.
+    let tenant = refused(
+        client,
+        other,
+        restored(other, "copy", cfg, 3, (source, "before-move")),
+    )
+    .await?;
+    println!("another tenant: {tenant}");
+    ensure!(tenant.contains("crossNamespaceRestores"), "{tenant}");
+    let count = refused(
+        client,
+        target,
+        restored(target, "copy", cfg, 2, (source, "before-move")),
+    )
+    .await?;
+    println!("another shard count: {count}");
+    ensure!(count.contains("holds 3 shard(s)"), "{count}");
+    Ok(())
+}
+
+/// A restore from a backup that does not exist is admitted, Blocked, and starts no member.
+async fn a_missing_backup_blocks_with_no_member_started(
+    client: &kube::Client,
+    (source, target): (&str, &str),
+    cfg: &str,
+) -> anyhow::Result<()> {
+    // A backup that does not exist: admitted with a warning, Blocked, no member started.
+    apply(
+        client,
+        target,
+        restored(target, "early", cfg, 3, (source, "not-yet")),
+    )
+    .await?;
+    wait_state(
+        client,
+        target,
+        "early",
+        ClusterState::Blocked,
+        Duration::from_secs(60),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let members = Api::<ValkeyNode>::namespaced(client.clone(), target)
+        .list(&ListParams::default().labels("valkey.gomomento.com/cluster=early"))
+        .await?;
+    ensure!(
+        members.items.is_empty(),
+        "a member started for a backup that does not exist"
+    );
+    Ok(())
+}
+
+/// The restored cluster's `restoreFrom` cannot change, and a RestoreCompleted Event exists.
+async fn restore_from_never_changes_and_completion_is_an_event(
+    client: &kube::Client,
+    clusters: &Api<ValkeyCluster>,
+    source: &str,
+    target: &str,
+) -> anyhow::Result<()> {
     // restoreFrom is chosen at creation and never changes.
     let patch = json!({"spec": {"restoreFrom": {"backup": "other", "namespace": source}}});
     let changed = clusters
@@ -382,7 +415,7 @@ async fn restore_round_trip(
         .into_iter()
         .any(|e| e.reason.as_deref() == Some("RestoreCompleted"));
     ensure!(completed, "a RestoreCompleted Event");
-    restore_user_retired(client, target, "shop", active_at).await
+    Ok(())
 }
 
 /// Once restored, the restore user leaves the cluster: its ACL file drops `_valkey-restore`

@@ -135,6 +135,53 @@ async fn a_configs_tolerations_and_priority_class_reach_the_members_and_a_cluste
     // Without the toleration: the member cannot be scheduled, and the status says why.
     apply(&client, &ns.name, pinned_cluster(&ns.name, "plain", &plain)).await?;
     let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    the_status_says_the_member_cannot_be_scheduled(&clusters).await?;
+
+    // With it: Active on the tainted node, the pod carrying the toleration and the priority.
+    apply(&client, &ns.name, pinned_cluster(&ns.name, "pool", &pool)).await?;
+    wait_state(
+        &client,
+        &ns.name,
+        "pool",
+        ClusterState::Active,
+        Duration::from_secs(180),
+    )
+    .await?;
+    the_member_pod_carries_the_scheduling(&client, &ns.name, &priority).await?;
+
+    a_cluster_cannot_set_scheduling(&ns.name, &plain, &priority)?;
+
+    for name in ["plain", "pool"] {
+        clusters.delete(name, &Default::default()).await?;
+    }
+    wait_for(
+        "the clusters to go",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || {
+            let clusters = clusters.clone();
+            async move {
+                let left = clusters.list(&ListParams::default()).await?.items.len();
+                if left == 0 {
+                    Ok(Some(()))
+                } else {
+                    bail!("{left} cluster(s) left")
+                }
+            }
+        },
+    )
+    .await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &plain).await?;
+    delete_cluster_scoped::<ValkeyConfig>(&client, &pool).await?;
+    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    priorities.delete(&priority, &Default::default()).await?;
+    Ok(())
+}
+
+/// Waits until cluster `plain`'s status says its member is unschedulable, naming the taint.
+async fn the_status_says_the_member_cannot_be_scheduled(
+    clusters: &Api<ValkeyCluster>,
+) -> anyhow::Result<()> {
     let message = wait_for(
         "the cluster to say its member cannot be scheduled",
         Duration::from_secs(120),
@@ -156,18 +203,16 @@ async fn a_configs_tolerations_and_priority_class_reach_the_members_and_a_cluste
     )
     .await?;
     println!("without the toleration: {message}");
+    Ok(())
+}
 
-    // With it: Active on the tainted node, the pod carrying the toleration and the priority.
-    apply(&client, &ns.name, pinned_cluster(&ns.name, "pool", &pool)).await?;
-    wait_state(
-        &client,
-        &ns.name,
-        "pool",
-        ClusterState::Active,
-        Duration::from_secs(180),
-    )
-    .await?;
-    let pods = member_pods(&client, &ns.name, "pool").await?;
+/// The pool member's pod runs on the tainted node and carries the config's scheduling.
+async fn the_member_pod_carries_the_scheduling(
+    client: &Client,
+    ns: &str,
+    priority: &str,
+) -> anyhow::Result<()> {
+    let pods = member_pods(client, ns, "pool").await?;
     let pod = pods.first().context("the pool cluster's member pod")?;
     let spec = pod.spec.as_ref().context("pod spec")?;
     ensure!(
@@ -176,8 +221,7 @@ async fn a_configs_tolerations_and_priority_class_reach_the_members_and_a_cluste
         spec.node_name
     );
     ensure!(
-        spec.priority_class_name.as_deref() == Some(priority.as_str())
-            && spec.priority == Some(1000),
+        spec.priority_class_name.as_deref() == Some(priority) && spec.priority == Some(1000),
         "priority class {:?}, priority {:?}",
         spec.priority_class_name,
         spec.priority
@@ -227,9 +271,13 @@ async fn a_configs_tolerations_and_priority_class_reach_the_members_and_a_cluste
         "topology spread {:?}",
         spec.topology_spread_constraints
     );
+    Ok(())
+}
 
+/// A product team's ValkeyCluster setting tolerations or scheduling is refused (unknown field).
+fn a_cluster_cannot_set_scheduling(ns: &str, plain: &str, priority: &str) -> anyhow::Result<()> {
     // A product team cannot set scheduling on its cluster: the API server knows no such field.
-    let mut cluster = pinned_cluster(&ns.name, "sneaky", &plain);
+    let mut cluster = pinned_cluster(ns, "sneaky", plain);
     cluster["spec"]["tolerations"] = json!([{"key": TAINT, "operator": "Exists"}]);
     cluster["spec"]["scheduling"] = json!({"priorityClassName": priority});
     let out = kubectl_input(&["apply", "-f", "-"], &cluster.to_string())?;
@@ -240,30 +288,5 @@ async fn a_configs_tolerations_and_priority_class_reach_the_members_and_a_cluste
         out.stderr
     );
     println!("a cluster setting them: {}", out.stderr.trim());
-
-    for name in ["plain", "pool"] {
-        clusters.delete(name, &Default::default()).await?;
-    }
-    wait_for(
-        "the clusters to go",
-        Duration::from_secs(120),
-        Duration::from_secs(1),
-        || {
-            let clusters = clusters.clone();
-            async move {
-                let left = clusters.list(&ListParams::default()).await?.items.len();
-                if left == 0 {
-                    Ok(Some(()))
-                } else {
-                    bail!("{left} cluster(s) left")
-                }
-            }
-        },
-    )
-    .await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &plain).await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &pool).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
-    priorities.delete(&priority, &Default::default()).await?;
     Ok(())
 }

@@ -177,21 +177,62 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
     // Plaintext on 6379 is refused; TLS verifying the cluster's name works on every member.
     let members = member_addrs(&client, ns, cluster).await?;
     assert_eq!(members.len(), 6);
+    plaintext_is_refused_by_every_member(&members).await;
+    let driver =
+        every_member_verifies_as_the_cluster_name(&client, ns, cluster, &members, &secret).await?;
+
+    every_announced_hostname_resolves_to_its_pod(&client, ns, cluster).await?;
+
+    let valkey = a_tls_client_writes_and_reads_every_key(&client, ns, cluster).await?;
+
+    the_same_writes_in_plaintext_for_comparison(&client, ns, &menu.config).await?;
+    a_plaintext_cluster_cannot_become_tls(ns, secret_name)?;
+
+    a_forced_renewal_is_served_without_restarts(
+        &client,
+        ns,
+        (cluster, secret_name),
+        &secret,
+        &driver,
+        &members,
+    )
+    .await?;
+    for i in (0..KEYS).step_by(97) {
+        let got: Option<String> = valkey.get(format!("tls:{i}")).await?;
+        assert_eq!(got.as_deref(), Some(i.to_string().as_str()));
+    }
+    let _ = valkey.quit().await;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// Every member refuses a plaintext connection.
+async fn plaintext_is_refused_by_every_member(members: &[MemberAddr]) {
     let plain = FredDriver::new(DriverConfig::new(Credentials {
         username: "app".into(),
         password: PASSWORD.into(),
     }));
-    for m in &members {
+    for m in members {
         let err = plain.ping(m).await.expect_err("plaintext must be refused");
         println!("plaintext to {m}: {err}");
     }
+}
+
+/// The operator's driver verifies every member as the cluster's name; returns the driver.
+async fn every_member_verifies_as_the_cluster_name(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    members: &[MemberAddr],
+    secret: &Secret,
+) -> anyhow::Result<FredDriver> {
     // The operator's way: its copy's CA, members verified as the cluster's name.
-    let driver = operator_driver(&client, ns, cluster).await?;
-    for m in &members {
+    let driver = operator_driver(client, ns, cluster).await?;
+    for m in members {
         driver.ping(m).await?;
         assert_eq!(
             driver.served_certificate(m).await?,
-            Some(leaf_der(&secret)?),
+            Some(leaf_der(secret)?),
             "{m} serves the issued certificate"
         );
         let nodes = driver.cluster_nodes(m).await?;
@@ -203,10 +244,18 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
             "{m} announces a hostname under the wildcard: {me:?}"
         );
     }
+    Ok(driver)
+}
 
+/// Every member's announced hostname resolves through the cluster DNS to its pod IP.
+async fn every_announced_hostname_resolves_to_its_pod(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+) -> anyhow::Result<()> {
     // Every announced hostname resolves through the cluster DNS to its member's pod IP (the
     // client Service is the pods' subdomain).
-    for pod in member_pods(&client, ns, cluster).await? {
+    for pod in member_pods(client, ns, cluster).await? {
         let hostname = names::member_hostname(&pod.name_any(), cluster, ns);
         let ip = pod
             .status
@@ -226,9 +275,17 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
             "{hostname}"
         );
     }
+    Ok(())
+}
 
+/// A hostname-verifying TLS cluster client writes and reads back every key; returns it.
+async fn a_tls_client_writes_and_reads_every_key(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+) -> anyhow::Result<fred::clients::Client> {
     // A hostname-verifying TLS cluster client writes and reads 10,000 keys (MOVED included).
-    let valkey = workload::cluster_client(&client, ns, cluster).await?;
+    let valkey = workload::cluster_client(client, ns, cluster).await?;
     let writing = Instant::now();
     for i in 0..KEYS {
         valkey
@@ -245,17 +302,20 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
         let got: Option<String> = valkey.get(format!("tls:{i}")).await?;
         assert_eq!(got.as_deref(), Some(i.to_string().as_str()), "tls:{i}");
     }
+    Ok(valkey)
+}
 
+/// Times a plaintext cluster `plain` of the same shape, and the same writes, for comparison.
+async fn the_same_writes_in_plaintext_for_comparison(
+    client: &Client,
+    ns: &str,
+    config: &str,
+) -> anyhow::Result<()> {
     // The same shape and writes in plaintext, in the same run, for comparison.
     let plain_started = Instant::now();
-    workload::apply(
-        &client,
-        ns,
-        workload::cluster(ns, "plain", &menu.config, 3, 1),
-    )
-    .await?;
+    workload::apply(client, ns, workload::cluster(ns, "plain", config, 3, 1)).await?;
     wait_state(
-        &client,
+        client,
         ns,
         "plain",
         ClusterState::Active,
@@ -266,7 +326,7 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
         "time to Active (plaintext, 3 x 1): {:?}",
         plain_started.elapsed()
     );
-    let plain_client = workload::cluster_client(&client, ns, "plain").await?;
+    let plain_client = workload::cluster_client(client, ns, "plain").await?;
     let writing = Instant::now();
     for i in 0..KEYS {
         plain_client
@@ -279,6 +339,11 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
         KEYS as f64 / writing.elapsed().as_secs_f64()
     );
     let _ = plain_client.quit().await;
+    Ok(())
+}
+
+/// Adding `spec.tls` to the plaintext cluster `plain` is refused.
+fn a_plaintext_cluster_cannot_become_tls(ns: &str, secret_name: &str) -> anyhow::Result<()> {
     // ... and a plaintext cluster cannot become a TLS one.
     let out = kubectl_outcome(&[
         "-n",
@@ -298,12 +363,23 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
         "{}",
         out.stderr
     );
+    Ok(())
+}
 
+/// A forced cert-manager renewal is served by every member, with no pod replaced or restarted.
+async fn a_forced_renewal_is_served_without_restarts(
+    client: &Client,
+    ns: &str,
+    (cluster, secret_name): (&str, &str),
+    secret: &Secret,
+    driver: &FredDriver,
+    members: &[MemberAddr],
+) -> anyhow::Result<()> {
     // cert-manager renews (forced): every member serves the new certificate, no pod restarts.
-    let before = pod_identities(&client, ns, cluster).await?;
-    let old_leaf = leaf_der(&secret)?;
+    let before = pod_identities(client, ns, cluster).await?;
+    let old_leaf = leaf_der(secret)?;
     let forced = Instant::now();
-    certs::force_renewal(&client, ns, secret_name).await?;
+    certs::force_renewal(client, ns, secret_name).await?;
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let renewed = wait_for(
         "cert-manager to write the renewed certificate",
@@ -321,23 +397,17 @@ async fn a_tls_cluster_serves_verified_clients_only_and_renews_without_restarts(
     .await?;
     let updated = Instant::now();
     let new_leaf = leaf_der(&renewed)?;
-    every_member_serves(&driver, &members, &new_leaf).await?;
+    every_member_serves(driver, members, &new_leaf).await?;
     println!(
         "forced renewal -> every member serving the new certificate: {:?} (cert-manager wrote the Secret after {:?}; polled every 250 ms / 500 ms)",
         forced.elapsed(),
         updated - forced
     );
     assert_eq!(
-        pod_identities(&client, ns, cluster).await?,
+        pod_identities(client, ns, cluster).await?,
         before,
         "no pod replaced or restarted"
     );
-    for i in (0..KEYS).step_by(97) {
-        let got: Option<String> = valkey.get(format!("tls:{i}")).await?;
-        assert_eq!(got.as_deref(), Some(i.to_string().as_str()));
-    }
-    let _ = valkey.quit().await;
-    menu.remove(&client).await?;
     Ok(())
 }
 
