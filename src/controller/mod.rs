@@ -114,6 +114,9 @@ pub struct Context {
     /// Each cluster as this replica last wrote its status, until the store catches up (see
     /// [`cluster::written`]).
     pub cluster_status_writes: cluster::written::StatusWrites,
+    /// The address of each durable member's last pod, until its replacement may start (see
+    /// [`node::fence`]).
+    pub last_member_pods: node::fence::LastPods,
 }
 
 impl Context {
@@ -147,6 +150,7 @@ impl Context {
             secret_refreshes: Default::default(),
             lease_fence: std::sync::Mutex::new(None),
             cluster_status_writes: Default::default(),
+            last_member_pods: Default::default(),
         }
     }
 

@@ -396,7 +396,9 @@ async fn reconcile_cluster(
 ) -> Result<Action, Error> {
     let key = format!("cluster/{}", object_key(cluster.as_ref()));
     let started = Instant::now();
-    // With autoscaling's own latest decision, should the watch not have shown it yet.
+    // The status this replica wrote last, should the watch not have shown it yet; then
+    // autoscaling's own latest decision, should that write not have carried it.
+    let cluster = cctx.ctx.cluster_status_writes.freshest(cluster);
     let cluster = cctx.episodes.freshest(cluster);
     let result = cluster::reconcile(cluster, cctx.clone()).await;
     cctx.ctx

@@ -99,8 +99,6 @@ pub async fn reconcile(
     cctx: Arc<ClusterContext>,
 ) -> Result<Action, Error> {
     let ctx = &cctx.ctx;
-    // The status this replica wrote last round, when the store has not caught up with it.
-    let cluster = ctx.cluster_status_writes.freshest(cluster);
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     // Deleted, menu still listing, leadership lost or paused: the pipeline does not run.

@@ -3,6 +3,7 @@
 //! annotations (the cluster's `podAnnotations`) are patched live.
 
 pub mod build;
+pub mod fence;
 pub mod start;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::controller::{Context, Error, NODE_MANAGER, object_key};
 )]
 pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Action, Error> {
     if node.metadata.deletion_timestamp.is_some() {
+        ctx.last_member_pods.forget(&fence::node_uid(&node));
         return Ok(Action::await_change());
     }
     let namespace = node.namespace().unwrap_or_default();
@@ -55,6 +57,9 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Actio
             info!(node = %object_key(node.as_ref()), "pod lost; not recreated, the member is replaced");
         }
         None => {
+            if let Some(wait) = old_process_stopped(&ctx, &node, &cluster).await {
+                return Ok(wait);
+            }
             if let Some(wait) = ensure_claim(&ctx, &node, &cluster).await? {
                 return Ok(wait);
             }
@@ -66,6 +71,9 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Actio
             return start_again(&ctx, &node, &cluster, &pods, &failure).await;
         }
         Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
+            if node.spec.storage.is_some() {
+                ctx.last_member_pods.saw(&fence::node_uid(&node), &pod);
+            }
             // Live change: the cluster's annotations on the running pod (added, changed and
             // removed). The cluster controller does the same on each of its reconciles, which
             // a spec change triggers at once.
@@ -77,6 +85,43 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Actio
         Some(_) => {}
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// A durable member's pod is created again only once the process of the pod it last had
+/// stopped (see [`fence`]): the wait to return while it still answers, none once it does not
+/// (or after [`fence::LONGEST_WAIT`], with a Warning Event).
+async fn old_process_stopped(
+    ctx: &Context,
+    node: &ValkeyNode,
+    cluster: &ValkeyCluster,
+) -> Option<Action> {
+    // Members without a volume share no files with their last pod.
+    node.spec.storage.as_ref()?;
+    match ctx.last_member_pods.check(&fence::node_uid(node)).await {
+        fence::Fence::Clear => None,
+        fence::Fence::Wait { ip, first } => {
+            if first {
+                info!(node = %object_key(node), %ip, "pod gone, its process still answers: the new pod waits for it to stop (one process per volume)");
+            }
+            Some(Action::requeue(Duration::from_millis(500)))
+        }
+        fence::Fence::GaveUp { ip } => {
+            let note = format!(
+                "member {}: its pod left the API {}s ago but its process still answers at {ip}; creating the new pod on the same volume anyway (is the kubelet of its node still running?)",
+                node.name_any(),
+                fence::LONGEST_WAIT.as_secs()
+            );
+            warn!(node = %object_key(node), "{note}");
+            crate::controller::cluster::status::warning(
+                ctx,
+                cluster,
+                "OldProcessStillRunning",
+                &note,
+            )
+            .await;
+            None
+        }
+    }
 }
 
 /// A member whose Valkey exited before it ever joined: once its backoff has passed, the
