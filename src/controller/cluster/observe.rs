@@ -588,11 +588,7 @@ async fn observe_within(
 fn why_no_pod(node: &ValkeyNode, pod: Option<&Pod>) -> Option<String> {
     match pod {
         Some(pod) => pod_problem(pod),
-        None => node
-            .status
-            .as_ref()
-            .and_then(|s| s.message.clone())
-            .filter(|m| crate::controller::node::says_why_no_pod(m)),
+        None => crate::controller::node::why_no_pod(node.status.as_ref()),
     }
 }
 

@@ -15,7 +15,10 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
-use crate::api::{ValkeyCluster, ValkeyNode};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
 use crate::controller::cluster::{apply_as, ensure_ours};
 use crate::controller::patch::StatusPatch;
 use crate::controller::{Context, Error, NODE_MANAGER, object_key};
@@ -185,7 +188,7 @@ async fn apply_config_map(
     if let Err(err @ Error::NameTaken { .. }) = taken {
         warn!(node = %object_key(node), "{err}");
         let message = format!("{NO_POD}{err}");
-        if set_refusal(ctx, node, Some(&message)).await? {
+        if set_refusal(ctx, node, Some((NoPod::NameTaken, &message))).await? {
             let note = format!("member {}: {message}", node.name_any());
             crate::controller::cluster::status::warning(ctx, cluster, "NameTaken", &note).await;
         }
@@ -224,7 +227,7 @@ async fn ensure_claim(
             Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
                 warn!(node = %object_key(node), error = %e.message, "the API server refused the volume claim");
                 let message = format!("{CLAIM_REFUSED}{}", e.message);
-                if set_refusal(ctx, node, Some(&message)).await? {
+                if set_refusal(ctx, node, Some((NoPod::ClaimRefused, &message))).await? {
                     let note = format!("member {}: {message}", node.name_any());
                     crate::controller::cluster::status::warning(
                         ctx,
@@ -262,7 +265,7 @@ async fn create_pod(
         Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
             warn!(node = %object_key(node), error = %e.message, "the API server refused the pod");
             let message = format!("{POD_REFUSED}{}", e.message);
-            if set_refusal(ctx, node, Some(&message)).await? {
+            if set_refusal(ctx, node, Some((NoPod::PodRefused, &message))).await? {
                 let note = format!("member {}: {message}", node.name_any());
                 crate::controller::cluster::status::warning(ctx, cluster, "PodRefused", &note)
                     .await;
@@ -283,23 +286,57 @@ pub const NO_POD: &str = "its pod cannot be created: ";
 /// (a storage quota, a policy engine).
 pub const CLAIM_REFUSED: &str = "the API server refused its volume claim: ";
 
-/// Whether a ValkeyNode's `status.message` says why it has no pod.
-pub fn says_why_no_pod(message: &str) -> bool {
-    [POD_REFUSED, NO_POD, CLAIM_REFUSED]
-        .iter()
-        .any(|prefix| message.starts_with(prefix))
+/// Why a member has no pod: the reason of its [`CONDITION_POD_CREATED`] condition while it is
+/// False. The cluster controller reads the condition, never the message text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoPod {
+    /// The API server refused the pod (Pod Security, a quota, a policy engine).
+    PodRefused,
+    /// Another object holds the name of the member's pod or ConfigMap.
+    NameTaken,
+    /// The API server refused the member's volume claim.
+    ClaimRefused,
 }
 
-/// Records (or clears) why the member has no pod (`message`, starting with [`POD_REFUSED`]
-/// or [`NO_POD`]) in the node's status; whether that changed it.
+impl NoPod {
+    fn reason(self) -> &'static str {
+        match self {
+            NoPod::PodRefused => "PodRefused",
+            NoPod::NameTaken => "NameTaken",
+            NoPod::ClaimRefused => "VolumeClaimRefused",
+        }
+    }
+}
+
+/// The ValkeyNode condition saying whether its pod could be created: False (reason
+/// [`NoPod`], message for people) while it cannot, True once it was.
+pub const CONDITION_POD_CREATED: &str = "PodCreated";
+
+/// Why the member has no pod, from its status: the message of its False
+/// [`CONDITION_POD_CREATED`] condition.
+pub fn why_no_pod(status: Option<&ValkeyNodeStatus>) -> Option<String> {
+    pod_not_created(status).map(|c| c.message.clone())
+}
+
+fn pod_not_created(status: Option<&ValkeyNodeStatus>) -> Option<&Condition> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_POD_CREATED && c.status == "False")
+}
+
+/// Records why the member has no pod (`refusal`: the reason and the message, which starts
+/// with [`POD_REFUSED`], [`NO_POD`] or [`CLAIM_REFUSED`]) in the node's status, or that it has
+/// one (`None`) when it had not; whether that changed it.
 async fn set_refusal(
     ctx: &Context,
     node: &ValkeyNode,
-    message: Option<&str>,
+    refusal: Option<(NoPod, &str)>,
 ) -> Result<bool, Error> {
-    let current = node.status.as_ref().and_then(|s| s.message.as_deref());
-    let refused_before = current.is_some_and(says_why_no_pod);
-    if message == current || (message.is_none() && !refused_before) {
+    let current =
+        pod_not_created(node.status.as_ref()).map(|c| (c.reason.as_str(), c.message.as_str()));
+    let wanted = refusal.map(|(why, message)| (why.reason(), message));
+    if wanted == current || (wanted.is_none() && current.is_none()) {
         return Ok(false);
     }
     let api: Api<ValkeyNode> =
@@ -307,22 +344,39 @@ async fn set_refusal(
     api.patch_status(
         &node.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(&refusal_patch(message)),
+        &Patch::Merge(&refusal_patch(refusal, Timestamp::now())),
     )
     .await?;
     Ok(true)
 }
 
-/// A ValkeyNode's `status.message` alone. Not [`crate::api::ValkeyNodeStatus`], which skips an
-/// unset message: here `None` is written as `null`, which removes it.
+/// A ValkeyNode's `status.message` and its conditions. Not [`crate::api::ValkeyNodeStatus`],
+/// which skips an unset message: here `None` is written as `null`, which removes it. A merge
+/// patch replaces the whole list: [`CONDITION_POD_CREATED`] is the only condition a
+/// ValkeyNode has.
 #[derive(Debug, serde::Serialize)]
-struct MessageOnly<'a> {
+struct Refusal<'a> {
     message: Option<&'a str>,
+    conditions: [Condition; 1],
 }
 
-fn refusal_patch(message: Option<&str>) -> StatusPatch<MessageOnly<'_>> {
+fn refusal_patch(refusal: Option<(NoPod, &str)>, now: Timestamp) -> StatusPatch<Refusal<'_>> {
+    let (status, reason, message) = match refusal {
+        Some((why, message)) => ("False", why.reason(), message),
+        None => ("True", "Created", "the member's pod was created"),
+    };
     StatusPatch {
-        status: MessageOnly { message },
+        status: Refusal {
+            message: refusal.map(|(_, message)| message),
+            conditions: [Condition {
+                type_: CONDITION_POD_CREATED.into(),
+                status: status.into(),
+                reason: reason.into(),
+                message: message.into(),
+                observed_generation: None,
+                last_transition_time: Time(now),
+            }],
+        },
     }
 }
 
@@ -339,18 +393,46 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// The JSON a refusal write sends, as it was written before the patch was typed: clearing
-    /// the message sends `null`, which removes it.
+    /// The JSON a refusal write sends: the message for people and the condition the cluster
+    /// controller reads; clearing sends `null` for the message, which removes it.
     #[test]
-    fn a_refusal_is_written_and_cleared_as_the_message_alone() {
+    fn a_refusal_is_written_and_cleared_as_the_message_and_the_pod_created_condition() {
+        let now: Timestamp = "2026-12-06T22:00:00Z".parse().unwrap();
         let message = format!("{POD_REFUSED}quota exceeded");
         assert_eq!(
-            serde_json::to_value(refusal_patch(Some(&message))).unwrap(),
-            json!({"status": {"message": message}})
+            serde_json::to_value(refusal_patch(Some((NoPod::PodRefused, &message)), now)).unwrap(),
+            json!({"status": {"message": message, "conditions": [{
+                "type": "PodCreated", "status": "False", "reason": "PodRefused",
+                "message": message, "lastTransitionTime": "2026-12-06T22:00:00Z"
+            }]}})
         );
         assert_eq!(
-            serde_json::to_value(refusal_patch(None)).unwrap(),
-            json!({"status": {"message": null}})
+            serde_json::to_value(refusal_patch(None, now)).unwrap(),
+            json!({"status": {"message": null, "conditions": [{
+                "type": "PodCreated", "status": "True", "reason": "Created",
+                "message": "the member's pod was created", "lastTransitionTime": "2026-12-06T22:00:00Z"
+            }]}})
         );
+    }
+
+    #[test]
+    fn why_a_member_has_no_pod_is_read_from_its_condition_not_its_message() {
+        let why = |status: serde_json::Value| {
+            let status: ValkeyNodeStatus = serde_json::from_value(status).unwrap();
+            why_no_pod(Some(&status))
+        };
+        let message_only = json!({"message": format!("{POD_REFUSED}quota")});
+        assert_eq!(why(message_only), None, "a message alone says nothing");
+        let refused = why(json!({"conditions": [{
+            "type": "PodCreated", "status": "False", "reason": "NameTaken",
+            "message": "its pod cannot be created: taken", "lastTransitionTime": "2026-12-06T22:00:00Z"
+        }]}));
+        assert_eq!(refused.as_deref(), Some("its pod cannot be created: taken"));
+        let created = why(json!({"conditions": [{
+            "type": "PodCreated", "status": "True", "reason": "Created",
+            "message": "created", "lastTransitionTime": "2026-12-06T22:00:00Z"
+        }]}));
+        assert_eq!(created, None);
+        assert_eq!(why_no_pod(None), None);
     }
 }
