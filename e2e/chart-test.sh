@@ -11,7 +11,8 @@
 #   5. the chart's CRDs are crds/ (annotations, labels, namespace aside);
 #   6. certs/generate.sh makes a verifying chain for the webhook Service, keeping its CA;
 #   7. the Grafana dashboard is valid, uses only the operator's metrics (METRICS below, the alert
-#      rules too), its queries parse, and its ConfigMap renders only when enabled;
+#      rules too) and the members' exporter's (EXPORTER_METRICS, filtered by the namespace and
+#      cluster variables), its queries parse, and its ConfigMap renders only when enabled;
 #   8. the persona ClusterRoles render by default with the chart's labels and are those of the
 #      plain manifests, which also carry the example bindings the e2e suites use;
 #   9. the checked-in plain manifests are what `make manifests` renders (no drift);
@@ -19,7 +20,9 @@
 #      and the ValkeyNode DELETE rule in a failurePolicy: Ignore entry of its own;
 #  11. chart parity: serviceAccount create/name/annotations, image by digest, extraEnv,
 #      extraVolumes, extraVolumeMounts, global, the recommended app.kubernetes.io labels; the
-#      `helm test` pod (templates/tests/webhook.yaml).
+#      `helm test` pod (templates/tests/webhook.yaml);
+#  12. the PodMonitor of the members' exporters (monitoring.podMonitor): off by default; on, it
+#      selects member pods on port `metrics` and labels every series namespace, pod, name, shard.
 # Prints one line per check and a closing "N passed, N failed" line.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +34,13 @@ passed=0; failed=0
 # The operator's metrics (name and type; docs/operations.md), kept in e2e/metrics.txt: all the
 # dashboard and the alert rules may use, and the dashboard shows each.
 METRICS=$(grep -v '^#' "$REPO/e2e/metrics.txt")
+# The metrics of the members' exporter sidecar (ValkeyConfig spec.metrics; redis_exporter 1.45.0,
+# checked against Valkey 9): all the dashboard's Valkey row and the Valkey alerts may use.
+EXPORTER_METRICS="redis_up redis_memory_used_bytes redis_memory_max_bytes redis_commands_processed_total
+redis_keyspace_hits_total redis_keyspace_misses_total redis_evicted_keys_total redis_connected_clients
+redis_rejected_connections_total redis_master_repl_offset redis_connected_slave_offset_bytes
+redis_master_link_up redis_connected_slaves redis_instance_info redis_cluster_slots_assigned
+redis_cluster_state redis_db_keys redis_expired_keys_total"
 check() { # name command...
   local name=$1; shift
   if "$@"; then echo "ok   - $name"; passed=$((passed + 1)); else echo "FAIL - $name"; failed=$((failed + 1)); fi
@@ -130,8 +140,8 @@ check "values.schema.json: a misspelt key and an unquoted maxConcurrentRollouts 
 
 render --set replicaCount=1 > "$tmp/default.yaml"
 render --set replicaCount=2 --set monitoring.serviceMonitor.enabled=true --set monitoring.prometheusRule.enabled=true > "$tmp/monitoring.yaml"
-check "monitoring off by default; with one replica no PodDisruptionBudget" \
-  bash -c "! grep -qE '^kind: (ServiceMonitor|PrometheusRule|PodDisruptionBudget)$' '$tmp/default.yaml'"
+check "monitoring off by default (no ServiceMonitor, PodMonitor, PrometheusRule); with one replica no PodDisruptionBudget" \
+  bash -c "! grep -qE '^kind: (ServiceMonitor|PodMonitor|PrometheusRule|PodDisruptionBudget)$' '$tmp/default.yaml'"
 operator_objects() {
   python3 - "$tmp/monitoring.yaml" "$CHART/files/rules.yaml" <<'PY'
 import sys, yaml
@@ -146,13 +156,45 @@ assert all(svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selecto
 assert rule["spec"]["groups"] == yaml.safe_load(open(sys.argv[2])), "PrometheusRule is files/rules.yaml"
 alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
 assert alerts == ["ValkeyOperatorNoLeader", "ValkeyClusterDegraded", "ValkeyClusterRolloutStalled",
-                  "ValkeyOperatorReconcileErrors", "ValkeyOperatorWebhookSlow", "ValkeyClusterCertificateExpiringSoon"], alerts
+                  "ValkeyOperatorReconcileErrors", "ValkeyOperatorWebhookSlow", "ValkeyClusterCertificateExpiringSoon",
+                  "ValkeyMemoryNearMaxmemory", "ValkeyReplicaLinkDown", "ValkeyEvicting", "ValkeyRejectingConnections"], alerts
+for r in rule["spec"]["groups"][1]["rules"]: # the members' alerts: each has a runbook in docs/troubleshooting.md
+    assert r["annotations"]["runbook_url"] == "docs/troubleshooting.md#" + r["alert"].lower(), r["alert"]
+assert not kind("PodMonitor"), "rendered while monitoring.podMonitor.enabled is false"
 assert pdb["spec"]["minAvailable"] == 1
 keys = [c["topologyKey"] for c in deploy["spec"]["template"]["spec"]["topologySpreadConstraints"]]
 assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"], keys
 PY
 }
-check "monitoring on: ServiceMonitor on the metrics port, PrometheusRule = files/rules.yaml (6 alerts); 2 replicas: PDB and spread" operator_objects
+check "monitoring on: ServiceMonitor on the metrics port, PrometheusRule = files/rules.yaml (10 alerts); 2 replicas: PDB and spread" operator_objects
+
+render --set monitoring.podMonitor.enabled=true --set monitoring.podMonitor.labels.release=kps > "$tmp/podmonitor.yaml"
+render --set monitoring.podMonitor.enabled=true --set monitoring.podMonitor.namespaceSelector.any=false \
+  --set 'monitoring.podMonitor.namespaceSelector.matchNames={team-a}' > "$tmp/podmonitor-names.yaml"
+pod_monitor() { # the members' exporters: member pods, port metrics, namespace/pod/name/shard labels
+  python3 - "$tmp/podmonitor.yaml" "$tmp/podmonitor-names.yaml" <<'PY'
+import sys, yaml
+def pod_monitor(f):
+    (pm,) = [d for d in yaml.safe_load_all(open(f)) if d and d["kind"] == "PodMonitor"]
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1" and pm["metadata"]["namespace"] == "ops", pm["metadata"]
+    return pm
+pm = pod_monitor(sys.argv[1])
+assert pm["metadata"]["labels"]["release"] == "kps" and pm["metadata"]["labels"]["app.kubernetes.io/instance"] == "vo"
+spec = pm["spec"]
+assert spec["selector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "valkey-operator",
+                                            "app.kubernetes.io/component": "member"}}, spec["selector"]
+assert spec["namespaceSelector"] == {"any": True}, spec["namespaceSelector"]
+(ep,) = spec["podMetricsEndpoints"]
+assert ep["port"] == "metrics" and ep["path"] == "/metrics" and ep["interval"] == "30s", ep
+assert "honorLabels" not in ep, "a label of the exporter's must not replace the cluster's name"
+relabel = {r["targetLabel"]: r["sourceLabels"] for r in ep["relabelings"] if r.get("action", "replace") == "replace"}
+assert relabel == {"namespace": ["__meta_kubernetes_namespace"], "pod": ["__meta_kubernetes_pod_name"],
+                   "name": ["__meta_kubernetes_pod_label_valkey_gomomento_com_cluster"],
+                   "shard": ["__meta_kubernetes_pod_label_valkey_gomomento_com_shard"]}, relabel
+assert pod_monitor(sys.argv[2])["spec"]["namespaceSelector"] == {"any": False, "matchNames": ["team-a"]}
+PY
+}
+check "podMonitor on: PodMonitor of member pods on port metrics, relabelled to namespace, pod, name (cluster), shard; namespaceSelector passed through" pod_monitor
 
 network_policy() { # default render: webhook port from anywhere, admin port kept; from/metricsFrom; off
   cat > "$tmp/np-values.yaml" <<'YAML'
@@ -254,6 +296,31 @@ assert shown == listed, "not on the dashboard: %s" % sorted(listed - shown)
 PY
 }
 check "the dashboard and the alert rules use only the operator's metrics (METRICS), the dashboard every one" known_metrics
+exporter_metrics() { # the Valkey row and the members' alerts: only the exporter's metrics, filtered like the rest
+  python3 - "$DASHBOARD" "$CHART/files/rules.yaml" "$EXPORTER_METRICS" <<'PY'
+import json, re, sys, yaml
+allowed = set(sys.argv[3].split())
+FILTER = 'namespace=~"$namespace", name=~"$cluster"'
+panels = [p for p in json.load(open(sys.argv[1]))["panels"] if any("redis_" in t["expr"] for t in p.get("targets", []))]
+assert len(panels) >= 8, "the Valkey row: %d panels" % len(panels)
+used = set()
+for p in panels:
+    assert "Valkey" in p["title"], p["title"]
+    for t in p["targets"]:
+        expr = t["expr"]
+        assert re.match(r"[a-z_]+( by \([a-z_, ]+\))? \(", expr), "%s: starts with an aggregation: %s" % (p["title"], expr)
+        names = re.findall(r"\bredis_[a-z0-9_]*[a-z0-9]", expr)
+        selectors = re.findall(r"\bredis_[a-z0-9_]*[a-z0-9]\{([^}]*)\}", expr)
+        assert names and len(selectors) == len(names), "%s: a redis_ metric without a selector: %s" % (p["title"], expr)
+        assert all(s.startswith(FILTER) for s in selectors), "%s: not filtered by $namespace and $cluster: %s" % (p["title"], expr)
+        used |= set(names)
+rules = [r for g in yaml.safe_load(open(sys.argv[2])) for r in g["rules"]]
+for r in rules:
+    used |= set(re.findall(r"\bredis_[a-z0-9_]*[a-z0-9]", r["expr"]))
+assert not used - allowed, "not an exporter metric: %s" % sorted(used - allowed)
+PY
+}
+check "the dashboard's Valkey panels and the Valkey alerts use only the exporter's metrics (EXPORTER_METRICS), each filtered by \$namespace and \$cluster" exporter_metrics
 dashboard_queries_parse() { # each panel query as a recording rule, Grafana's variables replaced
   python3 - "$DASHBOARD" > "$tmp/dashboard-rules.yaml" <<'PY' || return 1
 import json, sys, yaml

@@ -52,6 +52,7 @@ async fn members_load_the_new_revision_only_once_their_volume_has_it() {
         replication_password: "replication".into(),
         backup_password: "backup".into(),
         restore_password: "restore-secret".into(),
+        metrics_password: "metrics-secret".into(),
     };
     // Hand over to the operator's user (the harness user stays in this first file: Valkey
     // 9.0.0 crashes when ACL LOAD deletes the caller's own user).

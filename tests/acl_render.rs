@@ -190,6 +190,7 @@ fn every_rendered_acl_file_is_accepted_by_valkey() {
         replication_password: "replication-secret".into(),
         backup_password: "backup-secret".into(),
         restore_password: "restore-secret".into(),
+        metrics_password: "metrics-secret".into(),
     };
     let bootstrap = FredDriver::new(DriverConfig::new(servers.credentials.clone()));
     let operator = FredDriver::new(DriverConfig::new(Credentials {

@@ -29,7 +29,7 @@ use std::time::Duration;
 use fred::prelude::{ClientLike, KeysInterface};
 use fred::types::Value;
 use valkey_operator::api::constants::{
-    BACKUP_ACL_USERNAME, REPLICATION_ACL_USERNAME, RESTORE_ACL_USERNAME,
+    BACKUP_ACL_USERNAME, METRICS_ACL_USERNAME, REPLICATION_ACL_USERNAME, RESTORE_ACL_USERNAME,
 };
 use valkey_operator::driver::migrate::{KeyMove, move_slot_by_keys};
 use valkey_operator::driver::parse::Reply;
@@ -341,27 +341,27 @@ async fn operator_may_run_what_the_driver_sends(admin: &FredDriver, m: &MemberAd
 
 /// What the operator's user cannot do, run for real.
 async fn operator_can_do_nothing_else(op: &FredDriver, m: &MemberAddr) {
-    for words in [
-        &["GET", "key:1"][..],
-        &["SET", "key:1", "x"],
-        &["DEL", "key:1"],
-        &["KEYS", "*"],
-        &["SCAN", "0"],
-        &["FLUSHALL"],
-        &["PUBLISH", "channel", "x"],
-        &["ACL", "SETUSER", "intruder", "on", "+@all"],
-        &["ACL", "GETUSER", "_valkey-replication"],
-        &["CONFIG", "RESETSTAT"],
-        &["MODULE", "LIST"],
-        &["CLIENT", "KILL", "ID", "1"],
-        &["EVAL", "return 1", "0"],
-    ] {
-        let outcome = run(op, m, words).await;
-        assert!(
-            matches!(&outcome, Err(e) if e.starts_with("NOPERM")),
-            "_valkey-operator ran {words:?}: {outcome:?}"
-        );
-    }
+    refused(
+        op,
+        "_valkey-operator",
+        m,
+        &[
+            &["GET", "key:1"][..],
+            &["SET", "key:1", "x"],
+            &["DEL", "key:1"],
+            &["KEYS", "*"],
+            &["SCAN", "0"],
+            &["FLUSHALL"],
+            &["PUBLISH", "channel", "x"],
+            &["ACL", "SETUSER", "intruder", "on", "+@all"],
+            &["ACL", "GETUSER", "_valkey-replication"],
+            &["CONFIG", "RESETSTAT"],
+            &["MODULE", "LIST"],
+            &["CLIENT", "KILL", "ID", "1"],
+            &["EVAL", "return 1", "0"],
+        ],
+    )
+    .await;
 }
 
 /// What the replication user cannot do, run for real; and that it may still write (the one
@@ -372,37 +372,37 @@ async fn replication_can_only_replicate_and_write(servers: &LocalServers, m: &Me
         username: REPLICATION_ACL_USERNAME.into(),
         password,
     });
-    for words in [
-        &["FLUSHALL"][..],
-        &["FLUSHDB"],
-        &["SWAPDB", "0", "1"],
-        &["CLUSTER", "FLUSHSLOT", "1"],
-        &["FUNCTION", "FLUSH"],
-        &["GET", "key:1"],
-        &["KEYS", "*"],
-        &["SCAN", "0"],
-        &["CONFIG", "GET", "masterauth"],
+    refused(
+        &rep,
+        "_valkey-replication",
+        m,
         &[
-            "MIGRATE",
-            "127.0.0.1",
-            "1",
-            "",
-            "0",
-            "5000",
-            "KEYS",
-            "key:1",
+            &["FLUSHALL"][..],
+            &["FLUSHDB"],
+            &["SWAPDB", "0", "1"],
+            &["CLUSTER", "FLUSHSLOT", "1"],
+            &["FUNCTION", "FLUSH"],
+            &["GET", "key:1"],
+            &["KEYS", "*"],
+            &["SCAN", "0"],
+            &["CONFIG", "GET", "masterauth"],
+            &[
+                "MIGRATE",
+                "127.0.0.1",
+                "1",
+                "",
+                "0",
+                "5000",
+                "KEYS",
+                "key:1",
+            ],
+            &["CLUSTER", "NODES"],
+            &["ACL", "LOAD"],
+            &["PUBLISH", "channel", "x"],
+            &["EVAL", "return 1", "0"],
         ],
-        &["CLUSTER", "NODES"],
-        &["ACL", "LOAD"],
-        &["PUBLISH", "channel", "x"],
-        &["EVAL", "return 1", "0"],
-    ] {
-        let outcome = run(&rep, m, words).await;
-        assert!(
-            matches!(&outcome, Err(e) if e.starts_with("NOPERM")),
-            "_valkey-replication ran {words:?}: {outcome:?}"
-        );
-    }
+    )
+    .await;
     // Kept on purpose (see resolve/acl.rs REPLICATION_COMMANDS): writes are replayed as it.
     let written = run(&rep, m, &["SET", "{replication-user}probe", "1"]).await;
     assert!(written.is_ok() || written.as_ref().is_err_and(|e| e.starts_with("MOVED")));
@@ -441,26 +441,26 @@ async fn backup_can_do_nothing_else(servers: &LocalServers, m: &MemberAddr) {
         username: BACKUP_ACL_USERNAME.into(),
         password,
     });
-    for words in [
-        &["GET", "key:1"][..],
-        &["SET", "key:1", "x"],
-        &["KEYS", "*"],
-        &["SCAN", "0"],
-        &["DUMP", "key:1"],
-        &["FLUSHALL"],
-        &["CONFIG", "GET", "masterauth"],
-        &["CLUSTER", "NODES"],
-        &["ACL", "LOAD"],
-        &["INFO"],
-        &["PUBLISH", "channel", "x"],
-        &["EVAL", "return 1", "0"],
-    ] {
-        let outcome = run(&backup, m, words).await;
-        assert!(
-            matches!(&outcome, Err(e) if e.starts_with("NOPERM")),
-            "{BACKUP_ACL_USERNAME} ran {words:?}: {outcome:?}"
-        );
-    }
+    refused(
+        &backup,
+        BACKUP_ACL_USERNAME,
+        m,
+        &[
+            &["GET", "key:1"][..],
+            &["SET", "key:1", "x"],
+            &["KEYS", "*"],
+            &["SCAN", "0"],
+            &["DUMP", "key:1"],
+            &["FLUSHALL"],
+            &["CONFIG", "GET", "masterauth"],
+            &["CLUSTER", "NODES"],
+            &["ACL", "LOAD"],
+            &["INFO"],
+            &["PUBLISH", "channel", "x"],
+            &["EVAL", "return 1", "0"],
+        ],
+    )
+    .await;
 }
 
 /// The restore user may replay keys and function libraries (`RESTORE`, `FUNCTION LOAD`: a bad
@@ -487,29 +487,29 @@ async fn restore_can_only_restore(servers: &LocalServers, m: &MemberAddr) {
             "{RESTORE_ACL_USERNAME} may run {words:?}: {outcome:?}"
         );
     }
-    for words in [
-        &["GET", "key:1"][..],
-        &["SET", "key:1", "x"],
-        &["DEL", "key:1"],
-        &["KEYS", "*"],
-        &["SCAN", "0"],
-        &["DUMP", "key:1"],
-        &["FLUSHALL"],
-        &["FUNCTION", "FLUSH"],
-        &["CONFIG", "GET", "masterauth"],
-        &["CLUSTER", "NODES"],
-        &["ACL", "LOAD"],
-        &["INFO"],
-        &["PUBLISH", "channel", "x"],
-        &["EVAL", "return 1", "0"],
-        &["SYNC"],
-    ] {
-        let outcome = run(&restore, m, words).await;
-        assert!(
-            matches!(&outcome, Err(e) if e.starts_with("NOPERM")),
-            "{RESTORE_ACL_USERNAME} ran {words:?}: {outcome:?}"
-        );
-    }
+    refused(
+        &restore,
+        RESTORE_ACL_USERNAME,
+        m,
+        &[
+            &["GET", "key:1"][..],
+            &["SET", "key:1", "x"],
+            &["DEL", "key:1"],
+            &["KEYS", "*"],
+            &["SCAN", "0"],
+            &["DUMP", "key:1"],
+            &["FLUSHALL"],
+            &["FUNCTION", "FLUSH"],
+            &["CONFIG", "GET", "masterauth"],
+            &["CLUSTER", "NODES"],
+            &["ACL", "LOAD"],
+            &["INFO"],
+            &["PUBLISH", "channel", "x"],
+            &["EVAL", "return 1", "0"],
+            &["SYNC"],
+        ],
+    )
+    .await;
 }
 
 async fn internal_users_do_their_job_and_no_more(build: ValkeyBuild) {
@@ -571,6 +571,64 @@ async fn internal_users_do_their_job_and_no_more(build: ValkeyBuild) {
     replication_can_only_replicate_and_write(&servers, &members[1]).await;
     backup_can_do_nothing_else(&servers, &members[1]).await;
     restore_can_only_restore(&servers, &members[1]).await;
+    metrics_reads_statistics_and_nothing_else(&servers, &members[1]).await;
+}
+
+/// Each of `commands` is refused to `user` (`client`) on `m` for want of permission.
+async fn refused(client: &FredDriver, user: &str, m: &MemberAddr, commands: &[&[&str]]) {
+    for words in commands {
+        let outcome = run(client, m, words).await;
+        assert!(
+            matches!(&outcome, Err(e) if e.starts_with("NOPERM")),
+            "{user} ran {words:?}: {outcome:?}"
+        );
+    }
+}
+
+/// The metrics exporter's user runs what the exporter sends (with its config command off)
+/// and nothing else: no key, no `CONFIG` (which would return `masterauth`), no client list.
+async fn metrics_reads_statistics_and_nothing_else(servers: &LocalServers, m: &MemberAddr) {
+    let password = servers.operator_acl().unwrap().metrics_password.clone();
+    let metrics = driver(Credentials {
+        username: METRICS_ACL_USERNAME.into(),
+        password,
+    });
+    for words in [
+        &["INFO", "ALL"][..],
+        &["PING"],
+        &["CLUSTER", "INFO"],
+        &["SLOWLOG", "GET", "10"],
+        &["SLOWLOG", "LEN"],
+        &["LATENCY", "LATEST"],
+        &["CLIENT", "SETNAME", "redis_exporter"],
+    ] {
+        let outcome = run(&metrics, m, words).await;
+        assert!(
+            outcome.is_ok(),
+            "{METRICS_ACL_USERNAME} may run {words:?}: {outcome:?}"
+        );
+    }
+    refused(
+        &metrics,
+        METRICS_ACL_USERNAME,
+        m,
+        &[
+            &["GET", "key:1"][..],
+            &["SET", "key:1", "x"],
+            &["KEYS", "*"],
+            &["SCAN", "0"],
+            &["DBSIZE"],
+            &["CONFIG", "GET", "masterauth"],
+            &["CONFIG", "GET", "maxmemory"],
+            &["CLIENT", "LIST"],
+            &["CLUSTER", "NODES"],
+            &["ACL", "LIST"],
+            &["SLOWLOG", "RESET"],
+            &["PUBLISH", "channel", "x"],
+            &["SYNC"],
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

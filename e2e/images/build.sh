@@ -20,6 +20,11 @@
 #   registry.local/kube-network-policies:v<version>  NetworkPolicy enforcement
 #   redis:7.0-tls                  Debian's redis-server: a plain TCP service for tests
 #   registry.local/seaweedfs:<tag> SeaweedFS (weed): the S3-compatible store backups go to
+#   oliver006/redis_exporter:v1.45.0  Debian's prometheus-redis-exporter (1.45.0) laid out as
+#                                  upstream's image: /redis_exporter, user 59000: the default
+#                                  image of a ValkeyConfig's metrics sidecar
+#   registry.local/prometheus:2.42 Debian's Prometheus 2.42 (user nobody; storage in a volume at
+#                                  /prometheus): the e2e metrics suite scrapes the sidecars with it
 #   valkey-operator:dev            the image `make image` built (Containerfile)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -146,14 +151,16 @@ local_path_image() {
 # One executable (with its shared libraries) as the image's entrypoint, under the name it is
 # called by: Debian's redis-server is a link to the multi-call redis-check-rdb, which picks its
 # job from that name (copied under the target's name, "redis-server" was not on PATH and the
-# pod ended in StartError).
-binary_image() { # repo:tag executable user entrypoint-json [name in the image]
+# pod ended in StartError). The executable goes to /usr/local/bin/<name>, or to <name> when that
+# is an absolute path (an image laid out as its upstream one is).
+binary_image() { # repo:tag executable user entrypoint-json [name in /usr/local/bin, or path]
   local ref=$1 bin=$2 user=$3 entrypoint=$4 name=${5:-$(basename "$2")} hash
   hash=$({ inputs_hash "$bin"; echo "$user $entrypoint"; } | sha256sum | cut -c1-16)
   [ "$(pushed_hash "$ref")" = "$hash" ] && return 0
   local rootfs=$work/${ref//[\/:]/-}; mkdir -p "$rootfs"
   users "$rootfs"
-  copy_with_libraries "$rootfs" "$(readlink -f "$bin")" "/usr/local/bin/$name"
+  [[ $name == /* ]] || name=/usr/local/bin/$name
+  copy_with_libraries "$rootfs" "$(readlink -f "$bin")" "$name"
   commit_and_push "$rootfs" "$ref" "$hash" --env PATH=/usr/local/bin --user "$user" \
     --entrypoint "$entrypoint"
 }
@@ -170,6 +177,11 @@ add_on_images() {
     "$CACHE/kube-network-policies-v$KUBE_NETWORK_POLICIES_VERSION/bin/cmd" 0:0 '["netpol"]' netpol
   binary_image library/redis:7.0-tls "$(command -v redis-server)" 0:0 '["redis-server"]'
   binary_image "seaweedfs:$SEAWEEDFS_TAG" "$CACHE/seaweedfs-$SEAWEEDFS_TAG/bin/weed" 1000:1000 '["weed"]'
+  # Valkey's metrics: the exporter under the upstream image's name, path and numeric user (a
+  # member's sidecar runs as non-root without a user of its own), and a Prometheus to scrape it.
+  binary_image oliver006/redis_exporter:v1.45.0 "$(command -v prometheus-redis-exporter)" 59000:59000 \
+    '["/redis_exporter"]' /redis_exporter
+  binary_image prometheus:2.42 "$(command -v prometheus)" 65534:65534 '["prometheus"]'
 }
 
 # The operator: the OCI archive `make image` wrote, copied as it is.

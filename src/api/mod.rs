@@ -14,6 +14,7 @@ pub mod constants;
 pub mod crd;
 pub mod image;
 pub mod metering;
+pub mod metrics;
 pub mod node;
 pub mod placement;
 pub mod role;

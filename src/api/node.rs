@@ -147,6 +147,11 @@ pub struct ValkeyNodeSpec {
     /// of either on the menu does not replace the member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<super::storage::Storage>,
+
+    /// The metrics exporter the member runs beside Valkey (`ValkeyConfig.spec.metrics` when
+    /// the member was created). Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exporter: Option<super::metrics::MemberExporter>,
 }
 
 impl ValkeyNodeSpec {

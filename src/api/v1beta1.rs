@@ -193,4 +193,8 @@ pub struct ValkeyConfigSpec {
     /// Volumes of the members; see the v1alpha1 version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<super::storage::Storage>,
+
+    /// Valkey's own metrics (exporter sidecar, scrapers); see the v1alpha1 version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<super::metrics::Metrics>,
 }

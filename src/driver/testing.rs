@@ -388,6 +388,7 @@ impl LocalServers {
             replication_password: unique_token(),
             backup_password: unique_token(),
             restore_password: unique_token(),
+            metrics_password: unique_token(),
         });
         set.launch(count).await
     }

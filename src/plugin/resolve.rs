@@ -155,6 +155,7 @@ pub fn cluster_report(
             replication: UNKNOWN_HASH.into(),
             backup: Some(UNKNOWN_HASH.into()),
             restore: Some(UNKNOWN_HASH.into()),
+            metrics: config.metrics.as_ref().map(|_| UNKNOWN_HASH.into()),
         }
     });
     let acl_file = render_acl_file_hashed(bindings, roles, &hashes);
@@ -454,6 +455,7 @@ mod tests {
             replication_password: "repl-secret".into(),
             backup_password: "backup-secret".into(),
             restore_password: "restore-secret".into(),
+            metrics_password: "m".into(),
         };
         let acl_file = render_acl_file(bindings, roles, &credentials);
 

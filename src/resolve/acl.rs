@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::api::constants::{
-    BACKUP_ACL_USERNAME, OPERATOR_ACL_USERNAME, REPLICATION_ACL_USERNAME, RESTORE_ACL_USERNAME,
+    BACKUP_ACL_USERNAME, METRICS_ACL_USERNAME, OPERATOR_ACL_USERNAME, REPLICATION_ACL_USERNAME,
+    RESTORE_ACL_USERNAME,
 };
 use crate::api::{AclBinding, KeyAccess, RuleAccess, ValkeyRoleSpec};
 
@@ -108,6 +109,20 @@ pub const BACKUP_COMMANDS: &[&str] = &["auth", "ping", "replconf", "sync"];
 /// new cluster's primaries. It writes any key, reads none (`RESTORE` returns no value).
 pub const RESTORE_COMMANDS: &[&str] = &["auth", "ping", "restore", "function|load"];
 
+/// The metrics user (the exporter beside each member): server statistics, nothing else. No
+/// key, no channel, and no `CONFIG` (`CONFIG GET` returns the replication password): the
+/// exporter runs with its config command off.
+pub const METRICS_COMMANDS: &[&str] = &[
+    "auth",
+    "ping",
+    "info",
+    "cluster|info",
+    "slowlog|get",
+    "slowlog|len",
+    "latency|latest",
+    "client|setname",
+];
+
 /// Denied at the end of every selector of every bound user, whatever its role grants: `CONFIG
 /// GET` returns `masterauth`, the replication user's password, and `CONFIG SET` changes what
 /// the operator manages. Roles cannot grant it (the role webhook refuses an explicit
@@ -125,6 +140,8 @@ pub struct OperatorCredentials {
     pub backup_password: String,
     /// Restore Jobs' password (added as the backup user's was).
     pub restore_password: String,
+    /// The metrics exporters' password (added as the backup user's was).
+    pub metrics_password: String,
 }
 
 /// Prefix of the revision marker user (reserved: bindings may not start a name with `_`).
@@ -175,6 +192,8 @@ pub struct OperatorUserHashes {
     pub backup: Option<String>,
     /// None in files rendered before restores existed.
     pub restore: Option<String>,
+    /// None unless the cluster's config turns metrics on.
+    pub metrics: Option<String>,
 }
 
 impl OperatorCredentials {
@@ -184,15 +203,18 @@ impl OperatorCredentials {
             replication: sha256_hex(&self.replication_password),
             backup: Some(sha256_hex(&self.backup_password)),
             restore: Some(sha256_hex(&self.restore_password)),
+            metrics: Some(sha256_hex(&self.metrics_password)),
         }
     }
 
     /// The hashes a cluster's ACL file carries: the restore user only while `restoring` (it
-    /// may write every key; outside a restore nothing needs it, so no member knows it).
-    pub fn hashes_of_users(&self, restoring: bool) -> OperatorUserHashes {
+    /// may write every key; outside a restore nothing needs it, so no member knows it), the
+    /// metrics user only while the members run exporters (`metrics`).
+    pub fn hashes_of_users(&self, restoring: bool, metrics: bool) -> OperatorUserHashes {
         let hashes = self.hashes();
         OperatorUserHashes {
             restore: hashes.restore.filter(|_| restoring),
+            metrics: hashes.metrics.filter(|_| metrics),
             ..hashes
         }
     }
@@ -214,6 +236,7 @@ pub fn operator_user_hashes(file: &str) -> Option<OperatorUserHashes> {
         replication: hash_of(REPLICATION_ACL_USERNAME)?,
         backup: hash_of(BACKUP_ACL_USERNAME),
         restore: hash_of(RESTORE_ACL_USERNAME),
+        metrics: hash_of(METRICS_ACL_USERNAME),
     })
 }
 
@@ -265,6 +288,13 @@ fn render_acl_body(
             out,
             "user {RESTORE_ACL_USERNAME} on #{restore} resetchannels ~* -@all {}",
             rules(RESTORE_COMMANDS, &[])
+        );
+    }
+    if let Some(metrics) = &operator_users.metrics {
+        let _ = writeln!(
+            out,
+            "user {METRICS_ACL_USERNAME} on #{metrics} resetkeys resetchannels -@all {}",
+            rules(METRICS_COMMANDS, &[])
         );
     }
     if !bindings.iter().any(|b| b.username == "default") {
@@ -403,6 +433,7 @@ mod tests {
             replication_password: "rep".into(),
             backup_password: "bak".into(),
             restore_password: "res".into(),
+            metrics_password: "m".into(),
         }
     }
 
@@ -656,8 +687,8 @@ mod tests {
         }
         assert_eq!(
             file.lines().count(),
-            7,
-            "marker, four operator users, default, app:\n{file}"
+            8,
+            "marker, five operator users, default, app:\n{file}"
         );
     }
 
@@ -679,6 +710,7 @@ mod tests {
                 "_valkey-replication",
                 "_valkey-backup",
                 "_valkey-restore",
+                "_valkey-metrics",
                 "default",
                 "zeta",
                 "alpha"
@@ -688,8 +720,9 @@ mod tests {
 
     #[test]
     fn the_restore_user_is_in_the_file_only_while_a_restore_is_outstanding() {
-        let render =
-            |restoring| render_acl_file_hashed(&[], &roles(), &creds().hashes_of_users(restoring));
+        let render = |restoring| {
+            render_acl_file_hashed(&[], &roles(), &creds().hashes_of_users(restoring, false))
+        };
         let (restoring, done) = (render(true), render(false));
         assert!(
             restoring.contains("user _valkey-restore on #"),
@@ -702,7 +735,31 @@ mod tests {
             let hashes = operator_user_hashes(file).unwrap();
             assert_eq!(&render_acl_file_hashed(&[], &roles(), &hashes), file);
         }
-        assert_eq!(creds().hashes_of_users(true), creds().hashes());
+        assert_eq!(creds().hashes_of_users(true, true), creds().hashes());
+    }
+
+    #[test]
+    fn the_metrics_user_is_in_the_file_only_with_metrics_and_reads_no_key() {
+        let render = |metrics| {
+            render_acl_file_hashed(&[], &roles(), &creds().hashes_of_users(false, metrics))
+        };
+        let (on, off) = (render(true), render(false));
+        assert!(!off.contains("_valkey-metrics"), "{off}");
+        let line = on
+            .lines()
+            .find(|l| l.starts_with("user _valkey-metrics on #"))
+            .unwrap_or_else(|| panic!("{on}"));
+        assert!(line.contains(" resetkeys resetchannels -@all "), "{line}");
+        assert!(!line.contains('~') && !line.contains("config"), "{line}");
+        assert!(
+            line.ends_with(
+                "+info +cluster|info +slowlog|get +slowlog|len +latency|latest +client|setname"
+            ),
+            "{line}"
+        );
+        let hashes = operator_user_hashes(&on).unwrap();
+        assert_eq!(render_acl_file_hashed(&[], &roles(), &hashes), on);
+        assert_ne!(file_revision(&on), file_revision(&off));
     }
 
     #[test]

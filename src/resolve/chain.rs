@@ -129,6 +129,8 @@ pub struct ResolvedConfig {
     pub scheduling: Scheduling,
     /// Storage of the nearest config that sets `storage` (none: memory-only members).
     pub storage: Option<Storage>,
+    /// Metrics of the nearest config that sets `metrics` (none: no exporter).
+    pub metrics: Option<crate::api::metrics::Metrics>,
 }
 
 /// Who holds a reference that could not be resolved; used in messages.
@@ -275,8 +277,12 @@ impl fmt::Display for ResolveError {
 
 impl std::error::Error for ResolveError {}
 
-/// Walks the chain from `config_ref` to its root and merges it.
-pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConfig, ResolveError> {
+/// The configs from `config_ref` to its root (names and specs, child first): a cycle, a chain
+/// deeper than [`MAX_CONFIG_CHAIN_DEPTH`] or a missing config is an error.
+fn walk_chain(
+    menu: &impl Menu,
+    config_ref: &str,
+) -> Result<(Vec<String>, Vec<ValkeyConfigSpec>), ResolveError> {
     let mut chain: Vec<String> = Vec::new();
     let mut specs: Vec<ValkeyConfigSpec> = Vec::new();
     let mut next = Some((config_ref.to_string(), Referrer::Cluster));
@@ -302,7 +308,12 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
         chain.push(name);
         specs.push(spec);
     }
+    Ok((chain, specs))
+}
 
+/// Walks the chain from `config_ref` to its root and merges it.
+pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConfig, ResolveError> {
+    let (chain, specs) = walk_chain(menu, config_ref)?;
     let (image_config, image_ref) = chain
         .iter()
         .zip(&specs)
@@ -324,6 +335,7 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
     let mut acl = None;
     let mut scheduling = None;
     let mut storage = None;
+    let mut metrics = None;
     for spec in specs.iter().rev() {
         valkey.extend(spec.valkey.clone());
         if let Some(resources) = &spec.resources {
@@ -339,6 +351,9 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
         if spec.storage.is_some() {
             storage = spec.storage.clone();
         }
+        if spec.metrics.is_some() {
+            metrics = spec.metrics.clone();
+        }
     }
     Ok(ResolvedConfig {
         chain,
@@ -352,6 +367,7 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
         acl: acl.unwrap_or_default(),
         scheduling: scheduling.unwrap_or_default(),
         storage,
+        metrics,
     })
 }
 
@@ -530,6 +546,7 @@ pub(crate) mod tests {
             acl: None,
             scheduling: None,
             storage: None,
+            metrics: None,
         }
     }
 

@@ -62,19 +62,25 @@ async fn apply_cluster_objects(
     let namespace = cluster.namespace().unwrap_or_default();
     let credentials = credentials::ensure_operator_secret(ctx, cluster, formed).await?;
     let (bindings, roles) = &resolved.acl_file_inputs;
-    let users = credentials.hashes_of_users(cluster.restore_outstanding());
+    let metrics = resolved.config.metrics.as_ref();
+    let users = credentials.hashes_of_users(cluster.restore_outstanding(), metrics.is_some());
     let acl_file = render_acl_file_hashed(bindings, roles, &users);
     apply(
         ctx,
         &namespace,
-        build::acl_secret(cluster, &acl_file, &credentials)?,
+        build::acl_secret(cluster, &acl_file, &credentials, metrics.is_some())?,
     )
     .await?;
     apply(ctx, &namespace, build::headless_service(cluster)?).await?;
     apply(ctx, &namespace, build::client_service(cluster)?).await?;
     apply(ctx, &namespace, build::pdb(cluster)?).await?;
-    let policy =
-        build::network_policy(cluster, &ctx.operator_namespace, ctx.settings.clients_from)?;
+    let scrapers = metrics.map(|m| m.scrapers.as_slice()).unwrap_or_default();
+    let policy = build::network_policy(
+        cluster,
+        &ctx.operator_namespace,
+        ctx.settings.clients_from,
+        scrapers,
+    )?;
     apply(ctx, &namespace, policy).await?;
     Ok((credentials, acl_file))
 }

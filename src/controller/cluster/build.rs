@@ -17,6 +17,7 @@ use crate::api::constants::{
     CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_APP_COMPONENT, LABEL_APP_MANAGED_BY, LABEL_SPEC_HASH,
     MANAGER,
 };
+use crate::api::metrics::{EXPORTER_PORT, LabelsSelector, Scraper};
 use crate::api::validation::desired_members;
 use crate::api::{NodePlacement, ValkeyCluster, ValkeyNode, ValkeyNodeSpec, ZoneSpread};
 use crate::controller::names;
@@ -36,6 +37,9 @@ pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
 pub const BACKUP_PASSWORD_KEY: &str = "backup-password";
 pub const RESTORE_PASSWORD_KEY: &str = "restore-password";
+/// Key of the metrics exporters' password, in the operator Secret and in the ACL Secret the
+/// exporters read it from.
+pub const METRICS_PASSWORD_KEY: &str = "metrics-password";
 
 fn meta(cluster: &ValkeyCluster, name: String, component: &str) -> Result<ObjectMeta, BuildError> {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
@@ -88,6 +92,7 @@ pub fn desired_node_spec(
             cluster.spec.replicas_per_shard,
         )),
         storage: resolved.storage.clone(),
+        exporter: resolved.metrics.as_ref().map(|m| m.member_exporter()),
     }
 }
 
@@ -246,6 +251,7 @@ pub fn network_policy(
     cluster: &ValkeyCluster,
     operator_namespace: &str,
     clients_from: crate::settings::ClientsFrom,
+    scrapers: &[Scraper],
 ) -> Result<NetworkPolicy, BuildError> {
     use crate::settings::ClientsFrom;
     // Unrestricted opens the client port to every source, never the cluster bus: a stranger
@@ -284,38 +290,72 @@ pub fn network_policy(
         ]))),
         ..Default::default()
     };
-    let port = |p: u16| NetworkPolicyPort {
-        protocol: Some("TCP".into()),
-        port: Some(IntOrString::Int(p.into())),
-        ..Default::default()
-    };
-    let rule = |from, ports| NetworkPolicyIngressRule {
-        from: Some(from),
-        ports: Some(ports),
-    };
     let client_rule = match clients {
-        Some(clients) => rule(vec![operator, backups, clients], vec![port(CLIENT_PORT)]),
+        Some(clients) => ingress_from(
+            vec![operator, backups, clients],
+            vec![tcp_port(CLIENT_PORT)],
+        ),
         // No `from`: every source.
         None => NetworkPolicyIngressRule {
             from: None,
-            ports: Some(vec![port(CLIENT_PORT)]),
+            ports: Some(vec![tcp_port(CLIENT_PORT)]),
         },
     };
+    let mut ingress = vec![
+        ingress_from(
+            vec![members],
+            vec![tcp_port(CLIENT_PORT), tcp_port(CLUSTER_BUS_PORT)],
+        ),
+        client_rule,
+    ];
+    ingress.extend(scrapers_rule(scrapers));
     Ok(NetworkPolicy {
         metadata: meta(cluster, names::pdb(&name), "members")?,
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(match_labels(names::member_selector(&name))),
             policy_types: Some(vec!["Ingress".into()]),
-            ingress: Some(vec![
-                rule(
-                    vec![members],
-                    vec![port(CLIENT_PORT), port(CLUSTER_BUS_PORT)],
-                ),
-                client_rule,
-            ]),
+            ingress: Some(ingress),
             ..Default::default()
         }),
     })
+}
+
+fn tcp_port(port: u16) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        protocol: Some("TCP".into()),
+        port: Some(IntOrString::Int(port.into())),
+        ..Default::default()
+    }
+}
+
+fn ingress_from(
+    from: Vec<NetworkPolicyPeer>,
+    ports: Vec<NetworkPolicyPort>,
+) -> NetworkPolicyIngressRule {
+    NetworkPolicyIngressRule {
+        from: Some(from),
+        ports: Some(ports),
+    }
+}
+
+/// The exporters' port, to the scrapers the menu names only (none: no rule, as an empty `from`
+/// would admit every source).
+fn scrapers_rule(scrapers: &[Scraper]) -> Option<NetworkPolicyIngressRule> {
+    (!scrapers.is_empty()).then(|| {
+        let from = scrapers.iter().map(scraper_peer).collect();
+        ingress_from(from, vec![tcp_port(EXPORTER_PORT)])
+    })
+}
+
+/// A scraper of the menu as the NetworkPolicy peer it stands for.
+fn scraper_peer(scraper: &Scraper) -> NetworkPolicyPeer {
+    let selector =
+        |s: &Option<LabelsSelector>| s.as_ref().map(|s| match_labels(s.match_labels.clone()));
+    NetworkPolicyPeer {
+        namespace_selector: selector(&scraper.namespace_selector),
+        pod_selector: selector(&scraper.pod_selector),
+        ..Default::default()
+    }
 }
 
 /// The Secret holding the operator's generated passwords.
@@ -364,6 +404,10 @@ pub fn credentials_secret(
                     RESTORE_PASSWORD_KEY.to_string(),
                     credentials.restore_password.clone(),
                 ),
+                (
+                    METRICS_PASSWORD_KEY.to_string(),
+                    credentials.metrics_password.clone(),
+                ),
             ]
             .into(),
         ),
@@ -372,28 +416,35 @@ pub fn credentials_secret(
 }
 
 /// The ACL Secret mounted into every member: the ACL file and the replication credentials.
+/// With `metrics`, also the metrics user's password, which each member's exporter reads (that
+/// user can read server statistics and nothing else).
 pub fn acl_secret(
     cluster: &ValkeyCluster,
     acl_file: &str,
     credentials: &OperatorCredentials,
+    metrics: bool,
 ) -> Result<Secret, BuildError> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
+    let mut data = BTreeMap::from([
+        (ACL_FILE_KEY.to_string(), acl_file.to_string()),
+        (
+            REPLICATION_AUTH_KEY.to_string(),
+            render_replication_auth(
+                crate::api::constants::REPLICATION_ACL_USERNAME,
+                &credentials.replication_password,
+            ),
+        ),
+    ]);
+    if metrics {
+        data.insert(
+            METRICS_PASSWORD_KEY.to_string(),
+            credentials.metrics_password.clone(),
+        );
+    }
     Ok(Secret {
         metadata: meta(cluster, names::acl_secret(&name), "acl")?,
         type_: Some("Opaque".into()),
-        string_data: Some(
-            [
-                (ACL_FILE_KEY.to_string(), acl_file.to_string()),
-                (
-                    REPLICATION_AUTH_KEY.to_string(),
-                    render_replication_auth(
-                        crate::api::constants::REPLICATION_ACL_USERNAME,
-                        &credentials.replication_password,
-                    ),
-                ),
-            ]
-            .into(),
-        ),
+        string_data: Some(data),
         ..Default::default()
     })
 }
@@ -474,6 +525,7 @@ mod tests {
             acl: vec![],
             scheduling: Default::default(),
             storage: None,
+            metrics: None,
         }
     }
 
@@ -624,9 +676,48 @@ mod tests {
     }
 
     #[test]
+    fn the_exporters_port_is_open_to_the_menus_scrapers_only() {
+        use crate::api::metrics::{LabelsSelector, Scraper};
+        use crate::settings::ClientsFrom;
+        let labels = |k: &str, v: &str| {
+            Some(LabelsSelector {
+                match_labels: BTreeMap::from([(k.to_string(), v.to_string())]),
+            })
+        };
+        let scrapers = [Scraper {
+            namespace_selector: labels("kubernetes.io/metadata.name", "monitoring"),
+            pod_selector: labels("app.kubernetes.io/name", "prometheus"),
+        }];
+        for clients in [ClientsFrom::SameNamespace, ClientsFrom::Unrestricted] {
+            let np = network_policy(&cluster(), "ops", clients, &scrapers).unwrap();
+            let spec = serde_json::to_value(np.spec.unwrap()).unwrap();
+            let rules = spec["ingress"].as_array().unwrap();
+            let to_9121: Vec<_> = rules
+                .iter()
+                .filter(|r| r["ports"].to_string().contains("9121"))
+                .collect();
+            assert_eq!(to_9121.len(), 1, "{rules:?}");
+            assert_eq!(
+                to_9121[0],
+                &json!({
+                    "from": [{
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
+                    }],
+                    "ports": [{"protocol": "TCP", "port": 9121}]
+                })
+            );
+        }
+        // No scraper on the menu: no rule names the port, so nobody reaches it.
+        let closed = network_policy(&cluster(), "ops", ClientsFrom::Unrestricted, &[]).unwrap();
+        let closed = serde_json::to_string(&closed.spec.unwrap()).unwrap();
+        assert!(!closed.contains("9121"), "{closed}");
+    }
+
+    #[test]
     fn the_network_policy_keeps_the_bus_among_members_and_lets_clients_and_the_operator_in() {
         use crate::settings::ClientsFrom;
-        let np = network_policy(&cluster(), "ops", ClientsFrom::SameNamespace).unwrap();
+        let np = network_policy(&cluster(), "ops", ClientsFrom::SameNamespace, &[]).unwrap();
         let spec = serde_json::to_value(np.spec.unwrap()).unwrap();
         let member = names::member_selector("my-cluster");
         assert_eq!(spec["podSelector"]["matchLabels"], json!(member));
@@ -662,14 +753,14 @@ mod tests {
             json!({"podSelector": {}}),
             "same namespace"
         );
-        let any = network_policy(&cluster(), "ops", ClientsFrom::AnyNamespace).unwrap();
+        let any = network_policy(&cluster(), "ops", ClientsFrom::AnyNamespace, &[]).unwrap();
         let any = serde_json::to_value(any.spec.unwrap()).unwrap();
         assert_eq!(
             any["ingress"][1]["from"][2],
             json!({"namespaceSelector": {}})
         );
         // Unrestricted: the client port from anywhere, the bus still from members only.
-        let open = network_policy(&cluster(), "ops", ClientsFrom::Unrestricted).unwrap();
+        let open = network_policy(&cluster(), "ops", ClientsFrom::Unrestricted, &[]).unwrap();
         let open = serde_json::to_value(open.spec.unwrap()).unwrap();
         assert_eq!(
             open["ingress"][0]["ports"],
@@ -716,8 +807,9 @@ mod tests {
             replication_password: "r".into(),
             backup_password: "b".into(),
             restore_password: "r".into(),
+            metrics_password: "m".into(),
         };
-        let s = acl_secret(&cluster(), "user x on\n", &creds).unwrap();
+        let s = acl_secret(&cluster(), "user x on\n", &creds, false).unwrap();
         let data = s.string_data.unwrap();
         assert_eq!(data[ACL_FILE_KEY], "user x on\n");
         assert!(data[REPLICATION_AUTH_KEY].contains("masterauth r"));
@@ -738,13 +830,14 @@ mod tests {
             replication_password: "r".into(),
             backup_password: "b".into(),
             restore_password: "r".into(),
+            metrics_password: "m".into(),
         };
         let spec = desired_node_spec(&c, &resolved("9.0.0"), ZoneSpread::BestEffort);
         assert!(node(&c, "my-cluster-0-0", 0, &spec).is_err());
         assert!(client_service(&c).is_err());
         assert!(headless_service(&c).is_err());
-        assert!(network_policy(&c, "ops", ClientsFrom::SameNamespace).is_err());
-        assert!(acl_secret(&c, "", &creds).is_err());
+        assert!(network_policy(&c, "ops", ClientsFrom::SameNamespace, &[]).is_err());
+        assert!(acl_secret(&c, "", &creds, false).is_err());
         // The credentials Secret lives in the operator's namespace and names no owner.
         credentials_secret(&c, "ops", &creds);
     }
@@ -799,7 +892,7 @@ mod tests {
         );
         let tcp = |port: u16| json!({"protocol": "TCP", "port": port});
         assert_eq!(
-            sent(network_policy(&c, "ops", ClientsFrom::SameNamespace).unwrap()),
+            sent(network_policy(&c, "ops", ClientsFrom::SameNamespace, &[]).unwrap()),
             json!({
                 "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                 "metadata": meta("my-cluster", "members"),

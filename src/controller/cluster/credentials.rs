@@ -38,11 +38,13 @@ pub async fn ensure_operator_secret(
             let secret = found.as_ref().expect("found");
             if has_key(secret, build::BACKUP_PASSWORD_KEY)
                 && has_key(secret, build::RESTORE_PASSWORD_KEY)
+                && has_key(secret, build::METRICS_PASSWORD_KEY)
             {
                 return read_credentials(secret, &ctx.operator_namespace, &secret_name);
             }
-            // Created before backups or restores: the passwords the members hold stay, the
-            // backup and restore users' are generated and written beside them below.
+            // Created before backups, restores or metrics: the passwords the members hold
+            // stay, the backup, restore and metrics users' are generated and written beside
+            // them below.
             found.as_ref()
         }
         Some(SecretClaim::Restored) => found.as_ref(),
@@ -75,6 +77,7 @@ pub async fn ensure_operator_secret(
             replication_password: random_password(),
             backup_password: random_password(),
             restore_password: random_password(),
+            metrics_password: random_password(),
         },
     };
     let secret = build::credentials_secret(cluster, &ctx.operator_namespace, &credentials);
@@ -211,6 +214,7 @@ fn read_credentials(
         // Missing in Secrets written before backups (and in legacy copies): a new one.
         backup_password: read(build::BACKUP_PASSWORD_KEY).unwrap_or_else(|_| random_password()),
         restore_password: read(build::RESTORE_PASSWORD_KEY).unwrap_or_else(|_| random_password()),
+        metrics_password: read(build::METRICS_PASSWORD_KEY).unwrap_or_else(|_| random_password()),
     })
 }
 

@@ -422,21 +422,33 @@ const VOLUME_NODE_MISMATCH: [&str; 2] = [
 
 /// Why a pod does not run, as Kubernetes reports it: a waiting container's reason and message
 /// (ErrImagePull, ImagePullBackOff, CrashLoopBackOff) or the scheduler's (Unschedulable).
+/// The metrics exporter's problems are named as its: Valkey starts only once it runs.
 pub fn pod_problem(pod: &Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
-    let waiting = status
-        .container_statuses
-        .iter()
-        .flatten()
-        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
-        .find(|w| {
+    let sidecars = status.init_container_statuses.iter().flatten();
+    let waiting = sidecars
+        .map(|c| (true, c))
+        .chain(
+            status
+                .container_statuses
+                .iter()
+                .flatten()
+                .map(|c| (false, c)),
+        )
+        .filter_map(|(sidecar, c)| Some((sidecar, &c.name, c.state.as_ref()?.waiting.as_ref()?)))
+        .find(|(_, _, w)| {
             w.reason
                 .as_deref()
-                .is_some_and(|r| r != "ContainerCreating")
+                .is_some_and(|r| r != "ContainerCreating" && r != "PodInitializing")
         });
-    if let Some(w) = waiting {
+    if let Some((sidecar, name, w)) = waiting {
+        let whose = if sidecar {
+            format!("container {name}: ")
+        } else {
+            String::new()
+        };
         return Some(format!(
-            "{}: {}",
+            "{whose}{}: {}",
             w.reason.clone().unwrap_or_default(),
             w.message.clone().unwrap_or_default()
         ));
@@ -665,6 +677,7 @@ mod tests {
                 tls_secret_ref: None,
                 restart_in_place,
                 storage: None,
+                exporter: None,
             },
         );
         n.status = Some(crate::api::ValkeyNodeStatus {

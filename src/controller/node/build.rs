@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{
     NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodReadinessGate,
     PodSecurityContext, PodSpec, PreferredSchedulingTerm, Probe, ResourceRequirements,
-    SeccompProfile, SecretVolumeSource, SecurityContext, TCPSocketAction, TopologySpreadConstraint,
-    Volume, VolumeMount, VolumeResourceRequirements,
+    SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext, TCPSocketAction,
+    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -21,8 +21,9 @@ use serde_json::json;
 use crate::api::constants::{
     CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_NODE, LABEL_SHARD, LABEL_SPEC_HASH,
 };
+use crate::api::metrics::{EXPORTER_NAME, EXPORTER_PORT, MemberExporter};
 use crate::api::placement::{SpreadScope, Toleration, WhenUnsatisfiable};
-use crate::api::{ValkeyNode, ValkeyNodeSpec, VolumeRetention, ZoneSpread};
+use crate::api::{Resources, ValkeyNode, ValkeyNodeSpec, VolumeRetention, ZoneSpread};
 use crate::controller::names;
 use crate::controller::owner::{BuildError, controller_owner};
 use crate::resolve::conf::{MemberConf, paths, render_valkey_conf, sha256_hex};
@@ -201,6 +202,7 @@ pub fn pod(
         image_pull_secrets: pull_secrets(node),
         affinity: node_affinity(node),
         topology_spread_constraints: Some(spread_constraints(node, &cluster)),
+        init_containers: sidecars(node, &cluster),
         containers: vec![valkey_container(node, &namespace, mounts)],
         volumes: Some(volumes),
         ..Default::default()
@@ -537,20 +539,111 @@ pub fn command(node: &ValkeyNode, namespace: &str) -> Vec<String> {
     command
 }
 
-/// The one container: valkey-server on its config file, with equal requests and limits.
-fn valkey_container(node: &ValkeyNode, namespace: &str, mounts: Vec<VolumeMount>) -> Container {
-    let resources: BTreeMap<String, Quantity> = [
-        ("cpu", node.spec.resources.cpu.as_ref()),
-        ("memory", node.spec.resources.memory.as_ref()),
+/// Equal requests and limits.
+fn requirements(resources: &Resources) -> ResourceRequirements {
+    let quantities: BTreeMap<String, Quantity> = [
+        ("cpu", resources.cpu.as_ref()),
+        ("memory", resources.memory.as_ref()),
     ]
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k.to_string(), Quantity(v.clone()))))
     .collect();
-    let port = |name: &str, port: u16| ContainerPort {
+    ResourceRequirements {
+        requests: Some(quantities.clone()),
+        limits: Some(quantities),
+        ..Default::default()
+    }
+}
+
+/// The `restricted` Pod Security Standard's container part, and a read-only root filesystem.
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        ..Default::default()
+    }
+}
+
+fn port(name: &str, port: u16) -> ContainerPort {
+    ContainerPort {
         name: Some(name.into()),
         container_port: port.into(),
         ..Default::default()
+    }
+}
+
+fn value_env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+/// The exporter, when the member has one, as a sidecar (an init container that keeps running):
+/// the pod's phase follows Valkey alone, so a member whose Valkey exited still fails as it did
+/// without one, and the kubelet stops the exporter after Valkey.
+fn sidecars(node: &ValkeyNode, cluster: &str) -> Option<Vec<Container>> {
+    let exporter = node.spec.exporter.as_ref()?;
+    Some(vec![exporter_container(node, exporter, cluster)])
+}
+
+/// The metrics exporter beside Valkey: it reads `INFO` over loopback as the metrics user,
+/// whose password it takes from the ACL Secret, with its `CONFIG` command off (`CONFIG GET *`
+/// would return the replication password, and the user may not run it anyway). Over TLS it
+/// does not check the certificate: it names the cluster's hostnames, not loopback, and the
+/// connection never leaves the pod.
+fn exporter_container(node: &ValkeyNode, exporter: &MemberExporter, cluster: &str) -> Container {
+    let scheme = if node.spec.tls_secret_ref.is_some() {
+        "rediss"
+    } else {
+        "redis"
     };
+    let password = EnvVar {
+        name: "REDIS_PASSWORD".into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: names::acl_secret(cluster),
+                key: crate::controller::cluster::build::METRICS_PASSWORD_KEY.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut env = vec![
+        value_env("REDIS_ADDR", &format!("{scheme}://127.0.0.1:{CLIENT_PORT}")),
+        value_env("REDIS_USER", crate::api::constants::METRICS_ACL_USERNAME),
+        password,
+        value_env("REDIS_EXPORTER_CONFIG_COMMAND", "-"),
+        value_env(
+            "REDIS_EXPORTER_WEB_LISTEN_ADDRESS",
+            &format!(":{EXPORTER_PORT}"),
+        ),
+    ];
+    if node.spec.tls_secret_ref.is_some() {
+        env.push(value_env("REDIS_EXPORTER_SKIP_TLS_VERIFICATION", "true"));
+    }
+    Container {
+        name: EXPORTER_NAME.into(),
+        image: Some(exporter.image.clone()),
+        env: Some(env),
+        ports: Some(vec![port(EXPORTER_NAME, EXPORTER_PORT)]),
+        resources: Some(requirements(&exporter.resources)),
+        // Keeps running beside Valkey (a sidecar), restarted if it exits.
+        restart_policy: Some("Always".into()),
+        security_context: Some(restricted()),
+        ..Default::default()
+    }
+}
+
+/// The Valkey container: valkey-server on its config file, with equal requests and limits.
+fn valkey_container(node: &ValkeyNode, namespace: &str, mounts: Vec<VolumeMount>) -> Container {
     let client_port = || {
         Some(TCPSocketAction {
             port: IntOrString::Int(CLIENT_PORT.into()),
@@ -577,11 +670,7 @@ fn valkey_container(node: &ValkeyNode, namespace: &str, mounts: Vec<VolumeMount>
             port("valkey", CLIENT_PORT),
             port("cluster-bus", CLUSTER_BUS_PORT),
         ]),
-        resources: Some(ResourceRequirements {
-            requests: Some(resources.clone()),
-            limits: Some(resources),
-            ..Default::default()
-        }),
+        resources: Some(requirements(&node.spec.resources)),
         readiness_probe: Some(Probe {
             tcp_socket: client_port(),
             period_seconds: Some(2),
@@ -599,16 +688,7 @@ fn valkey_container(node: &ValkeyNode, namespace: &str, mounts: Vec<VolumeMount>
         // Valkey logs to stdout: the tail of its log becomes the termination message, so a
         // member that exits at start says why in its pod's status (and the cluster's).
         termination_message_policy: Some("FallbackToLogsOnError".into()),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Default::default()
-            }),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            ..Default::default()
-        }),
+        security_context: Some(restricted()),
         ..Default::default()
     }
 }
@@ -648,6 +728,7 @@ mod tests {
                 tls_secret_ref: None,
                 restart_in_place: Some(false),
                 storage: None,
+                exporter: None,
             },
         );
         n.metadata.namespace = Some("my-app".into());
@@ -812,6 +893,103 @@ mod tests {
             .map(|m| m.mount_path.as_str())
             .collect();
         assert_eq!(writable, vec![paths::DATA_DIR]);
+    }
+
+    fn with_exporter(mut n: ValkeyNode) -> ValkeyNode {
+        n.spec.exporter = Some(crate::api::metrics::Metrics::default().member_exporter());
+        n
+    }
+
+    fn env_of<'a>(c: &'a Container, name: &str) -> Option<&'a EnvVar> {
+        c.env.iter().flatten().find(|e| e.name == name)
+    }
+
+    #[test]
+    fn a_member_without_metrics_has_no_exporter() {
+        let spec = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new())
+            .unwrap()
+            .spec
+            .unwrap();
+        assert!(spec.init_containers.is_none());
+        assert_eq!(spec.containers.len(), 1);
+    }
+
+    #[test]
+    fn the_exporter_is_a_restricted_sidecar_reading_info_as_the_metrics_user() {
+        let n = with_exporter(node(ZoneSpread::BestEffort, &[]));
+        let spec = pod(&n, &BTreeMap::new()).unwrap().spec.unwrap();
+        let sidecars = spec.init_containers.unwrap();
+        assert_eq!(sidecars.len(), 1);
+        let c = &sidecars[0];
+        assert_eq!(c.name, "metrics");
+        assert_eq!(c.image.as_deref(), Some("oliver006/redis_exporter:v1.45.0"));
+        // A sidecar: it keeps running, and the pod's phase follows Valkey alone.
+        assert_eq!(c.restart_policy.as_deref(), Some("Always"));
+        let ports = c.ports.clone().unwrap();
+        assert_eq!(
+            (ports[0].name.as_deref(), ports[0].container_port),
+            (Some("metrics"), 9121)
+        );
+        let value = |name| env_of(c, name).and_then(|e| e.value.clone());
+        assert_eq!(
+            value("REDIS_ADDR").as_deref(),
+            Some("redis://127.0.0.1:6379")
+        );
+        assert_eq!(value("REDIS_USER").as_deref(), Some("_valkey-metrics"));
+        assert_eq!(value("REDIS_EXPORTER_CONFIG_COMMAND").as_deref(), Some("-"));
+        assert_eq!(value("REDIS_EXPORTER_SKIP_TLS_VERIFICATION"), None);
+        let password = env_of(c, "REDIS_PASSWORD").unwrap();
+        let secret = password.value_from.clone().unwrap().secret_key_ref.unwrap();
+        assert_eq!(
+            (secret.name.as_str(), secret.key.as_str()),
+            ("my-cluster-acl", "metrics-password")
+        );
+        assert!(
+            password.value.is_none(),
+            "the password is never in the pod spec"
+        );
+        let limits = c.resources.clone().unwrap().limits.unwrap();
+        assert_eq!(limits["cpu"].0, "100m");
+        assert_eq!(limits["memory"].0, "64Mi");
+        let sc = c.security_context.clone().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert!(c.volume_mounts.is_none(), "the exporter mounts nothing");
+        // Valkey's container is the same as without metrics.
+        let plain = pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new()).unwrap();
+        assert_eq!(spec.containers, plain.spec.unwrap().containers);
+    }
+
+    #[test]
+    fn over_tls_the_exporter_speaks_tls_to_loopback() {
+        let mut n = with_exporter(node(ZoneSpread::BestEffort, &[]));
+        n.spec.tls_secret_ref = Some("my-cluster-member-tls".into());
+        let spec = pod(&n, &BTreeMap::new()).unwrap().spec.unwrap();
+        let c = &spec.init_containers.unwrap()[0];
+        let value = |name| env_of(c, name).and_then(|e| e.value.clone());
+        assert_eq!(
+            value("REDIS_ADDR").as_deref(),
+            Some("rediss://127.0.0.1:6379")
+        );
+        assert_eq!(
+            value("REDIS_EXPORTER_SKIP_TLS_VERIFICATION").as_deref(),
+            Some("true")
+        );
+    }
+
+    #[test]
+    fn turning_metrics_on_replaces_the_members_and_a_member_without_keeps_its_hash() {
+        let plain = node(ZoneSpread::BestEffort, &[]);
+        let before = crate::controller::cluster::build::spec_hash(&plain.spec);
+        // `exporter: None` is not serialized: members from before metrics keep their hash.
+        assert!(
+            !serde_json::to_string(&plain.spec)
+                .unwrap()
+                .contains("exporter")
+        );
+        let after = crate::controller::cluster::build::spec_hash(&with_exporter(plain).spec);
+        assert_ne!(before, after);
     }
 
     #[test]

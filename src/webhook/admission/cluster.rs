@@ -305,6 +305,7 @@ mod tests {
                 }]),
                 scheduling: None,
                 storage: None,
+                metrics: None,
             },
         );
         m.roles.insert(

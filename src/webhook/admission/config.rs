@@ -483,6 +483,7 @@ mod tests {
             acl: None,
             scheduling: None,
             storage: None,
+            metrics: None,
         }
     }
 

@@ -140,6 +140,7 @@ mod tests {
             acl: None,
             scheduling: None,
             storage: None,
+            metrics: None,
         }
     }
 

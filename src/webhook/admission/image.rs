@@ -195,6 +195,7 @@ mod tests {
                 acl: None,
                 scheduling: None,
                 storage: None,
+                metrics: None,
             },
         );
         m
