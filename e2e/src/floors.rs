@@ -59,7 +59,16 @@ static ONE_FLOOR_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_n
 /// cluster down answers `CLUSTERDOWN` to `MIGRATE`, and a member that has not heard of the
 /// target yet may never take its ownership.
 async fn wait_settled(driver: &dyn ClusterDriver, members: &[MemberAddr]) -> anyhow::Result<()> {
-    wait_for_polling("the cluster to settle", TIMEOUT, SETUP_POLL, || async {
+    wait_settled_polling(driver, members, SETUP_POLL).await
+}
+
+/// [`wait_settled`], asking every `poll`.
+async fn wait_settled_polling(
+    driver: &dyn ClusterDriver,
+    members: &[MemberAddr],
+    poll: Duration,
+) -> anyhow::Result<()> {
+    wait_for_polling("the cluster to settle", TIMEOUT, poll, || async {
         let mut first_view: Option<(MemberAddr, BTreeMap<NodeId, Vec<SlotRange>>)> = None;
         for m in members {
             let info = driver.cluster_info(m).await.map_err(|e| e.to_string())?;
@@ -139,6 +148,55 @@ fn driver_for(servers: &LocalServers) -> FredDriver {
 /// Node ids of `members`, in order.
 async fn ids_of(driver: &dyn ClusterDriver, members: &[MemberAddr]) -> anyhow::Result<Vec<NodeId>> {
     Ok(try_join_all(members.iter().map(|m| driver.my_id(m))).await?)
+}
+
+// ---- formation --------------------------------------------------------------------------
+
+/// The formation floor nobody here wrote: `valkey-cli --cluster create` of [`SHARDS`] x 1
+/// replica from 6 fresh valkey-servers of `build`, timed from the command's start until the
+/// cluster has settled ([`wait_settled`], asked every [`TIMED_POLL`]: every member reports
+/// `cluster_state:ok`, knows all six and sees the same slot owners). None when the build has
+/// no valkey-cli. A failed attempt is retried once on fresh servers.
+pub async fn cli_formation_floor(build: ValkeyBuild) -> anyhow::Result<Option<f64>> {
+    let Some(cli) = valkey_cli(build) else {
+        return Ok(None);
+    };
+    let _one = ONE_FLOOR_AT_A_TIME.lock().await;
+    let mut errors = Vec::new();
+    for attempt in 1..=2 {
+        match cli_formation(&cli, build).await {
+            Ok(seconds) => return Ok(Some(seconds)),
+            Err(e) => errors.push(format!("attempt {attempt}: {e:#}")),
+        }
+    }
+    bail!("valkey-cli --cluster create: {}", errors.join("; "))
+}
+
+async fn cli_formation(cli: &PathBuf, build: ValkeyBuild) -> anyhow::Result<f64> {
+    let servers = LocalServers::start(build, SHARDS * 2)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let driver = driver_for(&servers);
+    let auth = &servers.credentials;
+    let members: Vec<String> = servers.addrs().iter().map(|m| m.to_string()).collect();
+    let started = Instant::now();
+    let output = tokio::process::Command::new(cli)
+        .args(["--no-auth-warning", "--user", &auth.username])
+        .args(["--pass", &auth.password, "--cluster", "create"])
+        .args(&members)
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .output()
+        .await
+        .with_context(|| format!("run {}", cli.display()))?;
+    if !output.status.success() {
+        bail!(
+            "failed ({}): {}",
+            output.status,
+            last_lines(&output.stdout, &output.stderr)
+        );
+    }
+    wait_settled_polling(&driver, &servers.addrs(), TIMED_POLL).await?;
+    Ok(started.elapsed().as_secs_f64())
 }
 
 // ---- rolling replacement ----------------------------------------------------------------

@@ -159,9 +159,11 @@ impl Section {
         match self {
             Section::Formation => {
                 "Time-to-Active of a 3-shard × 1-replica ValkeyCluster (from the apply until its \
-                 status says Active), next to the formation floor measured in the same run: 6 \
-                 fresh valkey-servers formed into the same shape by the operator's driver calls \
-                 alone, with no Kubernetes in between. The ratio is of the medians."
+                 status says Active), next to the formation floor measured in the same run: \
+                 `valkey-cli --cluster create` of 6 fresh valkey-servers of the same build into \
+                 the same shape (`--cluster-replicas 1`), until every member reports \
+                 `cluster_state:ok`, knows all six and sees the same slot owners, with no \
+                 Kubernetes in between. The ratio is of the medians."
             }
             Section::Rollout => {
                 "Rolling replacement of a 3 × 1 cluster from Valkey 9.0.0 to 9.1.2 by repointing \

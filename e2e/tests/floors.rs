@@ -6,8 +6,11 @@
 //! test with instructions. `cargo test -p valkey-e2e --test floors -- --ignored --nocapture`
 //! runs them at the bench's size ([`PRELOADED`] keys) and prints the figures.
 
-use valkey_e2e::floors::{MigrateFloor, RolloutFloor, migrate_slots_floor, rollout_shard_floor};
+use valkey_e2e::floors::{
+    MigrateFloor, RolloutFloor, cli_formation_floor, migrate_slots_floor, rollout_shard_floor,
+};
 use valkey_e2e::workload::PRELOADED;
+use valkey_operator::driver::testing::ValkeyBuild;
 
 fn print_rollout(floor: &RolloutFloor) {
     for (shard, s) in floor.per_shard.iter().enumerate() {
@@ -89,4 +92,16 @@ async fn the_floors_at_the_bench_size() {
     let floor = migrate_slots_floor(PRELOADED).await.expect("migrate floor");
     print_migrate(PRELOADED, &floor);
     print_rollout(&rollout_shard_floor().await.expect("rollout floor"));
+}
+
+/// `valkey-cli --cluster create` forms the bench's shape and the floor says how long it took
+/// (the build the cache holds carries valkey-cli).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_formation_floor_forms_three_shards_with_a_replica_each() {
+    let seconds = cli_formation_floor(ValkeyBuild::V9_0)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .expect("valkey-cli beside valkey-server 9.0");
+    println!("valkey-cli --cluster create floor: {seconds:.3} s");
+    assert!(seconds > 0.0);
 }

@@ -4,8 +4,8 @@
 //! Floors measured on local valkey-server processes are in `valkey_e2e::floors`.
 //!
 //! * Formation: time-to-Active of a 3-shard x 1-replica ValkeyCluster next to the formation
-//!   floor measured in the same run (6 fresh valkey-servers formed with driver calls alone),
-//!   and their ratio.
+//!   floor measured in the same run (`valkey-cli --cluster create` of 6 fresh valkey-servers of
+//!   the same build into the same shape, until settled), and their ratio.
 //! * Shard scale-out 3 -> 5 with 100,000 keys: the atomic slot-move phase (from Valkey's own
 //!   job records) next to raw `CLUSTER MIGRATESLOTS` of the same slots and keys by hand
 //!   (`floors::migrate_slots_floor`, with `valkey-cli --cluster reshard` as the key-by-key
@@ -155,7 +155,22 @@ async fn operator_write_back(
     Ok((back, whole.as_secs_f64()))
 }
 
-async fn formation_floor() -> anyhow::Result<Duration> {
+/// The formation floor: `valkey-cli --cluster create` of the same shape on the same build
+/// (`floors::cli_formation_floor`); the operator's driver calls alone
+/// ([`driver_formation_floor`]) only when the build has no valkey-cli, and said so.
+async fn formation_floor() -> anyhow::Result<f64> {
+    match floors::cli_formation_floor(ValkeyBuild::V9_0).await? {
+        Some(seconds) => Ok(seconds),
+        None => {
+            println!(
+                "formation floor: no valkey-cli beside valkey-server 9.0: driver calls instead"
+            );
+            Ok(driver_formation_floor().await?.as_secs_f64())
+        }
+    }
+}
+
+async fn driver_formation_floor() -> anyhow::Result<Duration> {
     let servers = LocalServers::start(ValkeyBuild::V9_0, SHARDS * 2)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -685,7 +700,7 @@ async fn settled(api: &Api<ValkeyCluster>, n: usize) -> anyhow::Result<(usize, u
 async fn measure_formation(client: &Client, runs: usize) -> anyhow::Result<report::Formation> {
     let mut measured = Vec::new();
     for run in 1..=runs {
-        let floor = formation_floor().await?.as_secs_f64();
+        let floor = formation_floor().await?;
         let active = time_to_active(client, "standard", SHARDS, 1)
             .await?
             .as_secs_f64();

@@ -104,14 +104,14 @@ impl Report {
             |what: &str, figure: Option<f64>, limit: f64| at_most(what, figure, limit, Unit::Ratio);
         vec![
             ratio(
-                "Time-to-Active ÷ formation floor (medians)",
+                "Time-to-Active ÷ `valkey-cli --cluster create` floor (medians)",
                 self.formation.as_ref().and_then(|f| f.medians().ratio()),
-                1.5,
+                1.3,
             ),
             ratio(
                 "Rollout per shard ÷ floor (worst shard)",
                 self.rollout.as_ref().and_then(Rollout::worst_ratio),
-                1.5,
+                1.3,
             ),
             ratio(
                 "Atomic slot move ÷ raw CLUSTER MIGRATESLOTS",

@@ -268,11 +268,11 @@ fn ratio_goals_hold_at_their_limit_as_shown() {
         formation: Some(formation(floor, operator)),
         ..Report::default()
     };
-    assert_eq!(verdict(&with(2.0, 3.0), "Time-to-Active"), Verdict::Met);
-    // 1.504 is shown as 1.50×: the reader sees the limit, so does the verdict.
-    assert_eq!(verdict(&with(1.0, 1.504), "Time-to-Active"), Verdict::Met);
+    assert_eq!(verdict(&with(2.0, 2.6), "Time-to-Active"), Verdict::Met);
+    // 1.304 is shown as 1.30×: the reader sees the limit, so does the verdict.
+    assert_eq!(verdict(&with(1.0, 1.304), "Time-to-Active"), Verdict::Met);
     assert_eq!(
-        verdict(&with(1.0, 1.506), "Time-to-Active"),
+        verdict(&with(1.0, 1.306), "Time-to-Active"),
         Verdict::NotMet
     );
     let mut slot_move = full_report().slot_move.unwrap();
