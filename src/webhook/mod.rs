@@ -6,12 +6,14 @@
 //!
 //! - [`tls`]: the serving certificate, read from files and reloaded when they change.
 //! - [`admission`]: one pure `validate` per kind.
+//! - [`admit`](mod@admit): the one admission path every kind's route takes ([`admit::Validate`]).
 //! - [`memory`]: Valkey memory units and Kubernetes quantities.
 //! - [`limits`]: one concurrency limit for every path, the body cap, the read deadlines.
 //! - [`router`]: the HTTP surface; a body that is not an AdmissionReview of the expected kind
 //!   gets a 4xx, never a crash.
 
 pub mod admission;
+pub mod admit;
 pub mod check;
 pub mod conversion;
 pub mod limits;
@@ -28,14 +30,14 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
-use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
+use crate::api::metering::ValkeyMeteringRecord;
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
 use admission::MenuSource;
 use admission::node::NodePolicy;
+use admit::{Validate, admit};
 
 pub use limits::{Limits, MAX_BODY_BYTES, MAX_CONCURRENT_REVIEWS};
 
@@ -76,12 +78,15 @@ pub fn router(state: Arc<WebhookState>) -> Router {
 /// per route).
 pub fn router_with_limits(state: Arc<WebhookState>, limits: Arc<Limits>) -> Router {
     Router::new()
-        .route("/validate/valkeynode", post(validate_node))
-        .route("/validate/valkeycluster", post(validate_cluster))
-        .route("/validate/valkeyconfig", post(validate_config))
-        .route("/validate/valkeyrole", post(validate_role))
-        .route("/validate/valkeyimage", post(validate_image))
-        .route(METERING_PATH, post(validate_metering_record))
+        .route(ValkeyNode::PATH, post(admit::<ValkeyNode>))
+        .route(ValkeyCluster::PATH, post(admit::<ValkeyCluster>))
+        .route(ValkeyConfig::PATH, post(admit::<ValkeyConfig>))
+        .route(ValkeyRole::PATH, post(admit::<ValkeyRole>))
+        .route(ValkeyImage::PATH, post(admit::<ValkeyImage>))
+        .route(
+            ValkeyMeteringRecord::PATH,
+            post(admit::<ValkeyMeteringRecord>),
+        )
         .route(crate::api::crd::CONVERSION_PATH, post(convert))
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
@@ -131,165 +136,8 @@ fn bad_request(status: StatusCode, reason: String) -> Response {
     (status, reason).into_response()
 }
 
-/// Parses a review of kind `K`, or explains in a 400 why the body is not one.
-#[allow(clippy::result_large_err)]
-fn parse_review<K>(body: &[u8]) -> Result<AdmissionRequest<K>, Response>
-where
-    K: kube::Resource + DeserializeOwned,
-{
-    let review: AdmissionReview<K> = serde_json::from_slice(body).map_err(|e| {
-        bad_request(
-            StatusCode::BAD_REQUEST,
-            format!("body is not an admission.k8s.io/v1 AdmissionReview of the expected kind: {e}"),
-        )
-    })?;
-    review.try_into().map_err(|_| {
-        bad_request(
-            StatusCode::BAD_REQUEST,
-            "AdmissionReview has no request".to_string(),
-        )
-    })
-}
-
-fn respond(
-    metrics: &crate::telemetry::Metrics,
-    kind: &'static str,
-    started: Instant,
-    response: AdmissionResponse,
-) -> Response {
-    metrics.webhook_latency(kind, started.elapsed());
-    metrics.admission(kind, response.allowed);
-    let allowed = response.allowed;
-    let warnings = response.warnings.as_ref().map_or(0, Vec::len);
-    tracing::debug!(
-        kind,
-        allowed,
-        warnings,
-        elapsed_us = started.elapsed().as_micros() as u64,
-        "admission review"
-    );
-    if !allowed {
-        info!(kind, message = %response.result.message, "admission denied");
-    }
-    axum::Json(response.into_review()).into_response()
-}
-
-#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeynode"))]
-async fn validate_node(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    let started = Instant::now();
-    match parse_review::<ValkeyNode>(&body) {
-        Ok(req) => respond(
-            &state.metrics,
-            "ValkeyNode",
-            started,
-            admission::node::validate(&req, &state.node_policy),
-        ),
-        Err(r) => r,
-    }
-}
-
-#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeycluster"))]
-async fn validate_cluster(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    let started = Instant::now();
-    match parse_review::<ValkeyCluster>(&body) {
-        Ok(req) => {
-            let menu = state.menu.snapshot().await;
-            let mut response = admission::cluster::validate(&req, &menu);
-            if let Some((namespace, name)) = restore_named(&req) {
-                let source = state.menu.restore_source(&namespace, &name).await;
-                response = admission::cluster::restore_response(&req, response, &source);
-            }
-            respond(&state.metrics, "ValkeyCluster", started, response)
-        }
-        Err(r) => r,
-    }
-}
-
-/// The backup a created cluster's `spec.restoreFrom` names.
-fn restore_named(req: &AdmissionRequest<ValkeyCluster>) -> Option<(String, String)> {
-    if req.operation != kube::core::admission::Operation::Create {
-        return None;
-    }
-    let cluster = req.object.as_ref()?;
-    let from = cluster.spec.restore_from.as_ref()?;
-    let mut cluster = cluster.clone();
-    // A created object may have no namespace yet in the review's object: the request's.
-    if cluster.metadata.namespace.is_none() {
-        cluster.metadata.namespace = req.namespace.clone();
-    }
-    Some(crate::backup::restore::source_of(&cluster, from))
-}
-
 /// The metering records' route (the chart registers it for records and their status).
 pub const METERING_PATH: &str = "/validate/valkeymeteringrecord";
-
-#[tracing::instrument(name = "webhook", skip_all, fields(path = METERING_PATH))]
-async fn validate_metering_record(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    let started = Instant::now();
-    match parse_review::<crate::api::metering::ValkeyMeteringRecord>(&body) {
-        Ok(req) => respond(
-            &state.metrics,
-            "ValkeyMeteringRecord",
-            started,
-            admission::metering::validate(&req, &state.node_policy.operator),
-        ),
-        Err(r) => r,
-    }
-}
-
-#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeyconfig"))]
-async fn validate_config(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    let started = Instant::now();
-    match parse_review::<ValkeyConfig>(&body) {
-        Ok(req) => {
-            let (menu, clusters) = tokio::join!(state.menu.fresh_snapshot(), state.menu.clusters());
-            respond(
-                &state.metrics,
-                "ValkeyConfig",
-                started,
-                admission::config::validate(&req, &menu, &clusters),
-            )
-        }
-        Err(r) => r,
-    }
-}
-
-#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeyrole"))]
-async fn validate_role(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    let started = Instant::now();
-    match parse_review::<ValkeyRole>(&body) {
-        Ok(req) if req.operation == kube::core::admission::Operation::Delete => {
-            let (menu, clusters) = tokio::join!(state.menu.snapshot(), state.menu.clusters());
-            let kind = admission::dependants::MenuKind::Role;
-            let response = admission::dependants::review_deletion(&req, &menu, &clusters, kind);
-            respond(&state.metrics, "ValkeyRole", started, response)
-        }
-        Ok(req) => respond(
-            &state.metrics,
-            "ValkeyRole",
-            started,
-            admission::role::validate(&req),
-        ),
-        Err(r) => r,
-    }
-}
-
-#[tracing::instrument(name = "webhook", skip_all, fields(path = "/validate/valkeyimage"))]
-async fn validate_image(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    let started = Instant::now();
-    match parse_review::<ValkeyImage>(&body) {
-        Ok(req) => {
-            let (menu, clusters) = tokio::join!(state.menu.snapshot(), state.menu.clusters());
-            respond(
-                &state.metrics,
-                "ValkeyImage",
-                started,
-                admission::image::validate(&req, &menu, &clusters, state.version_floor),
-            )
-        }
-        Err(r) => r,
-    }
-}
 
 /// Serves until the process ends. Without certificate files it logs a warning and waits for
 /// them (a Secret volume may appear later) instead of failing the operator.
