@@ -182,6 +182,11 @@ pub struct ValkeyClusterStatus {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 
+    /// The ACL revision (the `_rev-<hex>` marker of the rendered ACL file) the `AclApplied`
+    /// condition describes: loaded on every member when that condition is True.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl_revision: Option<String>,
+
     /// Every member of the Valkey cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<ClusterNodeStatus>,

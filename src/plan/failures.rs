@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::context::{Answered, AnsweredMember, Observed, names, short, slot_owners};
-use super::{Member, Phase, Plan, Step, Topology};
+use super::{Member, Phase, Plan, Step, Topology, Wait};
 use crate::api::Lifecycle;
 use crate::topology::{FailoverMode, NodeId};
 
@@ -41,6 +41,9 @@ pub(super) fn wait_for_the_established(o: &Observed) -> Option<Plan> {
     }
     Some(Plan::waiting_for_members(
         Phase::Degraded,
+        Wait::Established {
+            members: established.iter().map(|m| m.name.clone()).collect(),
+        },
         format!(
             "waiting for any of the cluster's {} established member(s) to answer ({}): nothing is created, introduced or given slots until one does, so no second cluster forms beside the one holding the data",
             established.len(),
@@ -76,6 +79,7 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
     let mut steps = Vec::new();
     let mut notes = Vec::new();
     let mut retire = Vec::new();
+    let mut without_replica = Vec::new();
     for g in gone {
         let reason = g.gone.as_deref().unwrap_or("gone");
         let Some(id) = g.id().filter(|id| slot_owners.contains(id)) else {
@@ -106,6 +110,7 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
                 "shard {}: its primary {} is gone ({reason}) and no replica of it answers",
                 g.shard, g.name
             ));
+            without_replica.push(g.name.clone());
             continue;
         };
         notes.push(format!(
@@ -123,7 +128,10 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
     }
     let lost_shards = shards_without_their_data(o, |m| m.gone.is_some());
     notes.splice(0..0, lost_data_note(&lost_shards));
-    let mut plan = Plan::new(Phase::Degraded, steps, notes.join("; "));
+    let mut plan =
+        Plan::new(Phase::Degraded, steps, notes.join("; ")).waiting(Wait::GonePrimaries {
+            members: without_replica,
+        });
     plan.lost_shards = lost_shards;
     Some(plan)
 }
@@ -251,7 +259,13 @@ pub(super) fn wait_for_answers(o: &Observed) -> Option<Plan> {
     } else {
         o.changing.clone()
     };
-    Some(Plan::waiting_for_members(phase, message))
+    let on = Wait::Answers {
+        members: unreachable
+            .iter()
+            .map(|m| (m.name.clone(), m.pod_problem.clone()))
+            .collect(),
+    };
+    Some(Plan::waiting_for_members(phase, on, message))
 }
 
 /// 2b. Failures. A member whose Valkey lost its identity (its pod was lost and replaced: new

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::context::{Answered, AnsweredMember, Observed, names, owned_slots, shard_primary};
-use super::{Phase, Plan, Step, Topology, member_name};
+use super::{Phase, Plan, Step, Topology, Wait, member_name};
 use crate::api::Lifecycle;
 use crate::topology::NodeId;
 use crate::topology::slots::{SLOT_COUNT, count_slots, even_ranges, subtract};
@@ -284,7 +284,7 @@ fn silent_ids(a: &Answered) -> BTreeSet<NodeId> {
 /// 5. Every other member of a shard replicates its primary.
 pub(super) fn replicate(a: &Answered) -> Option<Plan> {
     let mut replicates = Vec::new();
-    let mut no_primary = Vec::new();
+    let mut no_primary: Vec<usize> = Vec::new();
     let silent = silent_ids(a);
     for (shard, list) in &a.by_shard {
         let Some(primary) = a.shard_leader(*shard) else {
@@ -295,7 +295,7 @@ pub(super) fn replicate(a: &Answered) -> Option<Plan> {
                     .is_some_and(|p| silent.contains(p))
             });
             if !follows_silent {
-                no_primary.push(shard.to_string());
+                no_primary.push(*shard);
             }
             continue;
         };
@@ -322,9 +322,14 @@ pub(super) fn replicate(a: &Answered) -> Option<Plan> {
             vec![],
             format!(
                 "shard(s) {} have no primary owning slots",
-                no_primary.join(", ")
+                no_primary
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )
+        .waiting(Wait::NoPrimary { shards: no_primary })
     })
 }
 
@@ -355,7 +360,10 @@ pub(super) fn wait_for_sync(a: &Answered) -> Option<Plan> {
         ),
         _ => format!("waiting for replicas to sync: {}", names(&syncing)),
     };
-    Some(Plan::new(o.changing.clone(), vec![], message))
+    let on = Wait::ReplicaSync {
+        replicas: syncing.iter().map(|m| m.name.clone()).collect(),
+    };
+    Some(Plan::new(o.changing.clone(), vec![], message).waiting(on))
 }
 
 /// 12. Healthy everywhere: cluster_state ok, all slots covered.
@@ -382,11 +390,11 @@ pub(super) fn check_health(a: &Answered) -> Option<Plan> {
     } else {
         Phase::Forming
     };
-    Some(Plan::new(
-        phase,
-        vec![],
-        format!("waiting: {}", parts.join("; ")),
-    ))
+    let on = Wait::Health {
+        not_ok: not_ok.iter().map(|m| m.name.clone()).collect(),
+        slots_covered: covered,
+    };
+    Some(Plan::new(phase, vec![], format!("waiting: {}", parts.join("; "))).waiting(on))
 }
 
 /// 13. Formed: members still Joining become Active.

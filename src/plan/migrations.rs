@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::context::{Answered, AnsweredMember};
-use super::{MIGRATION_IDLE_LIMIT_SECS, MoveMethod, MoveTarget, Phase, Plan, Step};
+use super::{MIGRATION_IDLE_LIMIT_SECS, MoveMethod, MoveTarget, Phase, Plan, Step, Wait};
 use crate::topology::slots::range_len;
 use crate::topology::{MemberAddr, NodeId};
 
@@ -142,7 +142,7 @@ fn follow_atomic_jobs(members: &[AnsweredMember]) -> Option<Plan> {
             continue;
         }
         let slots: usize = exports.iter().flat_map(|j| &j.ranges).map(range_len).sum();
-        waiting.push(format!("{slots} slot(s) from {}", m.name));
+        waiting.push((m.name.clone(), slots));
     }
     if !steps.is_empty() {
         return Some(Plan::new(
@@ -159,8 +159,13 @@ fn follow_atomic_jobs(members: &[AnsweredMember]) -> Option<Plan> {
             vec![],
             format!(
                 "moving slots (atomic slot migration): {}",
-                waiting.join(", ")
+                waiting
+                    .iter()
+                    .map(|(name, slots)| format!("{slots} slot(s) from {name}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )
+        .waiting(Wait::SlotMigrations { sources: waiting })
     })
 }

@@ -320,7 +320,7 @@ pub enum Phase {
 
 /// The kind of change a plan is a step of (the `Progressing` condition's reason), read from
 /// the members, never from the plan's words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Change {
     /// Nothing to do: the cluster is as its spec asks.
     Settled,
@@ -374,6 +374,65 @@ pub struct Plan {
     /// The plan waits for members it names (nobody established answers, or members do not
     /// run and answer yet): its message already says who is missing.
     pub names_the_missing: bool,
+    /// What the plan waits for, as data: the message says it in words, for people only.
+    pub awaiting: Awaiting,
+}
+
+/// What a plan waits for, as data (its message says the same in words, for people only):
+/// how soon the cluster is looked at again follows it (`controller::cluster::cadence`), so
+/// the same wait compares equal round after round, any progress does not, and rewording a
+/// message changes neither.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Awaiting {
+    /// What the stage that planned waits for.
+    pub on: Wait,
+    /// Established members that do not answer, which the rest of the cluster carries on
+    /// without (see `failures::silent_members`), by name.
+    pub silent: Vec<String>,
+}
+
+/// What one planning stage waits for, naming who or what it waits on and how far it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Wait {
+    /// Nothing: the plan acts, or the cluster is as its spec asks.
+    #[default]
+    Nothing,
+    /// Any of a formed cluster's established members to answer (stage 0), by name.
+    Established { members: Vec<String> },
+    /// Members to run and answer (stage 2): (name, why Kubernetes says its pod does not run).
+    Answers {
+        members: Vec<(String, Option<String>)>,
+    },
+    /// Gone primaries still owning slots none of whose replicas answers (stage 2a), by name.
+    GonePrimaries { members: Vec<String> },
+    /// Shards without a primary owning slots (stages 5 and 8).
+    NoPrimary { shards: Vec<usize> },
+    /// Replicas to finish their initial sync (stage 6), by name.
+    ReplicaSync { replicas: Vec<String> },
+    /// Atomic slot migration jobs (stage 6b): (source member, slots it still exports).
+    SlotMigrations { sources: Vec<(String, usize)> },
+    /// A leaving member that is its shard's only copy, for an in-sync replica (stage 7).
+    OnlyCopy { member: String },
+    /// The rollout shard, for an in-sync replica on the current spec (stage 8).
+    Replacement { shard: usize },
+    /// The hostname a failover target announces to resolve (stages 7 and 8).
+    Hostname { member: String },
+    /// Slot moves toward the even split (stage 9): slots left to move, and the members that
+    /// hold batches back (targets still learning every slot's owner, targets whose hostname
+    /// does not resolve yet, and per source giving its last slots, the members that do not
+    /// see its earlier moves yet).
+    Rebalance {
+        slots_left: usize,
+        learning: Vec<String>,
+        resolving: Vec<String>,
+        emptying: Vec<(String, Vec<String>)>,
+    },
+    /// Every member's `cluster_state` to be ok and every slot covered (stage 12): the members
+    /// not ok, by name, and the slots covered.
+    Health {
+        not_ok: Vec<String>,
+        slots_covered: usize,
+    },
 }
 
 impl Plan {
@@ -391,15 +450,22 @@ impl Plan {
             change,
             lost_shards: vec![],
             names_the_missing: false,
+            awaiting: Awaiting::default(),
         }
     }
 
-    /// A plan that waits for the members its message names.
-    fn waiting_for_members(phase: Phase, message: impl Into<String>) -> Plan {
+    /// A plan that waits for the members its message names (`on` names them as data).
+    fn waiting_for_members(phase: Phase, on: Wait, message: impl Into<String>) -> Plan {
         Plan {
             names_the_missing: true,
-            ..Plan::new(phase, vec![], message)
+            ..Plan::new(phase, vec![], message).waiting(on)
         }
+    }
+
+    /// This plan, waiting `on` (see [`Awaiting`]).
+    fn waiting(mut self, on: Wait) -> Plan {
+        self.awaiting.on = on;
+        self
     }
 }
 
@@ -453,6 +519,7 @@ pub fn plan(topology: &Topology) -> Plan {
     plan.change = change_of(topology, &plan.phase);
     let silent = failures::silent_members(topology);
     if !silent.is_empty() && !plan.names_the_missing {
+        plan.awaiting.silent = silent.iter().map(|m| m.name.clone()).collect();
         if plan.phase == Phase::Ready {
             plan.phase = Phase::Degraded;
             plan.change = Change::Degraded;

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::context::{Answered, AnsweredMember};
-use super::{MigrationMethod, MoveMethod, MoveTarget, Phase, Plan, Step};
+use super::{MigrationMethod, MoveMethod, MoveTarget, Phase, Plan, Step, Wait};
 use crate::topology::MemberAddr;
 use crate::topology::slots::{
     SLOT_COUNT, SlotRange, count_slots, even_ranges, normalize, range_len, subtract,
@@ -121,11 +121,14 @@ pub(super) fn rebalance_shards(a: &Answered) -> Option<Plan> {
         return None;
     }
     let batches = move_batches(a, &moves)?;
-    Some(Plan::new(
-        Phase::Updating,
-        batches.steps,
-        scaling_message(shards, &moves, &batches.failures, &batches.waiting),
-    ))
+    let message = scaling_message(shards, &moves, &batches.failures, &batches.waiting());
+    let on = Wait::Rebalance {
+        slots_left: moves.iter().map(SlotMove::slot_count).sum(),
+        learning: batches.learning,
+        resolving: batches.resolving,
+        emptying: batches.emptying,
+    };
+    Some(Plan::new(Phase::Updating, batches.steps, message).waiting(on))
 }
 
 /// What one round of slot moves does, and why some of it waits.
@@ -133,8 +136,34 @@ struct Batches {
     steps: Vec<Step>,
     /// Failed migrations being retried, per source.
     failures: Vec<String>,
-    /// Sources whose last batch waits for every member to see their earlier ones.
-    waiting: Vec<String>,
+    /// Targets that receive slots once they have learned every slot's owner.
+    learning: Vec<String>,
+    /// Targets that receive slots once the hostname they announce resolves.
+    resolving: Vec<String>,
+    /// Sources whose last batch waits for every member to see their earlier ones, with the
+    /// members that do not yet.
+    emptying: Vec<(String, Vec<String>)>,
+}
+
+impl Batches {
+    /// Why some of the moves wait, in words.
+    fn waiting(&self) -> Vec<String> {
+        let learning = self
+            .learning
+            .iter()
+            .map(|name| format!("{name} receives slots once it has learned every slot's owner"));
+        let resolving = self
+            .resolving
+            .iter()
+            .map(|name| format!("{name} receives slots once the hostname it announces resolves"));
+        let emptying = self.emptying.iter().map(|(source, stale)| {
+            format!(
+                "{source} gives its last slots once {} see(s) its earlier moves",
+                stale.join(", ")
+            )
+        });
+        learning.chain(resolving).chain(emptying).collect()
+    }
 }
 
 /// One `MoveSlots` per source shard, from its leader to the leaders of the target shards
@@ -180,20 +209,16 @@ fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<Batches> {
     let mut batches = Batches {
         steps: Vec::new(),
         failures: Vec::new(),
-        waiting: unaware
-            .into_iter()
-            .map(|name| format!("{name} receives slots once it has learned every slot's owner"))
-            .chain(unresolvable.into_iter().map(|name| {
-                format!("{name} receives slots once the hostname it announces resolves")
-            }))
-            .collect(),
+        learning: unaware.into_iter().collect(),
+        resolving: unresolvable.into_iter().collect(),
+        emptying: Vec::new(),
     };
     for (from, planned) in by_source {
         let source = leader(from)?;
         let targets = match emptying_batch(a, source, planned) {
             Ok(targets) => targets,
-            Err(why) => {
-                batches.waiting.push(why);
+            Err(stale) => {
+                batches.emptying.push((source.name.clone(), stale));
                 continue;
             }
         };
@@ -234,12 +259,13 @@ fn knows_every_owner(view: &crate::plan::MemberView) -> bool {
 /// gave away its last slot into a replica of the receiver, and every member that sees the
 /// switch drops all slots it still believes that primary owned, a range an earlier batch gave
 /// another shard included, ownerless in that member's view until the new owner's gossip
-/// reaches it (a 5 -> 3 scale-in in CI: 1,092 slots ownerless in one member's view).
+/// reaches it (a 5 -> 3 scale-in in CI: 1,092 slots ownerless in one member's view). Held
+/// back, it names the members that do not see the earlier moves yet.
 fn emptying_batch(
     a: &Answered,
     source: AnsweredMember,
     mut planned: Vec<(MoveTarget, bool)>,
-) -> Result<Vec<(MoveTarget, bool)>, String> {
+) -> Result<Vec<(MoveTarget, bool)>, Vec<String>> {
     let giving: usize = planned
         .iter()
         .map(|(t, _)| count_slots(t.ranges.iter().cloned()))
@@ -251,7 +277,7 @@ fn emptying_batch(
         planned.truncate(1);
         return Ok(planned);
     }
-    let stale: Vec<&str> = a
+    let stale: Vec<String> = a
         .members
         .iter()
         .filter(|m| {
@@ -260,16 +286,12 @@ fn emptying_batch(
                     .any(|r| !subtract(r, &source.view.slots).is_empty())
             })
         })
-        .map(|m| m.name.as_str())
+        .map(|m| m.name.clone())
         .collect();
     if stale.is_empty() {
         Ok(planned)
     } else {
-        Err(format!(
-            "{} gives its last slots once {} see(s) its earlier moves",
-            source.name,
-            stale.join(", ")
-        ))
+        Err(stale)
     }
 }
 

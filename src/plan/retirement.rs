@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::context::{Answered, AnsweredMember, names};
-use super::{BULK_STEPS_PER_ROUND, Member, Phase, Plan, Step};
+use super::{BULK_STEPS_PER_ROUND, Member, Phase, Plan, Step, Wait};
 use crate::topology::{FailoverMode, NodeId};
 
 /// 3b. Shards beyond spec.shards whose slots have all moved away retire (scale-in). A drained
@@ -66,7 +66,10 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
                         "{} is leaving but is the only copy of shard {}; waiting for an in-sync replica",
                         l.name, l.shard
                     ),
-                ));
+                )
+                .waiting(Wait::OnlyCopy {
+                    member: l.name.clone(),
+                }));
             };
             if !r.name_resolves {
                 return Some(Plan::new(
@@ -76,7 +79,10 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
                         "{} is leaving; waiting for the hostname {} announces to resolve before failing over to it",
                         l.name, r.name
                     ),
-                ));
+                )
+                .waiting(Wait::Hostname {
+                    member: r.name.clone(),
+                }));
             }
             steps.push(Step::Failover {
                 member: r.addr.clone(),

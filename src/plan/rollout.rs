@@ -3,7 +3,7 @@
 //! them, and the stale members retire.
 
 use super::context::{Answered, AnsweredMember, Observed, names};
-use super::{Phase, Plan, Step};
+use super::{Phase, Plan, Step, Wait};
 use crate::topology::FailoverMode;
 
 impl Observed<'_> {
@@ -34,11 +34,16 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
     let note = o.rollout_note(shard);
     let list = a.shard_members(shard);
     let Some(primary) = a.shard_leader(shard) else {
-        return Some(Plan::new(
-            Phase::Degraded,
-            vec![],
-            format!("{note}: shard {shard} has no primary"),
-        ));
+        return Some(
+            Plan::new(
+                Phase::Degraded,
+                vec![],
+                format!("{note}: shard {shard} has no primary"),
+            )
+            .waiting(Wait::NoPrimary {
+                shards: vec![shard],
+            }),
+        );
     };
     if !primary.current {
         let in_sync: Vec<&AnsweredMember> = list
@@ -46,11 +51,14 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
             .filter(|m| m.current && m.in_sync_replica())
             .collect();
         let Some(target) = resolvable_first(&in_sync) else {
-            return Some(Plan::new(
-                Phase::Updating,
-                vec![],
-                format!("{note}: waiting for an in-sync replacement"),
-            ));
+            return Some(
+                Plan::new(
+                    Phase::Updating,
+                    vec![],
+                    format!("{note}: waiting for an in-sync replacement"),
+                )
+                .waiting(Wait::Replacement { shard }),
+            );
         };
         if !target.name_resolves {
             return Some(Plan::new(
@@ -60,7 +68,10 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
                     "{note}: waiting for the hostname {} announces to resolve before failing over to it",
                     target.name
                 ),
-            ));
+            )
+            .waiting(Wait::Hostname {
+                member: target.name.clone(),
+            }));
         }
         return Some(Plan::new(
             Phase::Updating,

@@ -873,12 +873,22 @@ fn unreachable_members_are_waited_for_by_name() {
         !p.names_the_missing,
         "the rest carries on; the note names the silent one"
     );
+    assert_eq!(p.awaiting.silent, vec!["c-0-1".to_string()]);
     // Nobody answers: the plan waits for the members it names, named once (no second
-    // "not answering" note).
+    // "not answering" note), and says so as data too.
     t.members[0].view = None;
     let p = plan(&t);
     assert!(p.names_the_missing);
     assert_eq!(p.message.matches("c-0-1").count(), 1, "{}", p.message);
+    assert_eq!(
+        p.awaiting,
+        Awaiting {
+            on: Wait::Established {
+                members: vec!["c-0-0".into(), "c-0-1".into()],
+            },
+            silent: vec![],
+        }
+    );
 }
 
 #[test]

@@ -9,7 +9,6 @@
 //! Members that start later read the file at startup and need nothing.
 
 use futures::future::join_all;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
@@ -32,6 +31,38 @@ pub enum MemberAcl {
     NotRunning,
     /// `ACL USERS` or `ACL LOAD` failed (for `ACL LOAD`: Valkey refused the file).
     Failed { error: String },
+}
+
+/// What the status before this round said about the ACL: the `AclApplied` condition's reason
+/// and the revision that condition describes (`status.aclRevision`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Announced {
+    pub reason: String,
+    pub revision: Option<String>,
+}
+
+impl Announced {
+    /// From the cluster as this round found it (None: it has no `AclApplied` condition yet).
+    pub fn of(cluster: &ValkeyCluster) -> Option<Announced> {
+        let condition = super::status::previous_acl_condition(cluster)?;
+        let recorded = cluster.status.as_ref().and_then(|s| s.acl_revision.clone());
+        Some(Announced {
+            revision: recorded.or_else(|| legacy_revision(&condition.message)),
+            reason: condition.reason,
+        })
+    }
+}
+
+/// The revision named in an `AclApplied` message written by an operator from before
+/// `status.aclRevision` (that version kept the revision only in its messages, each saying
+/// `ACL revision <rev>`). Read only for such a cluster, whose next status write records the
+/// revision, so that an upgrade announces no revision twice; nothing else reads a message.
+fn legacy_revision(message: &str) -> Option<String> {
+    let (_, rest) = message.split_once("ACL revision ")?;
+    rest.split(|c: char| c.is_whitespace() || c == ';')
+        .next()
+        .filter(|r| !r.is_empty())
+        .map(str::to_string)
 }
 
 /// The ACL revision every member should run, and how far the cluster is.
@@ -77,19 +108,18 @@ impl AclProgress {
             .any(|(_, m)| matches!(m, MemberAcl::Failed { .. }))
     }
 
-    /// The Event this round deserves, given the `AclApplied` condition before it, as
+    /// The Event this round deserves, given what the status before it announced, as
     /// (warning, reason, note): `AclApplied` once per revision, when its last member loads it;
     /// `AclLoadFailed` when members start refusing a revision. A member that is briefly not
     /// running around a revision already announced gives none.
-    pub fn event(&self, previous: Option<&Condition>) -> Option<(bool, &'static str, String)> {
+    pub fn event(&self, previous: Option<&Announced>) -> Option<(bool, &'static str, String)> {
         let (ok, reason, message) = self.condition();
-        if previous.is_some_and(|c| c.reason == reason && c.message == message) {
-            return None;
-        }
-        let previous_names_revision = previous.is_some_and(|c| c.message.contains(&self.revision));
+        let same_revision = previous.is_some_and(|p| p.revision.as_ref() == Some(&self.revision));
+        let same_reason = previous.is_some_and(|p| p.reason == reason);
         if ok {
             let reloaded = self.reloaded();
-            if reloaded == 0 && previous_names_revision {
+            // Loaded everywhere already, or completed by members that read it as they started.
+            if same_revision && (same_reason || reloaded == 0) {
                 return None;
             }
             let note = if reloaded > 0 {
@@ -99,8 +129,7 @@ impl AclProgress {
             };
             return Some((false, "AclApplied", note));
         }
-        let already_reported =
-            previous.is_some_and(|c| c.reason == reason) && previous_names_revision;
+        let already_reported = same_reason && same_revision;
         (self.failed() && !already_reported).then_some((true, "AclLoadFailed", message))
     }
 
@@ -180,7 +209,7 @@ pub async fn load(
 /// An Event when a new ACL revision is loaded on every member, or when members refuse it
 /// (decided by [`AclProgress::event`]).
 async fn events(ctx: &Context, cluster: &ValkeyCluster, progress: &AclProgress) {
-    let previous = super::status::previous_acl_condition(cluster);
+    let previous = Announced::of(cluster);
     if let Some((warning, reason, note)) = progress.event(previous.as_ref()) {
         publish_event(ctx, cluster, warning, reason, &progress.revision, &note).await;
     }
@@ -272,7 +301,6 @@ pub async fn publish_event(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn progress(members: &[(&str, MemberAcl)]) -> AclProgress {
         AclProgress {
@@ -351,25 +379,18 @@ mod tests {
         assert_eq!(p.condition().1, "NoMembers");
     }
 
-    fn previous(status: bool, reason: &str, message: &str) -> Condition {
-        Condition {
-            type_: "AclApplied".into(),
-            status: if status { "True" } else { "False" }.into(),
+    /// What the status before said: the `AclApplied` reason and the revision it describes.
+    fn previous(reason: &str, revision: &str) -> Announced {
+        Announced {
             reason: reason.into(),
-            message: message.into(),
-            observed_generation: None,
-            last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+            revision: Some(revision.into()),
         }
     }
 
     #[test]
     fn one_applied_event_per_revision() {
         let loaded = progress(&[("c-0-0", MemberAcl::Loaded { reloaded: true })]);
-        let old = previous(
-            true,
-            "Loaded",
-            "ACL revision aaaaaaaaaaaa loaded on all 1 members",
-        );
+        let old = previous("Loaded", "aaaaaaaaaaaa");
         let (warning, reason, note) = loaded.event(Some(&old)).unwrap();
         assert!(!warning);
         assert_eq!(reason, "AclApplied");
@@ -378,7 +399,7 @@ mod tests {
             "ACL revision 0123456789ab loaded on all 1 members (ACL LOAD on 1, no restart)"
         );
         // The same state again (next reconcile, operator restart): nothing.
-        let now = previous(true, "Loaded", &loaded.condition().2);
+        let now = previous("Loaded", "0123456789ab");
         assert_eq!(loaded.event(Some(&now)), None);
     }
 
@@ -388,11 +409,8 @@ mod tests {
             ("c-0-0", MemberAcl::Loaded { reloaded: false }),
             ("c-0-1", MemberAcl::Loaded { reloaded: false }),
         ]);
-        let flapped = previous(
-            false,
-            "Loading",
-            "1 of 2 members loaded ACL revision 0123456789ab; not running yet: c-0-1",
-        );
+        // 1 of 2 members loaded revision 0123456789ab; c-0-1 not running yet.
+        let flapped = previous("Loading", "0123456789ab");
         assert_eq!(back.event(Some(&flapped)), None);
         // A member that was waiting for its volume and now loads it completes the revision.
         let completed = progress(&[
@@ -412,19 +430,85 @@ mod tests {
                 error: "ERR bad".into(),
             },
         )]);
-        let before = previous(
-            true,
-            "Loaded",
-            "ACL revision aaaaaaaaaaaa loaded on all 1 members",
-        );
+        let before = previous("Loaded", "aaaaaaaaaaaa");
         let (warning, reason, _) = failed.event(Some(&before)).unwrap();
         assert!(warning);
         assert_eq!(reason, "AclLoadFailed");
-        let reported = previous(
-            false,
-            "LoadFailed",
-            "0 of 1 members loaded ACL revision 0123456789ab; c-0-0: ERR other",
-        );
+        // Already reported for this revision (with another error since): nothing.
+        let reported = previous("LoadFailed", "0123456789ab");
         assert_eq!(failed.event(Some(&reported)), None);
+    }
+
+    /// A cluster whose status has an `AclApplied` condition with `message`, and
+    /// `status.aclRevision` when `recorded`.
+    fn cluster(reason: &str, message: &str, recorded: Option<&str>) -> ValkeyCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.gomomento.com/v1alpha1",
+            "kind": "ValkeyCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"configRef": "cfg", "shards": 1},
+            "status": {
+                "aclRevision": recorded,
+                "conditions": [{
+                    "type": "AclApplied",
+                    "status": "True",
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"
+                }]
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_revision_announced_is_read_from_status_not_from_words() {
+        let loaded = progress(&[("c-0-0", MemberAcl::Loaded { reloaded: false })]);
+        // However the message is worded, the recorded revision decides.
+        let reworded = cluster(
+            "Loaded",
+            "all members run the current ACL",
+            Some("0123456789ab"),
+        );
+        let announced = Announced::of(&reworded).unwrap();
+        assert_eq!(announced, previous("Loaded", "0123456789ab"));
+        assert_eq!(loaded.event(Some(&announced)), None);
+        let other = cluster(
+            "Loaded",
+            "ACL revision 0123456789ab loaded on all 1 members",
+            Some("aaaaaaaaaaaa"),
+        );
+        let announced = Announced::of(&other).unwrap();
+        assert_eq!(announced.revision.as_deref(), Some("aaaaaaaaaaaa"));
+        assert_eq!(loaded.event(Some(&announced)).unwrap().1, "AclApplied");
+        // No condition yet: nothing announced.
+        let mut fresh = reworded;
+        fresh.status = None;
+        assert_eq!(Announced::of(&fresh), None);
+    }
+
+    #[test]
+    fn a_cluster_written_before_acl_revision_was_recorded_is_not_announced_again() {
+        let loaded = progress(&[("c-0-0", MemberAcl::Loaded { reloaded: true })]);
+        for message in [
+            "ACL revision 0123456789ab loaded on all 1 members",
+            "0 of 1 members loaded ACL revision 0123456789ab; not running yet: c-0-0",
+            "ACL revision 0123456789ab rendered; no member exists yet",
+        ] {
+            let old = Announced::of(&cluster("Loaded", message, None)).unwrap();
+            assert_eq!(old.revision.as_deref(), Some("0123456789ab"), "{message}");
+        }
+        let upgraded = Announced::of(&cluster(
+            "Loaded",
+            "ACL revision 0123456789ab loaded on all 1 members",
+            None,
+        ));
+        assert_eq!(loaded.event(upgraded.as_ref()), None);
+        let older = Announced::of(&cluster(
+            "Loaded",
+            "ACL revision aaaaaaaaaaaa loaded on all 1 members",
+            None,
+        ));
+        assert_eq!(loaded.event(older.as_ref()).unwrap().1, "AclApplied");
     }
 }

@@ -30,11 +30,15 @@ pub fn poll_interval(waited: Duration) -> Duration {
 }
 
 /// What a plan waits for, as a fingerprint: the same wait seen again hashes the same; any
-/// progress (members named in the message change, a step acted) hashes differently.
+/// progress (other members or shards waited on, figures that moved, other steps) hashes
+/// differently. Read from the plan's data only ([`Plan::awaiting`], its phase, kind of change
+/// and steps), never from its message: rewording a message changes no cadence.
 pub fn wait_fingerprint(plan: &Plan) -> u64 {
     let mut h = DefaultHasher::new();
     plan.phase.hash(&mut h);
-    plan.message.hash(&mut h);
+    plan.change.hash(&mut h);
+    plan.steps.hash(&mut h);
+    plan.awaiting.hash(&mut h);
     h.finish()
 }
 
@@ -73,6 +77,7 @@ impl Waits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{Awaiting, Change, Phase, Wait};
 
     #[test]
     fn a_fresh_wait_is_looked_at_quickly_and_a_long_one_calmly() {
@@ -115,6 +120,63 @@ mod tests {
         assert_eq!(waits.waited("ns/a", 2, false, t0 + s(9)), s(2));
         waits.settled("ns/a");
         assert_eq!(waits.waited("ns/a", 2, false, t0 + s(10)), Duration::ZERO);
+    }
+
+    /// A plan waiting for `replicas` to sync, in `message`.
+    fn syncing(replicas: &[&str], message: &str) -> Plan {
+        Plan {
+            phase: Phase::Forming,
+            steps: vec![],
+            message: message.into(),
+            change: Change::Forming,
+            lost_shards: vec![],
+            names_the_missing: false,
+            awaiting: Awaiting {
+                on: Wait::ReplicaSync {
+                    replicas: replicas.iter().map(|r| r.to_string()).collect(),
+                },
+                silent: vec![],
+            },
+        }
+    }
+
+    #[test]
+    fn rewording_a_message_keeps_the_wait() {
+        let before = syncing(&["c-0-1"], "waiting for replicas to sync: c-0-1");
+        let reworded = syncing(&["c-0-1"], "replica c-0-1 is still syncing");
+        assert_eq!(wait_fingerprint(&before), wait_fingerprint(&reworded));
+    }
+
+    #[test]
+    fn progress_in_what_is_waited_on_is_a_new_wait() {
+        let message = "waiting for replicas to sync";
+        let both = syncing(&["c-0-1", "c-1-1"], message);
+        let one = syncing(&["c-1-1"], message);
+        assert_ne!(wait_fingerprint(&both), wait_fingerprint(&one));
+        // The same replicas, now waited on by another stage.
+        let mut health = one.clone();
+        health.awaiting.on = Wait::Health {
+            not_ok: vec!["c-1-1".into()],
+            slots_covered: 16384,
+        };
+        assert_ne!(wait_fingerprint(&one), wait_fingerprint(&health));
+        // Figures moving are progress too.
+        let covered = |slots_covered| {
+            let mut p = health.clone();
+            p.awaiting.on = Wait::Health {
+                not_ok: vec![],
+                slots_covered,
+            };
+            wait_fingerprint(&p)
+        };
+        assert_ne!(covered(8192), covered(16000));
+        // A silent member coming back, or a phase changing, too.
+        let mut silent = one.clone();
+        silent.awaiting.silent = vec!["c-2-0".into()];
+        assert_ne!(wait_fingerprint(&one), wait_fingerprint(&silent));
+        let mut degraded = one.clone();
+        degraded.phase = Phase::Degraded;
+        assert_ne!(wait_fingerprint(&one), wait_fingerprint(&degraded));
     }
 
     #[test]

@@ -226,6 +226,7 @@ mod tests {
             change: Change::Forming,
             lost_shards: vec![],
             names_the_missing: false,
+            awaiting: Default::default(),
         }
     }
 

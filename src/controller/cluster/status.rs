@@ -96,7 +96,9 @@ pub fn blocked(
         state: Some(state),
         message: Some(message.clone()),
         observed_generation: generation,
-        // The members keep the ACL revision they loaded: carry that condition over.
+        // The members keep the ACL revision they loaded: carry that condition over, and the
+        // revision it describes.
+        acl_revision: last.acl_revision.clone(),
         conditions: [
             condition(
                 cause.condition,
@@ -387,6 +389,8 @@ pub fn from_plan(
         state: Some(state),
         message: Some(message.clone()),
         observed_generation: generation,
+        // The revision the `AclApplied` condition below describes.
+        acl_revision: Some(acl.revision.clone()).filter(|r| !r.is_empty()),
         conditions: plan_conditions(
             plan,
             (state, &message),
@@ -897,6 +901,7 @@ fn unchanged(previous: &ValkeyClusterStatus, status: &ValkeyClusterStatus) -> bo
         && previous.certificate_not_after == status.certificate_not_after
         && previous.active_since == status.active_since
         && previous.autoscaling == status.autoscaling
+        && previous.acl_revision == status.acl_revision
         && conditions(previous) == conditions(status)
 }
 
@@ -1120,6 +1125,7 @@ mod tests {
             change: crate::plan::Change::Degraded,
             lost_shards: lost,
             names_the_missing: false,
+            awaiting: Default::default(),
         };
         let first = data_lost_condition(&plan(vec![1]), Some(3), &[]).unwrap();
         assert!(
@@ -1407,6 +1413,7 @@ mod steps_tests {
             change: Change::Scaling,
             lost_shards: vec![],
             names_the_missing: false,
+            awaiting: Default::default(),
         };
         let repeats = Repeats::default();
         let now = std::time::Instant::now();
