@@ -92,6 +92,27 @@ fn progressing_reason(c: &ValkeyCluster) -> String {
         .unwrap_or_default()
 }
 
+/// Each cluster's state, progressing reason, versions and status message, for a failure.
+async fn where_each_stands(api: &Api<ValkeyCluster>) -> String {
+    let mut out = Vec::new();
+    for name in CLUSTERS {
+        match api.get(name).await {
+            Ok(c) => {
+                let s = c.status.clone().unwrap_or_default();
+                out.push(format!(
+                    "{name}: {:?} {} {:?} {:?}",
+                    s.state,
+                    progressing_reason(&c),
+                    versions(&c),
+                    s.message
+                ));
+            }
+            Err(e) => out.push(format!("{name}: {e}")),
+        }
+    }
+    out.join("; ")
+}
+
 /// Versions its members run, from status.
 fn versions(c: &ValkeyCluster) -> BTreeSet<String> {
     c.status
@@ -161,7 +182,11 @@ async fn a_repoint_rolls_one_cluster_at_a_time_with_max_concurrent_rollouts_1() 
             break;
         }
         if started.elapsed() > Duration::from_secs(600) {
-            bail!("{done} of {} clusters rolled after 10 min", CLUSTERS.len());
+            bail!(
+                "{done} of {} clusters rolled after 10 min: {}",
+                CLUSTERS.len(),
+                where_each_stands(&api).await
+            );
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
