@@ -91,6 +91,15 @@ async fn a_real_prometheus_scrapes_every_member_through_the_network_policy_and_e
     let panels = data_plane_panels()?;
     let monitoring = TestNamespace::create(&client, "e2e-monitoring").await?;
     let tenant = TestNamespace::create(&client, "e2e-metrics").await?;
+    // Members with their exporter sidecar must be admitted where product teams enforce the
+    // restricted Pod Security Standard.
+    valkey_e2e::harness::kubectl_run(&[
+        "label",
+        "namespace",
+        &tenant.name,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    ])?;
     let stranger = TestNamespace::create(&client, "e2e-stranger").await?;
     let menu = Menu::publish(&client, "e2e-metrics", "9.1.2").await?;
     let config = format!("{}-scraped", menu.config);
