@@ -24,6 +24,7 @@ use crate::api::constants::{
 use crate::api::metrics::{EXPORTER_NAME, EXPORTER_PORT, MemberExporter};
 use crate::api::placement::{SpreadScope, Toleration, WhenUnsatisfiable};
 use crate::api::{Resources, ValkeyNode, ValkeyNodeSpec, VolumeRetention, ZoneSpread};
+use crate::controller::jobs::value_env;
 use crate::controller::names;
 use crate::controller::owner::{BuildError, controller_owner};
 use crate::resolve::conf::{MemberConf, paths, render_valkey_conf, sha256_hex};
@@ -577,14 +578,6 @@ fn port(name: &str, port: u16) -> ContainerPort {
     }
 }
 
-fn value_env(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        ..Default::default()
-    }
-}
-
 /// The exporter, when the member has one, as a sidecar (an init container that keeps running):
 /// the pod's phase follows Valkey alone, so a member whose Valkey exited still fails as it did
 /// without one, and the kubelet stops the exporter after Valkey.
@@ -617,17 +610,23 @@ fn exporter_container(node: &ValkeyNode, exporter: &MemberExporter, cluster: &st
         ..Default::default()
     };
     let mut env = vec![
-        value_env("REDIS_ADDR", &format!("{scheme}://127.0.0.1:{CLIENT_PORT}")),
-        value_env("REDIS_USER", crate::api::constants::METRICS_ACL_USERNAME),
+        value_env("REDIS_ADDR", format!("{scheme}://127.0.0.1:{CLIENT_PORT}")),
+        value_env(
+            "REDIS_USER",
+            crate::api::constants::METRICS_ACL_USERNAME.into(),
+        ),
         password,
-        value_env("REDIS_EXPORTER_CONFIG_COMMAND", "-"),
+        value_env("REDIS_EXPORTER_CONFIG_COMMAND", "-".into()),
         value_env(
             "REDIS_EXPORTER_WEB_LISTEN_ADDRESS",
-            &format!(":{EXPORTER_PORT}"),
+            format!(":{EXPORTER_PORT}"),
         ),
     ];
     if node.spec.tls_secret_ref.is_some() {
-        env.push(value_env("REDIS_EXPORTER_SKIP_TLS_VERIFICATION", "true"));
+        env.push(value_env(
+            "REDIS_EXPORTER_SKIP_TLS_VERIFICATION",
+            "true".into(),
+        ));
     }
     Container {
         name: EXPORTER_NAME.into(),
