@@ -6,9 +6,9 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::acl::{AclBinding, unique_usernames_rule};
+pub use super::resources::Resources;
 use super::validation::{
-    DNS1123_SUBDOMAIN, positive_quantity_rule, refused_settings_rules, setting_keys_rule,
-    setting_values_rule,
+    DNS1123_SUBDOMAIN, refused_settings_rules, setting_keys_rule, setting_values_rule,
 };
 
 /// A configuration menu item (platform team): which allowlisted image, how much CPU and
@@ -106,24 +106,6 @@ pub struct ValkeyConfigSpec {
     /// setting it: no exporter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<super::metrics::Metrics>,
-}
-
-/// CPU and memory of a Valkey container, as Kubernetes quantities.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Resources {
-    /// CPU, for example `"1"`, `"500m"` or `"4"` (quote numbers in YAML).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32))]
-    #[x_kube(validation = positive_quantity_rule("cpu", "\"500m\" or \"2\""))]
-    pub cpu: Option<String>,
-
-    /// Memory, for example `2Gi` or `16Gi`. Keep `maxmemory` well below it (replication and
-    /// fork overhead need headroom).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32))]
-    #[x_kube(validation = positive_quantity_rule("memory", "2Gi"))]
-    pub memory: Option<String>,
 }
 
 /// Observed state of a ValkeyConfig (the operator writes `observedGeneration` once its caches hold that generation).

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::config::Resources;
+use super::resources::Resources;
 
 /// The exporter image members run when a config sets none: the upstream Prometheus exporter
 /// for Redis and Valkey, which reads `INFO`.

@@ -17,6 +17,7 @@ pub mod metering;
 pub mod metrics;
 pub mod node;
 pub mod placement;
+pub mod resources;
 pub mod role;
 pub mod storage;
 pub mod v1beta1;
@@ -28,11 +29,12 @@ pub use cluster::{
     ClusterNodeStatus, ClusterProgress, ClusterState, TlsSpec, ValkeyCluster, ValkeyClusterSpec,
     ValkeyClusterStatus,
 };
-pub use config::{Resources, ValkeyConfig, ValkeyConfigSpec, ValkeyConfigStatus};
+pub use config::{ValkeyConfig, ValkeyConfigSpec, ValkeyConfigStatus};
 pub use image::{ValkeyImage, ValkeyImageSpec, ValkeyImageStatus};
 pub use metering::{ValkeyMeteringRecord, ValkeyMeteringRecordSpec, ValkeyMeteringRecordStatus};
 pub use node::{Lifecycle, NodePlacement, NodeRole, ValkeyNode, ValkeyNodeSpec, ValkeyNodeStatus};
 pub use placement::{Placement, ZoneSpread};
+pub use resources::Resources;
 pub use role::{
     CategoryRule, CommandRule, RuleAccess, ValkeyRole, ValkeyRoleSpec, ValkeyRoleStatus,
 };

@@ -7,8 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::config::Resources;
 use super::placement::{NodeAffinity, Toleration, TopologySpread, ZoneSpread};
+use super::resources::Resources;
 
 /// One member of a Valkey cluster with its fully resolved, immutable spec (image, resources,
 /// rendered settings, placement, shard). Created, updated (status) and deleted by the operator

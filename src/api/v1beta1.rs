@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use super::acl::{AclBinding, unique_usernames_rule};
 use super::cluster::{TlsSpec, ValkeyClusterStatus};
-use super::config::{Resources, ValkeyConfigStatus};
+use super::config::ValkeyConfigStatus;
 use super::constants::DEFAULT_REPLICAS_PER_SHARD;
 use super::placement::Placement;
+use super::resources::Resources;
 use super::validation::{
     CLUSTER_NAME, DNS1123_SUBDOMAIN, RuleExt, frozen_while_creating_rule, member_count_rule,
     qualified_keys_rule, refused_settings_rules, reserved_annotations_rule, setting_keys_rule,

@@ -20,14 +20,15 @@ use fred::types::config::{Server, TlsConfig, TlsConnector, TlsHostMapping};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use futures::future::BoxFuture;
 
-use super::parse::{self, Reply};
-use super::slots::format_range;
-use super::tls::{TlsClient, TlsSettingsError};
-use super::{
-    ClusterDriver, ClusterInfo, ClusterNode, DriverConfig, DriverError, DriverErrorKind,
-    DriverFuture, DriverResult, FailoverMode, MemberAddr, MigrateKeys, NodeId, ReplicationInfo,
-    ResetMode, ServerInfo, SetSlot, Shard, SlotMigration, SlotMigrationRequest, SlotRange,
+use super::commands::{ClusterDriver, MigrateKeys, ResetMode, SetSlot, SlotMigrationRequest};
+use super::config::DriverConfig;
+use super::error::{DriverError, DriverErrorKind, DriverFuture, DriverResult};
+use super::parse::{
+    self, ClusterInfo, ClusterNode, ReplicationInfo, Reply, ServerInfo, Shard, SlotMigration,
 };
+use super::tls::{TlsClient, TlsSettingsError};
+use crate::topology::slots::{SlotRange, format_range};
+use crate::topology::{FailoverMode, MemberAddr, NodeId};
 
 /// The fred-backed driver. Cheap to share behind an `Arc`.
 pub struct FredDriver {

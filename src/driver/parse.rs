@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::slots::{SlotRange, parse_range};
+use crate::topology::slots::{SlotRange, parse_range};
 
 pub use crate::topology::{NodeId, OpenSlot};
 

@@ -15,7 +15,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use super::{MemberAddr, TlsSettings};
+use super::config::TlsSettings;
+use crate::topology::MemberAddr;
 
 /// A ready-to-use client configuration and the name certificates are verified against.
 /// TLS settings the driver cannot use, and why (a broken CA bundle, a bad server name).

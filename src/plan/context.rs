@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 
-use super::{Member, MemberView, Phase, Topology};
+use super::model::{Member, MemberView, Phase, Topology};
 use crate::api::Lifecycle;
 use crate::topology::slots::SlotRange;
 use crate::topology::{MemberAddr, NodeId};

@@ -1,6 +1,6 @@
 //! Steps in words, for status and Events (people read them; nothing parses them).
 
-use super::{MoveMethod, Step};
+use super::model::{MoveMethod, Step};
 use crate::topology::FailoverMode;
 use crate::topology::slots::{SlotRange, format_range};
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::context::{Answered, AnsweredMember, Observed, names, short, slot_owners};
-use super::{Member, Phase, Plan, Step, Topology, Wait};
+use super::model::{Member, Phase, Plan, Step, Topology, Wait};
 use crate::api::Lifecycle;
 use crate::topology::{FailoverMode, NodeId};
 

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use super::model::{Member, Topology};
 use super::rebalance::rebalance;
-use super::{Member, Topology};
 use crate::api::Lifecycle;
 use crate::topology::slots::SlotRange;
 

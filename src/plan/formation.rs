@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::context::{Answered, AnsweredMember, Observed, names, owned_slots, shard_primary};
-use super::{Phase, Plan, Step, Topology, Wait, member_name};
+use super::model::{Phase, Plan, Step, Topology, Wait, member_name};
 use crate::api::Lifecycle;
 use crate::topology::NodeId;
 use crate::topology::slots::{SLOT_COUNT, count_slots, even_ranges, subtract};

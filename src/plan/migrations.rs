@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::context::{Answered, AnsweredMember};
-use super::{MIGRATION_IDLE_LIMIT_SECS, MoveMethod, MoveTarget, Phase, Plan, Step, Wait};
+use super::model::{MIGRATION_IDLE_LIMIT_SECS, MoveMethod, MoveTarget, Phase, Plan, Step, Wait};
 use crate::topology::slots::range_len;
 use crate::topology::{MemberAddr, NodeId};
 

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::context::{Answered, AnsweredMember};
-use super::{MigrationMethod, MoveMethod, MoveTarget, Phase, Plan, Step, Wait};
+use super::model::{MemberView, MigrationMethod, MoveMethod, MoveTarget, Phase, Plan, Step, Wait};
 use crate::topology::MemberAddr;
 use crate::topology::slots::{
     SLOT_COUNT, SlotRange, count_slots, even_ranges, normalize, range_len, subtract,
@@ -249,7 +249,7 @@ fn move_batches(a: &Answered, moves: &[SlotMove]) -> Option<Batches> {
 /// primary's slots unowned. Slots moved to it then would make it a slot owner whose view has a
 /// hole (CI's scaling e2e: 5,462 slots ownerless in a new primary's view for about half a
 /// second after its first import), so it receives slots only once its view is whole.
-fn knows_every_owner(view: &crate::plan::MemberView) -> bool {
+fn knows_every_owner(view: &MemberView) -> bool {
     count_slots(view.owned_by.values().flatten().cloned()) == usize::from(SLOT_COUNT)
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::context::{Answered, AnsweredMember, names};
-use super::{BULK_STEPS_PER_ROUND, Member, Phase, Plan, Step, Wait};
+use super::model::{BULK_STEPS_PER_ROUND, Member, Phase, Plan, Step, Wait};
 use crate::topology::{FailoverMode, NodeId};
 
 /// 3b. Shards beyond spec.shards whose slots have all moved away retire (scale-in). A drained

@@ -3,7 +3,7 @@
 //! them, and the stale members retire.
 
 use super::context::{Answered, AnsweredMember, Observed, names};
-use super::{Phase, Plan, Step, Wait};
+use super::model::{Phase, Plan, Step, Wait};
 use crate::topology::FailoverMode;
 
 impl Observed<'_> {

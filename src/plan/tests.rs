@@ -1,12 +1,13 @@
 //! Planner tests: single rules, plus a simulation that applies each plan to a model of Valkey
 //! (meet, gossip, slots, replication) until the cluster is formed, from any crash point.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
 use super::*;
-use crate::topology::slots::{SLOT_COUNT, even_ranges, range_len, subtract};
+use crate::topology::slots::{SLOT_COUNT, SlotRange, even_ranges, range_len, subtract};
+use crate::topology::{FailoverMode, MemberAddr, NodeId, OpenSlot};
 
 /// A model of the Valkey side: per member id, known ids, slots, primary.
 #[derive(Clone, Debug, Default)]

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use super::*;
 use crate::topology::slots::even_ranges;
+use crate::topology::{MemberAddr, NodeId};
 
 const SHAPES: [(usize, usize); 2] = [(500, 1), (1, 999)];
 

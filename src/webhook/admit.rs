@@ -17,9 +17,12 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use super::admission::{self, dependants::MenuKind};
-use super::{METERING_PATH, WebhookState, bad_request};
+use super::state::{WebhookState, bad_request};
 use crate::api::metering::ValkeyMeteringRecord;
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
+
+/// The metering records' route (the chart registers it for records and their status).
+pub const METERING_PATH: &str = "/validate/valkeymeteringrecord";
 
 /// A kind the webhook validates.
 pub trait Validate: kube::Resource + DeserializeOwned + Send + Sync + 'static {

@@ -17,6 +17,7 @@ pub mod admit;
 pub mod check;
 pub mod conversion;
 pub mod limits;
+mod state;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -35,11 +36,12 @@ use tracing::{info, warn};
 
 use crate::api::metering::ValkeyMeteringRecord;
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
-use admission::MenuSource;
-use admission::node::NodePolicy;
 use admit::{Validate, admit};
+use state::bad_request;
 
+pub use admit::METERING_PATH;
 pub use limits::{Limits, MAX_BODY_BYTES, MAX_CONCURRENT_REVIEWS};
+pub use state::WebhookState;
 
 /// Default location of the serving certificate (where controller-runtime based operators and
 /// cert-manager examples mount it).
@@ -55,16 +57,6 @@ pub struct WebhookSettings {
     pub operator_username: String,
     /// How often the certificate files are checked for changes.
     pub reload_interval: Duration,
-}
-
-/// Shared state of the handlers.
-pub struct WebhookState {
-    pub node_policy: NodePolicy,
-    pub menu: Arc<dyn MenuSource>,
-    /// Request durations go to `valkey_operator_webhook_request_duration_seconds`.
-    pub metrics: Arc<crate::telemetry::Metrics>,
-    /// The operator setting `versionFloor` (ValkeyImage versions below Momento v0.9's floor).
-    pub version_floor: crate::settings::VersionFloor,
 }
 
 /// The HTTP surface, with the default [`Limits`].
@@ -131,14 +123,6 @@ async fn convert(State(state): State<Arc<WebhookState>>, body: Bytes) -> Respons
     axum::Json(response.into_review()).into_response()
 }
 
-/// A 4xx with a plain-text reason.
-fn bad_request(status: StatusCode, reason: String) -> Response {
-    (status, reason).into_response()
-}
-
-/// The metering records' route (the chart registers it for records and their status).
-pub const METERING_PATH: &str = "/validate/valkeymeteringrecord";
-
 /// Serves until the process ends. Without certificate files it logs a warning and waits for
 /// them (a Secret volume may appear later) instead of failing the operator.
 pub async fn serve(settings: WebhookSettings, state: Arc<WebhookState>) -> anyhow::Result<()> {
@@ -184,6 +168,7 @@ pub async fn serve(settings: WebhookSettings, state: Arc<WebhookState>) -> anyho
 mod tests {
     use super::*;
     use admission::FixedMenu;
+    use admission::node::NodePolicy;
     use axum::body::Body;
     use axum::http::Request;
     use http_body_util::BodyExt;
