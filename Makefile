@@ -82,6 +82,8 @@ lint:
 	cargo fmt --all --check
 	python3 e2e/long-functions.py src 80
 	python3 e2e/long-functions.py e2e 120
+	python3 e2e/import-cycles.py src
+	python3 e2e/import-cycles.py --expect orders.rs,store/ledger.rs e2e/fixtures/import-cycle/src
 	cargo clippy --workspace --all-targets --features valkey-operator/e2e,valkey-e2e/e2e -- -D warnings
 	@$(MAKE) --no-print-directory deny
 

@@ -35,20 +35,17 @@ use crate::backup::{
     ClusterIdentity, JobOutcome, JobPlan, MemberAddress, ShardSource, StoreAddress, backup_path,
 };
 use crate::cache::controller_for;
-use crate::controller::cluster::build::BACKUP_PASSWORD_KEY;
 use crate::controller::jobs::{
     CA_MOUNT, JobImage, ca_volume, copy_job_spec, job_container, job_image, job_outcome,
     restricted_pod, secret_env, value_env,
 };
-use crate::controller::{Context, Error, names, object_key};
+use crate::controller::names::{BACKUP_COMPONENT, BACKUP_PASSWORD_KEY};
+use crate::controller::{Context, Error, events, names, object_key};
 
 /// Labels on a backup Job: which ValkeyBackup it serves (the Job lives in the operator's
 /// namespace, so no owner reference can say it).
 pub const LABEL_BACKUP_NAMESPACE: &str = "valkey.gomomento.com/backup-namespace";
 pub const LABEL_BACKUP_NAME: &str = "valkey.gomomento.com/backup-name";
-/// `app.kubernetes.io/component` of backup Jobs and their pods; the members' NetworkPolicy
-/// lets pods with it in the operator's namespace reach the client port.
-pub const BACKUP_COMPONENT: &str = "backup";
 
 /// Runs until shutdown (only while this replica leads).
 pub async fn run(ctx: Arc<Context>) {
@@ -300,10 +297,11 @@ async fn start_job(
     };
     write_status(ctx, backup, &status).await?;
     info!(backup = %object_key(backup), job = %job_name(backup), "backup started");
-    event(
+    events::publish(
         ctx,
         backup,
         EventType::Normal,
+        events::RECONCILE,
         "BackupStarted",
         status.message.as_deref().unwrap_or_default(),
     )
@@ -440,10 +438,11 @@ async fn follow_job(ctx: &Context, backup: &ValkeyBackup, job: &Job) -> Result<A
         (EventType::Warning, "BackupFailed")
     };
     info!(backup = %object_key(backup), phase = ?finished.phase, "backup ended");
-    event(
+    events::publish(
         ctx,
         backup,
         type_,
+        events::RECONCILE,
         reason,
         finished.message.as_deref().unwrap_or_default(),
     )
@@ -521,7 +520,15 @@ async fn finish_failed(
         message.clone(),
     );
     write_status(ctx, backup, &status).await?;
-    event(ctx, backup, EventType::Warning, "BackupFailed", &message).await;
+    events::publish(
+        ctx,
+        backup,
+        EventType::Warning,
+        events::RECONCILE,
+        "BackupFailed",
+        &message,
+    )
+    .await;
     Ok(Action::await_change())
 }
 
@@ -562,10 +569,6 @@ async fn write_status(
     )
     .await?;
     Ok(())
-}
-
-async fn event(ctx: &Context, backup: &ValkeyBackup, type_: EventType, reason: &str, note: &str) {
-    crate::controller::cluster::status::object_event(ctx, backup, type_, reason, note).await;
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 pub mod backup;
 pub mod backup_schedule;
 pub mod cluster;
+pub mod events;
 pub mod image_protection;
 pub mod jobs;
 pub mod leader;

@@ -8,6 +8,19 @@ use crate::api::constants::{
     LABEL_CLUSTER, LABEL_NODE, LABEL_SHARD, MANAGER,
 };
 
+/// Keys of the operator Secret.
+pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
+pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
+pub const BACKUP_PASSWORD_KEY: &str = "backup-password";
+pub const RESTORE_PASSWORD_KEY: &str = "restore-password";
+/// Key of the metrics exporters' password, in the operator Secret and in the ACL Secret the
+/// exporters read it from.
+pub const METRICS_PASSWORD_KEY: &str = "metrics-password";
+
+/// `app.kubernetes.io/component` of backup Jobs and their pods; the members' NetworkPolicy
+/// lets pods with it in the operator's namespace reach the client port.
+pub const BACKUP_COMPONENT: &str = "backup";
+
 /// Client Service: `<cluster>`.
 pub fn client_service(cluster: &str) -> String {
     cluster.to_string()

@@ -37,13 +37,13 @@ use crate::backup::restore::{
 use crate::backup::restore_job::ENV_RESTORE_PLAN;
 use crate::backup::{ClusterIdentity, StoreAddress};
 use crate::cache::controller_for;
-use crate::controller::backup::BACKUP_COMPONENT;
-use crate::controller::cluster::build::RESTORE_PASSWORD_KEY;
 use crate::controller::jobs::{
     CA_MOUNT, ca_volume, copy_job_spec, job_container, job_image, job_outcome, restricted_pod,
     secret_env, value_env,
 };
-use crate::controller::{Context, Error, names, object_key};
+use crate::controller::names::BACKUP_COMPONENT;
+use crate::controller::names::RESTORE_PASSWORD_KEY;
+use crate::controller::{Context, Error, events, names, object_key};
 
 /// Labels on a restore Job: the cluster it restores into (the Job lives in the operator's
 /// namespace, so no owner reference can say it). Its component is the backup Jobs' (the
@@ -284,7 +284,15 @@ async fn start_job(
     };
     write_status(ctx, cluster, &status).await?;
     info!(cluster = %object_key(cluster), job = %job_name(cluster, attempt), "restore started");
-    event(ctx, cluster, EventType::Normal, "RestoreStarted", &message).await;
+    events::publish(
+        ctx,
+        cluster,
+        EventType::Normal,
+        events::RECONCILE,
+        "RestoreStarted",
+        &message,
+    )
+    .await;
     Ok(Action::requeue(crate::controller::jobs::RUNNING_JOB_LOOK))
 }
 
@@ -413,10 +421,11 @@ async fn follow_job(
             write_status(ctx, cluster, &status).await?;
             let message = status.message.clone().unwrap_or_default();
             info!(cluster = %object_key(cluster), "restore completed");
-            event(
+            events::publish(
                 ctx,
                 cluster,
                 EventType::Normal,
+                events::RECONCILE,
                 "RestoreCompleted",
                 &message,
             )
@@ -506,7 +515,15 @@ async fn record_failure(
     write_status(ctx, cluster, &status).await?;
     warn!(cluster = %object_key(cluster), cause, "restore failed");
     let note = status.message.clone().unwrap_or_default();
-    event(ctx, cluster, EventType::Warning, "RestoreFailed", &note).await;
+    events::publish(
+        ctx,
+        cluster,
+        EventType::Warning,
+        events::RECONCILE,
+        "RestoreFailed",
+        &note,
+    )
+    .await;
     Ok(Action::requeue(Duration::from_secs(20)))
 }
 
@@ -536,10 +553,6 @@ async fn write_status(
     )
     .await?;
     Ok(())
-}
-
-async fn event(ctx: &Context, cluster: &ValkeyCluster, type_: EventType, reason: &str, note: &str) {
-    crate::controller::cluster::status::object_event(ctx, cluster, type_, reason, note).await;
 }
 
 #[cfg(test)]

@@ -9,11 +9,11 @@
 //! Members that start later read the file at startup and need nothing.
 
 use futures::future::join_all;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
 use tracing::{debug, info, warn};
 
-use super::observe::Observed;
+use super::observed::Observed;
 use crate::api::ValkeyCluster;
 use crate::controller::{Context, object_key};
 use crate::driver::{ClusterDriver, MemberAddr};
@@ -44,7 +44,7 @@ pub struct Announced {
 impl Announced {
     /// From the cluster as this round found it (None: it has no `AclApplied` condition yet).
     pub fn of(cluster: &ValkeyCluster) -> Option<Announced> {
-        let condition = super::status::previous_acl_condition(cluster)?;
+        let condition = super::conditions::previous_acl_condition(cluster)?;
         let recorded = cluster.status.as_ref().and_then(|s| s.acl_revision.clone());
         Some(Announced {
             revision: recorded.or_else(|| legacy_revision(&condition.message)),
@@ -282,20 +282,13 @@ pub async fn publish_event(
     revision: &str,
     note: &str,
 ) {
-    let event = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: format!("LoadAcl:{revision}"),
-        secondary: None,
+    let type_ = if warning {
+        EventType::Warning
+    } else {
+        EventType::Normal
     };
-    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
-        warn!("cannot publish event: {e}");
-    }
+    let action = format!("LoadAcl:{revision}");
+    crate::controller::events::publish(ctx, cluster, type_, &action, reason, note).await;
 }
 
 #[cfg(test)]

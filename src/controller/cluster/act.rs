@@ -6,7 +6,7 @@ use kube::Api;
 use kube::api::PostParams;
 use tracing::{info, warn};
 
-use super::{build, status};
+use super::build;
 use crate::api::constants::CLUSTER_BUS_PORT;
 use crate::api::{Lifecycle, ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 use crate::controller::{Context, Error, object_key};
@@ -56,7 +56,7 @@ impl<'a> Actor<'a> {
     }
 
     async fn event(&self, reason: &str, note: &str) {
-        status::event(self.ctx, self.cluster, reason, note).await;
+        crate::controller::events::normal(self.ctx, self.cluster, reason, note).await;
     }
 }
 
@@ -145,7 +145,7 @@ async fn create_node(a: &Actor<'_>, name: &str, shard: usize) -> Result<(), Erro
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(e.into()),
     }
-    status::set_node_lifecycle(a.node_api, name, Lifecycle::Joining).await
+    super::publish::set_node_lifecycle(a.node_api, name, Lifecycle::Joining).await
 }
 
 async fn meet(a: &Actor<'_>, via: &MemberAddr, target: &MemberAddr) -> Result<(), Error> {
@@ -325,7 +325,7 @@ async fn cancel_slot_migrations(a: &Actor<'_>, member: &MemberAddr) -> Result<()
 
 async fn mark_active(a: &Actor<'_>, names: &[String]) -> Result<(), Error> {
     for name in names {
-        status::set_node_lifecycle(a.node_api, name, Lifecycle::Active).await?;
+        super::publish::set_node_lifecycle(a.node_api, name, Lifecycle::Active).await?;
     }
     Ok(())
 }
@@ -334,7 +334,7 @@ async fn mark_active(a: &Actor<'_>, names: &[String]) -> Result<(), Error> {
 async fn mark_leaving(a: &Actor<'_>, names: &[String]) -> Result<(), Error> {
     for name in names {
         info!(cluster = %a.key, node = %name, "retiring member");
-        status::set_node_lifecycle(a.node_api, name, Lifecycle::Leaving).await?;
+        super::publish::set_node_lifecycle(a.node_api, name, Lifecycle::Leaving).await?;
         a.event("RetiringMember", &format!("Retiring member {name}"))
             .await;
     }

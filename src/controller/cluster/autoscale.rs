@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 
-use super::ClusterContext;
-use super::observe::Observed;
+use super::observed::Observed;
+use super::utilization::Samples;
 use crate::api::ValkeyCluster;
 use crate::api::autoscaling::{AutoscalingStatus, ScalingDecision};
-use crate::controller::object_key;
+use crate::controller::{Context, object_key};
 use crate::plan::autoscale::{ClusterNow, Direction, Holding, MemberLoad, Outcome, decide};
 use crate::plan::{Phase, Plan, Topology};
 
@@ -80,7 +80,8 @@ impl Episodes {
 /// This round's `status.autoscaling` (none without `spec.autoscaling`), after recording the
 /// decision it took, if any.
 pub async fn step(
-    cctx: &ClusterContext,
+    ctx: &Context,
+    (samples, episodes): (&Samples, &Episodes),
     cluster: &ValkeyCluster,
     (plan, topology, observed): (&Plan, &Topology, &[Observed]),
 ) -> Option<AutoscalingStatus> {
@@ -93,7 +94,7 @@ pub async fn step(
         .unwrap_or_default();
     let now = unix_now();
     let key = object_key(cluster);
-    let members: Vec<MemberLoad> = cctx.samples.loads(
+    let members: Vec<MemberLoad> = samples.loads(
         &cluster.namespace().unwrap_or_default(),
         observed,
         policy.scale_in_window_secs,
@@ -109,17 +110,21 @@ pub async fn step(
         paused: false,
         last_scale_out: seconds(previous.last_scale_out_time.as_deref()),
         last_scale_in: seconds(previous.last_scale_in_time.as_deref()),
-        limited_recorded: cctx.episodes.recorded(&key),
+        limited_recorded: episodes.recorded(&key),
     };
     let outcome = decide(&policy, &at, &members);
-    let ctx = &cctx.ctx;
-    cctx.episodes
-        .remember(&key, outcome.holding == Some(Holding::AtMaxShards));
+    episodes.remember(&key, outcome.holding == Some(Holding::AtMaxShards));
     if let Some(note) = &outcome.limited {
-        super::status::warning(ctx, cluster, "ScaleOutLimited", note).await;
+        crate::controller::events::warning(ctx, cluster, "ScaleOutLimited", note).await;
     }
     if let Some(decision) = &outcome.decision {
-        super::status::event(ctx, cluster, decision.direction.reason(), &decision.note).await;
+        crate::controller::events::normal(
+            ctx,
+            cluster,
+            decision.direction.reason(),
+            &decision.note,
+        )
+        .await;
         ctx.metrics.action(match decision.direction {
             Direction::Out => "autoscale_out",
             Direction::In => "autoscale_in",
@@ -127,7 +132,7 @@ pub async fn step(
     }
     let status = next_status(previous, &outcome, now);
     if outcome.decision.is_some() {
-        cctx.episodes.decided(&key, &status);
+        episodes.decided(&key, &status);
     }
     Some(status)
 }

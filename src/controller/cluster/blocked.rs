@@ -14,11 +14,12 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
-use super::{
-    ClusterContext, act, build, cluster_nodes, credentials, observe, owned_by,
-    plan_off_the_runtime, pods, status, tls,
-};
+use super::context::ClusterContext;
+use super::observed::cluster_nodes;
+use super::planning::plan_off_the_runtime;
+use super::{act, build, credentials, observe, pods, publish, status, tls};
 use crate::api::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
+use crate::controller::owner::owned_by;
 use crate::controller::{Error, object_key};
 use crate::plan::{Phase, Plan};
 
@@ -47,66 +48,12 @@ pub async fn certificate_or_blocked(
     })
 }
 
-/// Condition type of a cluster created with `spec.restoreFrom` whose backup cannot be restored.
-pub const RESTORE_SOURCE_READY: &str = "RestoreSourceReady";
-
-/// A cluster created with `spec.restoreFrom` starts no member while its backup cannot be
-/// restored (missing, not Completed, another shard count, another namespace's without the
-/// platform team's leave): it is Blocked with the reason, and nothing runs. Once members
-/// exist (or the restore started) this no longer holds anything back.
-pub async fn restore_source_or_blocked(
-    cctx: &ClusterContext,
-    cluster: &ValkeyCluster,
-) -> Result<std::ops::ControlFlow<Action, ()>, Error> {
-    let Some(from) = &cluster.spec.restore_from else {
-        return Ok(std::ops::ControlFlow::Continue(()));
-    };
-    let namespace = cluster.namespace().unwrap_or_default();
-    let started = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.restore.as_ref())
-        .is_some_and(|r| r.attempts.is_some());
-    if started || !cluster_nodes(&cctx.nodes, &namespace, &cluster.name_any()).is_empty() {
-        return Ok(std::ops::ControlFlow::Continue(()));
-    }
-    let (backup_namespace, backup_name) = crate::backup::restore::source_of(cluster, from);
-    let (backup, location) =
-        crate::backup::restore::find_source(&cctx.ctx.client, &backup_namespace, &backup_name)
-            .await?;
-    let problem = crate::backup::restore::source_problem(
-        &namespace,
-        cluster.spec.shards,
-        (&backup_namespace, &backup_name),
-        backup.as_ref(),
-        location.as_ref(),
-    );
-    let Some(problem) = problem else {
-        return Ok(std::ops::ControlFlow::Continue(()));
-    };
-    let message = format!("spec.restoreFrom: {problem}. No member starts until it can be restored");
-    let cause = status::Blocker {
-        condition: RESTORE_SOURCE_READY,
-        reason: "BackupNotRestorable",
-        message: &message,
-    };
-    status::publish(
-        &cctx.ctx,
-        cluster,
-        status::blocked(cluster, cause, &cctx.nodes),
-    )
-    .await?;
-    Ok(std::ops::ControlFlow::Break(Action::requeue(
-        Duration::from_secs(30),
-    )))
-}
-
 /// Publishes the Blocked status `cause` describes and, for a formed cluster, carries on with
 /// failure handling on the members' own spec; the requeue to return.
 pub async fn keep_handling_failures(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
-    cause: status::Blocker<'_>,
+    cause: super::conditions::Blocker<'_>,
 ) -> Result<Action, Error> {
     let ctx = &cctx.ctx;
     let calm = Action::requeue(Duration::from_secs(60));
@@ -121,7 +68,7 @@ pub async fn keep_handling_failures(
         .collect();
     let Some(spec) = members_spec(&owned) else {
         // Nothing formed yet: nothing to keep running.
-        status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+        publish::cluster_status(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
         return Ok(calm);
     };
     let plan = match repair(cctx, cluster, &owned, &spec).await? {
@@ -131,21 +78,22 @@ pub async fn keep_handling_failures(
                 "{}. Failures cannot be handled meanwhile: {why}",
                 cause.message
             );
-            let cause = status::Blocker {
+            let cause = super::conditions::Blocker {
                 message: &message,
                 ..cause
             };
-            status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+            publish::cluster_status(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes))
+                .await?;
             return Ok(calm);
         }
     };
     let meanwhile = meanwhile(&plan);
     let message = format!("{}{meanwhile}", cause.message);
-    let cause = status::Blocker {
+    let cause = super::conditions::Blocker {
         message: &message,
         ..cause
     };
-    status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+    publish::cluster_status(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
     Ok(if plan.steps.is_empty() && plan.phase == Phase::Ready {
         calm
     } else {
@@ -202,7 +150,7 @@ async fn repair(
         Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
     let actor = act::Actor::new(ctx, cluster, &node_api, driver.as_ref(), spec);
     act::carry_out(&actor, &plan.steps).await?;
-    status::update_node_statuses(ctx, &node_api, &observed).await?;
+    publish::update_node_statuses(ctx, &node_api, &observed).await?;
     Ok(Ok(plan))
 }
 

@@ -20,7 +20,10 @@ use crate::api::constants::{
 use crate::api::metrics::{EXPORTER_PORT, LabelsSelector, Scraper};
 use crate::api::validation::desired_members;
 use crate::api::{NodePlacement, ValkeyCluster, ValkeyNode, ValkeyNodeSpec, ZoneSpread};
-use crate::controller::names;
+use crate::controller::names::{
+    self, BACKUP_PASSWORD_KEY, METRICS_PASSWORD_KEY, OPERATOR_PASSWORD_KEY,
+    REPLICATION_PASSWORD_KEY, RESTORE_PASSWORD_KEY,
+};
 use crate::controller::owner::{BuildError, controller_owner};
 use crate::resolve::ResolvedConfig;
 use crate::resolve::acl::OperatorCredentials;
@@ -31,15 +34,6 @@ use crate::resolve::conf::{
 /// Labels of a credentials Secret naming its cluster (there is no cross-namespace owner).
 pub const CREDENTIALS_NAMESPACE_LABEL: &str = "valkey.gomomento.com/cluster-namespace";
 pub const CREDENTIALS_UID_LABEL: &str = "valkey.gomomento.com/cluster-uid";
-
-/// Keys of the operator Secret.
-pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
-pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
-pub const BACKUP_PASSWORD_KEY: &str = "backup-password";
-pub const RESTORE_PASSWORD_KEY: &str = "restore-password";
-/// Key of the metrics exporters' password, in the operator Secret and in the ACL Secret the
-/// exporters read it from.
-pub const METRICS_PASSWORD_KEY: &str = "metrics-password";
 
 fn meta(cluster: &ValkeyCluster, name: String, component: &str) -> Result<ObjectMeta, BuildError> {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
@@ -285,7 +279,7 @@ pub fn network_policy(
             (LABEL_APP_MANAGED_BY.into(), MANAGER.into()),
             (
                 LABEL_APP_COMPONENT.into(),
-                crate::controller::backup::BACKUP_COMPONENT.into(),
+                crate::controller::names::BACKUP_COMPONENT.into(),
             ),
         ]))),
         ..Default::default()

@@ -17,8 +17,9 @@ use kube::runtime::controller::Action;
 
 use std::time::Duration;
 
-use super::observe::Observed;
-use super::{ClusterContext, status, tls};
+use super::context::ClusterContext;
+use super::observed::Observed;
+use super::{status, tls};
 use crate::api::{ClusterState, ValkeyCluster};
 use crate::controller::{Context, Error};
 use crate::driver::Version;
@@ -65,7 +66,7 @@ pub fn binary_below_floor<'a>(
 pub async fn stop_below_floor(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    resolved: &super::Resolved,
+    resolved: &super::context::Resolved,
     observed: &[Observed],
 ) -> Result<ControlFlow<Action>, Error> {
     if !still_creating(cluster) {
@@ -76,15 +77,15 @@ pub async fn stop_below_floor(
     };
     let failed = status::failed(cluster, &cause);
     let message = failed.message.clone().unwrap_or_default();
-    status::publish(ctx, cluster, failed).await?;
-    status::warning(ctx, cluster, "CreationFailed", &message).await;
+    super::publish::cluster_status(ctx, cluster, failed).await?;
+    crate::controller::events::warning(ctx, cluster, "CreationFailed", &message).await;
     Ok(ControlFlow::Break(Action::await_change()))
 }
 
 /// [`binary_below_floor`] for these members (those that answered) against the resolved image.
 fn floor_cause<'a>(
     ctx: &Context,
-    resolved: &super::Resolved,
+    resolved: &super::context::Resolved,
     members: impl Iterator<Item = &'a Observed>,
 ) -> Option<String> {
     let running = members.filter_map(|o| Some((o.member.name.as_str(), o.version.as_deref()?)));
@@ -107,7 +108,7 @@ pub const VERSION_BELOW_FLOOR: &str = "VersionBelowFloor";
 async fn hold_below_floor(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    resolved: &super::Resolved,
+    resolved: &super::context::Resolved,
     observed: &[Observed],
 ) -> Result<ControlFlow<Action>, Error> {
     let current = observed.iter().filter(|o| o.member.current);
@@ -115,11 +116,11 @@ async fn hold_below_floor(
         return Ok(ControlFlow::Continue(()));
     };
     let held = status::rollout_held(cluster, VERSION_BELOW_FLOOR, &cause);
-    let first = !status::has_reason(cluster, "Progressing", VERSION_BELOW_FLOOR);
+    let first = !super::conditions::has_reason(cluster, "Progressing", VERSION_BELOW_FLOOR);
     let message = held.message.clone().unwrap_or_default();
-    status::publish(ctx, cluster, held).await?;
+    super::publish::cluster_status(ctx, cluster, held).await?;
     if first {
-        status::warning(ctx, cluster, VERSION_BELOW_FLOOR, &message).await;
+        crate::controller::events::warning(ctx, cluster, VERSION_BELOW_FLOOR, &message).await;
     }
     Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(30))))
 }
@@ -172,20 +173,22 @@ pub async fn wait_for_certificate_or_fail(
                 crate::time::rfc3339(deadline),
                 blocker.message
             );
-            let cause = status::Blocker {
+            let cause = super::conditions::Blocker {
                 message: &message,
                 ..blocker.cause()
             };
             let mut waiting = status::blocked(cluster, cause, &cctx.nodes);
             waiting.state = Some(ClusterState::Creating);
             // Nothing runs yet that could be degraded.
-            waiting.conditions.retain(|c| c.type_ != status::DEGRADED);
+            waiting
+                .conditions
+                .retain(|c| c.type_ != super::conditions::DEGRADED);
             for condition in &mut waiting.conditions {
                 if condition.type_ == "Ready" {
                     condition.reason = "WaitingForTlsSecret".into();
                 }
             }
-            status::publish(ctx, cluster, waiting).await?;
+            super::publish::cluster_status(ctx, cluster, waiting).await?;
             let left = u64::try_from(deadline - now).unwrap_or(0);
             Ok(Action::requeue(Duration::from_secs(left.clamp(1, 10))))
         }
@@ -201,8 +204,8 @@ pub async fn wait_for_certificate_or_fail(
             );
             let failed = status::failed(cluster, &cause);
             let message = failed.message.clone().unwrap_or_default();
-            status::publish(ctx, cluster, failed).await?;
-            status::warning(ctx, cluster, "CreationFailed", &message).await;
+            super::publish::cluster_status(ctx, cluster, failed).await?;
+            crate::controller::events::warning(ctx, cluster, "CreationFailed", &message).await;
             Ok(Action::await_change())
         }
     }

@@ -10,8 +10,9 @@ use rand::Rng;
 use rand::distr::Alphanumeric;
 use tracing::{info, warn};
 
-use super::{build, ensure_ours};
+use super::build;
 use crate::api::ValkeyCluster;
+use crate::controller::owner::ensure_ours;
 use crate::controller::{CLUSTER_MANAGER, Context, Error, names, object_key};
 use crate::resolve::acl::OperatorCredentials;
 
@@ -36,9 +37,9 @@ pub async fn ensure_operator_secret(
     let restored = match claim {
         Some(SecretClaim::Ours) => {
             let secret = found.as_ref().expect("found");
-            if has_key(secret, build::BACKUP_PASSWORD_KEY)
-                && has_key(secret, build::RESTORE_PASSWORD_KEY)
-                && has_key(secret, build::METRICS_PASSWORD_KEY)
+            if has_key(secret, crate::controller::names::BACKUP_PASSWORD_KEY)
+                && has_key(secret, crate::controller::names::RESTORE_PASSWORD_KEY)
+                && has_key(secret, crate::controller::names::METRICS_PASSWORD_KEY)
             {
                 return read_credentials(secret, &ctx.operator_namespace, &secret_name);
             }
@@ -125,14 +126,14 @@ async fn empty_legacy_secret(
                 "moved the operator's credentials from Secret {namespace}/{legacy_name}, which the namespace's editors can read, to {moved_to}; {legacy_name} is now empty and is deleted with this cluster (or delete it)"
             );
             info!(cluster = %object_key(cluster), "{note}");
-            super::status::event(ctx, cluster, "CredentialsMoved", &note).await;
+            crate::controller::events::normal(ctx, cluster, "CredentialsMoved", &note).await;
         }
         Err(e) => {
             let note = format!(
                 "moved the operator's credentials to {moved_to}, but could not empty the old copy, Secret {namespace}/{legacy_name} ({e}): it still holds them, delete it (kubectl -n {namespace} delete secret {legacy_name})"
             );
             warn!(cluster = %object_key(cluster), "{note}");
-            super::status::warning(ctx, cluster, "CredentialsCopyKept", &note).await;
+            crate::controller::events::warning(ctx, cluster, "CredentialsCopyKept", &note).await;
         }
     }
 }
@@ -148,8 +149,8 @@ fn emptied_legacy_secret(moved_to: &str) -> serde_json::Value {
 
 /// Whether a legacy credentials Secret still holds a password (an emptied one holds none).
 fn holds_credentials(secret: &Secret) -> bool {
-    has_key(secret, build::OPERATOR_PASSWORD_KEY)
-        || has_key(secret, build::REPLICATION_PASSWORD_KEY)
+    has_key(secret, crate::controller::names::OPERATOR_PASSWORD_KEY)
+        || has_key(secret, crate::controller::names::REPLICATION_PASSWORD_KEY)
 }
 
 fn has_key(secret: &Secret, key: &str) -> bool {
@@ -203,18 +204,21 @@ fn read_credentials(
             .ok_or_else(|| {
                 Error::Invalid(format!(
                     "Secret {namespace}/{name} has no key {key}; restore it from your backup with both {} and {} (a cluster whose members never started can have it regenerated: delete it)",
-                    build::OPERATOR_PASSWORD_KEY,
-                    build::REPLICATION_PASSWORD_KEY
+                    crate::controller::names::OPERATOR_PASSWORD_KEY,
+                    crate::controller::names::REPLICATION_PASSWORD_KEY
                 ))
             })
     };
     Ok(OperatorCredentials {
-        operator_password: read(build::OPERATOR_PASSWORD_KEY)?,
-        replication_password: read(build::REPLICATION_PASSWORD_KEY)?,
+        operator_password: read(crate::controller::names::OPERATOR_PASSWORD_KEY)?,
+        replication_password: read(crate::controller::names::REPLICATION_PASSWORD_KEY)?,
         // Missing in Secrets written before backups (and in legacy copies): a new one.
-        backup_password: read(build::BACKUP_PASSWORD_KEY).unwrap_or_else(|_| random_password()),
-        restore_password: read(build::RESTORE_PASSWORD_KEY).unwrap_or_else(|_| random_password()),
-        metrics_password: read(build::METRICS_PASSWORD_KEY).unwrap_or_else(|_| random_password()),
+        backup_password: read(crate::controller::names::BACKUP_PASSWORD_KEY)
+            .unwrap_or_else(|_| random_password()),
+        restore_password: read(crate::controller::names::RESTORE_PASSWORD_KEY)
+            .unwrap_or_else(|_| random_password()),
+        metrics_password: read(crate::controller::names::METRICS_PASSWORD_KEY)
+            .unwrap_or_else(|_| random_password()),
     })
 }
 
@@ -303,8 +307,8 @@ mod tests {
     #[test]
     fn a_legacy_copy_is_emptied_not_deleted_and_then_holds_no_credentials() {
         let both = [
-            build::OPERATOR_PASSWORD_KEY,
-            build::REPLICATION_PASSWORD_KEY,
+            crate::controller::names::OPERATOR_PASSWORD_KEY,
+            crate::controller::names::REPLICATION_PASSWORD_KEY,
         ];
         assert!(holds_credentials(&legacy(&both)));
         // What the API server keeps after the merge patch: no data, the annotation.
@@ -318,7 +322,7 @@ mod tests {
         assert!(!holds_credentials(&legacy(&[])));
         // One password left is still a credential (read, and its error says what is missing).
         assert!(holds_credentials(&legacy(&[
-            build::REPLICATION_PASSWORD_KEY
+            crate::controller::names::REPLICATION_PASSWORD_KEY
         ])));
     }
 

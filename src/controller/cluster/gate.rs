@@ -24,7 +24,8 @@ pub async fn may_proceed(
         // Held (foreground deletion, a finalizer): say so while it lasts. Only the leader
         // writes; the object may be gone already, which is what was asked.
         if ctx.confirm_leading().await.is_ok()
-            && let Err(e) = status::publish(ctx, cluster, status::deleting(cluster)).await
+            && let Err(e) =
+                super::publish::cluster_status(ctx, cluster, status::deleting(cluster)).await
         {
             tracing::debug!(cluster = %object_key(cluster), "Deleting status not written: {e}");
         }
@@ -42,7 +43,7 @@ pub async fn may_proceed(
     // Paused by annotation: say so and touch nothing until it goes (removing it is a change
     // that reconciles at once).
     if status::is_paused(cluster) {
-        status::publish(ctx, cluster, status::paused(cluster)).await?;
+        super::publish::cluster_status(ctx, cluster, status::paused(cluster)).await?;
         return Ok(ControlFlow::Break(Action::await_change()));
     }
     Ok(ControlFlow::Continue(()))

@@ -12,9 +12,9 @@ use std::sync::Mutex;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use tracing::{info, warn};
 
-use super::observe::Observed;
+use super::observed::Observed;
 use crate::api::{ValkeyCluster, ValkeyNodeSpec};
-use crate::controller::object_key;
+use crate::controller::{Context, object_key};
 use crate::driver::ClusterDriver;
 use crate::resolve::live::to_set;
 
@@ -65,13 +65,12 @@ pub fn wanted_now(
 
 /// The step (see the module): `CONFIG SET` on each current, answering member that needs it.
 pub async fn apply(
-    cctx: &super::ClusterContext,
+    (ctx, applied): (&Context, &Applied),
     cluster: &ValkeyCluster,
     driver: &dyn ClusterDriver,
     observed: &[Observed],
     desired: &ValkeyNodeSpec,
 ) -> LiveProgress {
-    let (ctx, applied) = (&cctx.ctx, &cctx.live);
     let key = object_key(cluster);
     let mut runs: MemberRuns = applied.lock().get(&key).cloned().unwrap_or_default();
     runs.retain(|member, _| observed.iter().any(|o| &o.member.name == member));
@@ -114,7 +113,7 @@ pub async fn apply(
             progress.set.len(),
             progress.set.join(", ")
         );
-        super::status::event(ctx, cluster, "SettingsApplied", &note).await;
+        crate::controller::events::normal(ctx, cluster, "SettingsApplied", &note).await;
     }
     progress
 }
@@ -154,7 +153,7 @@ impl LiveProgress {
 /// The step's condition, for the cluster's status.
 pub fn condition(cluster: &ValkeyCluster, progress: &LiveProgress) -> Condition {
     let (ok, reason, message) = progress.condition();
-    super::status::cluster_condition(cluster, SETTINGS_APPLIED, ok, reason, &message)
+    super::conditions::cluster_condition(cluster, SETTINGS_APPLIED, ok, reason, &message)
 }
 
 #[cfg(test)]

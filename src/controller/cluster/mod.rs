@@ -21,12 +21,17 @@ mod autoscale;
 mod blocked;
 pub mod build;
 mod cadence;
+mod conditions;
+mod context;
 mod creation;
 mod credentials;
 mod gate;
 pub mod live;
 pub mod observe;
+mod observed;
+mod planning;
 mod pods;
+mod publish;
 mod published;
 mod repeats;
 mod resolve;
@@ -42,40 +47,22 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use tracing::{debug, warn};
 
-pub use apply::{Applied, apply, apply_as, controller_uid, ensure_ours, owned_by};
+pub use context::ClusterContext;
+pub use context::Resolved;
 pub use credentials::sweep_credentials;
-pub use resolve::{Resolved, resolve};
+use observed::cluster_nodes;
+use planning::plan_off_the_runtime;
+pub use resolve::resolve;
 
-use crate::api::constants::LABEL_CLUSTER;
 use crate::api::{ValkeyCluster, ValkeyNode};
 use crate::controller::{Context, Error, object_key};
-use crate::plan::{self, Member, Phase, Plan, Topology};
-
-/// The cluster controller's view of the world: shared context plus the member stores.
-pub struct ClusterContext {
-    pub ctx: Arc<Context>,
-    pub nodes: Store<ValkeyNode>,
-    pub pods: Store<Pod>,
-    /// The Node objects that exist (names only): see `observe::lost_with_its_node`.
-    pub hosts: Store<PartialObjectMeta<Node>>,
-    /// Since when each changing cluster has waited for the same thing (the poll follows it).
-    pub waits: cadence::Waits,
-    /// The steps each cluster carried out round after round (they back off; see [`repeats`]).
-    pub repeats: repeats::Repeats,
-    /// Every member's utilization history (see [`utilization`]).
-    pub samples: utilization::Samples,
-    /// Autoscaling episodes under way (see [`autoscale`]).
-    pub episodes: autoscale::Episodes,
-    /// What each member was set to live, per process (see [`live`]).
-    pub live: live::Applied,
-}
+use crate::driver::FredDriver;
+use crate::plan::{Member, Phase, Plan, Topology};
+use crate::resolve::acl::OperatorCredentials;
 
 /// Hands on what a step produced (`ControlFlow::Continue`), or ends the reconcile with the
 /// step's requeue (`ControlFlow::Break`): a step that blocks, pauses or waits has already
@@ -122,13 +109,7 @@ pub async fn reconcile(
     let desired_spec =
         build::desired_node_spec(&cluster, &resolved.config, ctx.settings.default_zone_spread);
     let members = cluster_nodes(&cctx.nodes, &namespace, &name);
-    let driver = ctx
-        .driver(
-            &object_key(cluster.as_ref()),
-            &credentials.operator_password,
-            tls.as_ref().map(|t| t.driver.clone()),
-        )
-        .await;
+    let driver = member_driver(ctx, &cluster, &credentials, tls.as_ref()).await;
     let observed = observe::members(driver.as_ref(), &members, &cctx, &desired_spec).await;
     pods::sync(ctx, &cluster, &observed, &cctx.pods).await;
     or_stop!(creation::stop_below_floor(ctx, &cluster, &resolved, &observed).await?);
@@ -147,7 +128,8 @@ pub async fn reconcile(
     // TLS: every running member serves the certificate just copied (reloaded without restart).
     let tls_progress = tls::reload_if_tls(ctx, &cluster, driver.as_ref(), &observed, &tls).await;
     // Settings Valkey changes at runtime: set on members that started with other values.
-    let live = live::apply(&cctx, &cluster, driver.as_ref(), &observed, &desired_spec).await;
+    let remembered = (ctx.as_ref(), &cctx.live);
+    let live = live::apply(remembered, &cluster, &*driver, &observed, &desired_spec).await;
     // Volumes (configs with storage): retention and size of every member's claim.
     let volumes = volumes::sync(ctx, &cluster, resolved.config.storage.as_ref(), &members).await;
 
@@ -164,8 +146,10 @@ pub async fn reconcile(
     );
     let volume_wait = volumes::into_status(&mut new_status, volumes, &desired_spec);
     new_status.conditions.push(live::condition(&cluster, &live));
-    new_status.autoscaling = autoscale::step(&cctx, &cluster, (&plan, &topology, &observed)).await;
-    status::publish(ctx, &cluster, new_status).await?;
+    let memory = (&cctx.samples, &cctx.episodes);
+    new_status.autoscaling =
+        autoscale::step(ctx, memory, &cluster, (&plan, &topology, &observed)).await;
+    publish::cluster_status(ctx, &cluster, new_status).await?;
 
     // Sooner while a certificate reload or a volume's growth is under way.
     let tls_wait = tls_progress.and_then(|t| t.look_again_in());
@@ -189,10 +173,10 @@ async fn member_statuses(
     cctx: &ClusterContext,
     cluster: &ValkeyCluster,
     resolved: &Resolved,
-    observed: &[observe::Observed],
+    observed: &[observed::Observed],
     node_api: &Api<ValkeyNode>,
 ) -> Result<(), Error> {
-    status::update_node_statuses(&cctx.ctx, node_api, observed).await?;
+    publish::update_node_statuses(&cctx.ctx, node_api, observed).await?;
     if !cctx.ctx.settings.utilization_sampling {
         return Ok(());
     }
@@ -215,35 +199,17 @@ async fn member_statuses(
     Ok(())
 }
 
-/// Clusters with at least this many members are planned on a blocking thread. Planning is
-/// pure CPU work that grows with the members times the members each one knows (a formed
-/// 1000-member cluster reports a million node entries), and the runtime's worker threads (as
-/// many as cores: two on a small node) also answer admission, renew the lease and serve
-/// `/healthz`: a few large clusters planned in place would stall all three. Below this, a
-/// plan takes microseconds and handing it to another thread costs more than it saves.
-const PLAN_IN_PLACE_BELOW: usize = 50;
-
-/// Plans `topology`, off the async runtime when it is large (see [`PLAN_IN_PLACE_BELOW`]);
-/// hands the topology back for the steps after planning.
-async fn plan_off_the_runtime(topology: Topology) -> (Topology, Plan) {
-    if topology.members.len() < PLAN_IN_PLACE_BELOW {
-        let plan = plan::plan(&topology);
-        return (topology, plan);
-    }
-    off_the_runtime(move || {
-        let plan = plan::plan(&topology);
-        (topology, plan)
-    })
-    .await
-}
-
-/// Runs `work` on tokio's blocking pool while this task waits without holding a worker
-/// thread; a panic in `work` is resumed here, as if it had run in place.
-async fn off_the_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(value) => value,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
+/// The driver that reaches this cluster's members: the context keeps one per cluster while
+/// its operator password and TLS settings stay the same.
+async fn member_driver(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    credentials: &OperatorCredentials,
+    tls: Option<&tls::ClusterTls>,
+) -> Arc<FredDriver> {
+    let tls = tls.map(|t| t.driver.clone());
+    let key = object_key(cluster);
+    ctx.driver(&key, &credentials.operator_password, tls).await
 }
 
 /// Carries out the plan's steps, unless the same steps were carried out less than their
@@ -353,25 +319,6 @@ fn look_for(settled: bool, waiting_on_pods: bool, acl: &acl::AclProgress) -> Loo
     }
 }
 
-/// The dereference step for members: the ValkeyNodes of one cluster from the store (never a
-/// list call per reconcile), by name.
-pub fn cluster_nodes(
-    store: &Store<ValkeyNode>,
-    namespace: &str,
-    cluster: &str,
-) -> Vec<Arc<ValkeyNode>> {
-    let mut nodes: Vec<Arc<ValkeyNode>> = store
-        .state()
-        .into_iter()
-        .filter(|n| {
-            n.namespace().as_deref() == Some(namespace)
-                && n.labels().get(LABEL_CLUSTER).map(String::as_str) == Some(cluster)
-        })
-        .collect();
-    nodes.sort_by_key(|n| n.name_any());
-    nodes
-}
-
 /// A failed reconcile is retried after a backoff that grows with each failure in a row (a
 /// successful one resets it), and counted by error kind.
 pub fn error_policy(
@@ -390,7 +337,9 @@ pub fn error_policy(
 
 #[cfg(test)]
 mod tests {
+    use super::planning::off_the_runtime;
     use super::*;
+    use crate::plan;
 
     #[test]
     fn a_step_waiting_sooner_than_the_calm_look_brings_the_next_look_forward() {

@@ -10,30 +10,13 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
+use super::observed::Observed;
 use crate::api::constants::{ANNOTATION_SLOT_MIGRATION, CLIENT_PORT, LABEL_SPEC_HASH};
 use crate::api::{Lifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 use crate::driver::parse::{MigrationOperation, MigrationState, Role};
 use crate::driver::slots::format_range;
 use crate::driver::{ATOMIC_MIGRATION_SINCE, ClusterDriver, MemberAddr, MemberObservation};
 use crate::plan::{ExportJob, Member, MemberView, MigrationMethod, Topology};
-
-/// One member as observed this round.
-#[derive(Clone, Debug)]
-pub struct Observed {
-    pub node: Arc<ValkeyNode>,
-    pub member: Member,
-    /// Its Valkey exited before the member ever joined (it is being started again).
-    pub start_failure: Option<String>,
-    pub pod: Option<String>,
-    pub role: Option<NodeRole>,
-    pub version: Option<String>,
-    /// Its Valkey process (`run_id`), when it answered: a new one starts from valkey.conf.
-    pub run_id: Option<String>,
-    /// Bytes of its append-only file, when `appendonly` is on.
-    pub aof_bytes: Option<u64>,
-    /// What it uses (memory, CPU, traffic), when it answered: utilization samples.
-    pub usage: Option<crate::driver::Usage>,
-}
 
 /// The pod's client address once its containers run; whether Valkey answers there is for
 /// the observation to find out. (Not `ContainersReady`: that waits for the readiness probe's
@@ -481,7 +464,7 @@ pub fn is_current(node: &ValkeyNode, desired_hash: &str) -> bool {
 pub async fn members(
     driver: &dyn ClusterDriver,
     nodes: &[Arc<ValkeyNode>],
-    stores: &super::ClusterContext,
+    stores: &super::context::ClusterContext,
     desired: &ValkeyNodeSpec,
 ) -> Vec<Observed> {
     let (pods, hosts) = (&stores.pods, &stores.hosts);
@@ -492,7 +475,7 @@ pub async fn members(
         // Only the pod this member created is its pod (a tenant may have one of that name).
         let pod = pods
             .get(&ObjectRef::new(&name).within(&namespace))
-            .filter(|p| crate::controller::cluster::owned_by(p.as_ref(), node.as_ref()));
+            .filter(|p| crate::controller::owner::owned_by(p.as_ref(), node.as_ref()));
         let addr = pod.as_deref().and_then(running_address);
         let host = pod
             .as_deref()

@@ -20,7 +20,7 @@ use crate::controller::patch::StatusPatch;
 pub async fn sync(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    observed: &[observe::Observed],
+    observed: &[super::observed::Observed],
     pods: &Store<Pod>,
 ) {
     let namespace = cluster.namespace().unwrap_or_default();
@@ -36,7 +36,7 @@ pub async fn sync(
 async fn publish_holds_data(
     ctx: &Context,
     namespace: &str,
-    observed: &[observe::Observed],
+    observed: &[super::observed::Observed],
     pods: &Store<Pod>,
 ) {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
@@ -97,7 +97,7 @@ fn holds_data_patch(holds: bool) -> StatusPatch<PodStatus> {
 async fn sync_pod_annotations(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    observed: &[observe::Observed],
+    observed: &[super::observed::Observed],
     pods: &Store<Pod>,
 ) {
     let namespace = cluster.namespace().unwrap_or_default();

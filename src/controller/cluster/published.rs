@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
-use super::observe::Observed;
+use super::observed::Observed;
 use crate::controller::names;
 
 /// Sets `name_resolves` on each TLS member that answered as a primary owning no slots (slots

@@ -2,7 +2,7 @@
 //! members come from the reflector stores, and [`resolve`] turns them into what the cluster
 //! runs. Resolution is pure; only a broken reference is written, as a Blocked status.
 
-use std::collections::BTreeMap;
+use super::context::Resolved;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
@@ -10,23 +10,15 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use tracing::info;
 
-use super::{ClusterContext, cluster_nodes, status};
+use super::context::ClusterContext;
+use super::observed::cluster_nodes;
+use super::{publish, status};
 use crate::api::ValkeyCluster;
 use crate::api::validation::check_member_count;
 use crate::controller::{Error, object_key};
 use crate::resolve::{
     ResolveError, merge_bindings, refuse_major_downgrade, resolve_config, resolve_roles,
 };
-
-/// What resolution produced: the merged config, and the ACL file's inputs (the bindings and
-/// the roles they name).
-pub struct Resolved {
-    pub config: crate::resolve::ResolvedConfig,
-    pub acl_file_inputs: (
-        Vec<crate::api::AclBinding>,
-        BTreeMap<String, crate::api::ValkeyRoleSpec>,
-    ),
-}
 
 /// Resolve step (pure over the menu): config chain, bindings, roles; never to an older major
 /// version than a member runs (`running`). A spec asking for more members than a cluster may
@@ -63,21 +55,20 @@ pub async fn or_block(
     match resolve(cluster, &ctx.menu, running) {
         // The backup a new cluster's `spec.restoreFrom` names is a reference too: no member
         // starts while it cannot be restored.
-        Ok(resolved) => Ok(
-            match super::blocked::restore_source_or_blocked(cctx, cluster).await? {
-                ControlFlow::Continue(()) => ControlFlow::Continue(resolved),
-                ControlFlow::Break(requeue) => ControlFlow::Break(requeue),
-            },
-        ),
+        Ok(resolved) => Ok(match restore_source_or_blocked(cctx, cluster).await? {
+            ControlFlow::Continue(()) => ControlFlow::Continue(resolved),
+            ControlFlow::Break(requeue) => ControlFlow::Break(requeue),
+        }),
         Err(err) => {
             info!(cluster = %object_key(cluster), reason = err.reason(), "blocked: {err}");
-            let cause = status::Blocker {
+            let cause = super::conditions::Blocker {
                 condition: "ConfigResolved",
                 reason: err.reason(),
                 message: &err.to_string(),
             };
             if matches!(err, ResolveError::TooManyMembers { .. }) {
-                status::publish(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
+                publish::cluster_status(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes))
+                    .await?;
                 return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(60))));
             }
             // Blocked is not unmanaged: failures are still handled (see `blocked`).
@@ -85,6 +76,60 @@ pub async fn or_block(
             Ok(ControlFlow::Break(requeue))
         }
     }
+}
+
+/// Condition type of a cluster created with `spec.restoreFrom` whose backup cannot be restored.
+pub const RESTORE_SOURCE_READY: &str = "RestoreSourceReady";
+
+/// A cluster created with `spec.restoreFrom` starts no member while its backup cannot be
+/// restored (missing, not Completed, another shard count, another namespace's without the
+/// platform team's leave): it is Blocked with the reason, and nothing runs. Once members
+/// exist (or the restore started) this no longer holds anything back.
+pub async fn restore_source_or_blocked(
+    cctx: &ClusterContext,
+    cluster: &ValkeyCluster,
+) -> Result<std::ops::ControlFlow<Action, ()>, Error> {
+    let Some(from) = &cluster.spec.restore_from else {
+        return Ok(std::ops::ControlFlow::Continue(()));
+    };
+    let namespace = cluster.namespace().unwrap_or_default();
+    let started = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.restore.as_ref())
+        .is_some_and(|r| r.attempts.is_some());
+    if started || !cluster_nodes(&cctx.nodes, &namespace, &cluster.name_any()).is_empty() {
+        return Ok(std::ops::ControlFlow::Continue(()));
+    }
+    let (backup_namespace, backup_name) = crate::backup::restore::source_of(cluster, from);
+    let (backup, location) =
+        crate::backup::restore::find_source(&cctx.ctx.client, &backup_namespace, &backup_name)
+            .await?;
+    let problem = crate::backup::restore::source_problem(
+        &namespace,
+        cluster.spec.shards,
+        (&backup_namespace, &backup_name),
+        backup.as_ref(),
+        location.as_ref(),
+    );
+    let Some(problem) = problem else {
+        return Ok(std::ops::ControlFlow::Continue(()));
+    };
+    let message = format!("spec.restoreFrom: {problem}. No member starts until it can be restored");
+    let cause = super::conditions::Blocker {
+        condition: RESTORE_SOURCE_READY,
+        reason: "BackupNotRestorable",
+        message: &message,
+    };
+    publish::cluster_status(
+        &cctx.ctx,
+        cluster,
+        status::blocked(cluster, cause, &cctx.nodes),
+    )
+    .await?;
+    Ok(std::ops::ControlFlow::Break(Action::requeue(
+        Duration::from_secs(30),
+    )))
 }
 
 #[cfg(test)]
@@ -103,7 +148,7 @@ mod tests {
                 acl: vec![],
                 tls: None,
                 placement: None,
-                pod_annotations: BTreeMap::new(),
+                pod_annotations: Default::default(),
                 autoscaling: None,
                 backup: None,
                 restore_from: None,

@@ -30,7 +30,7 @@ pub async fn admit(
         let started = topology.members.iter().any(|m| m.current);
         if let Err(rolling) = ctx.admit_rollout(&key, started) {
             let waiting = status::waiting_for_rollout_slot(cluster, rolling);
-            status::publish(ctx, cluster, waiting).await?;
+            super::publish::cluster_status(ctx, cluster, waiting).await?;
             return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(10))));
         }
     }

@@ -1,59 +1,28 @@
-//! Status step: compute the ValkeyCluster status (pure) and publish it with an Event on every
-//! state transition; ValkeyNode lifecycle and observed role.
+//! Status step, its computation: the ValkeyCluster status a reconcile ends with (from the plan,
+//! or blocked, paused, deleting, failed, a rollout held or waiting for its slot), pure; the
+//! refusal a blocked cluster shows ([`Blocker`]). Written by [`super::publish`]; the condition
+//! types and builders are in [`super::conditions`].
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
+use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use kube::{Api, ResourceExt};
 
 use super::acl::AclProgress;
-use super::observe::Observed;
+use super::conditions::{
+    ACL_APPLIED, Blocker, CERTIFICATE_EXPIRING_SOON, DATA_LOST, DEGRADED, MEMBERS_FAILING_TO_START,
+    STEPS_TAKING_EFFECT, TLS_CERTIFICATE_VALID, condition, previous_conditions,
+};
+use super::observed::Observed;
 use super::repeats::Streak;
 use crate::api::{
-    ClusterNodeStatus, ClusterProgress, ClusterState, Lifecycle, NodeRole, ValkeyCluster,
-    ValkeyClusterStatus, ValkeyNode, ValkeyNodeStatus,
+    ClusterNodeStatus, ClusterProgress, ClusterState, Lifecycle, ValkeyCluster,
+    ValkeyClusterStatus, ValkeyNode,
 };
-use crate::controller::patch::{StatusApply, StatusPatch};
-use crate::controller::{CLUSTER_MANAGER, Context, Error};
 use crate::plan::{Figures, Phase, Plan, Topology};
 use crate::resolve::certificate_expiry::{CertificateExpiry, expiring_soon};
 use crate::time::rfc3339;
-
-fn condition(
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-    previous: &[Condition],
-) -> Condition {
-    let status = if ok { "True" } else { "False" };
-    // Keep the transition time while the status stays the same.
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
-    Condition {
-        type_: type_.to_string(),
-        status: status.to_string(),
-        reason: reason.to_string(),
-        message: message.to_string(),
-        observed_generation: generation,
-        last_transition_time,
-    }
-}
-
-fn previous_conditions(cluster: &ValkeyCluster) -> Vec<Condition> {
-    cluster
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default()
-}
 
 /// Status of a blocked cluster (a reference does not resolve, or a name it needs is taken).
 /// The node list is kept (the members keep running); the message says what is wrong and how to
@@ -65,7 +34,7 @@ pub fn blocked(
 ) -> ValkeyClusterStatus {
     let generation = cluster.metadata.generation;
     let previous = previous_conditions(cluster);
-    let members = super::cluster_nodes(
+    let members = super::observed::cluster_nodes(
         nodes,
         &cluster.namespace().unwrap_or_default(),
         &cluster.name_any(),
@@ -74,12 +43,11 @@ pub fn blocked(
     let last = cluster.status.clone().unwrap_or_default();
     let expiry = carried_expiry_condition(cluster, &last, generation, &previous);
     // Momento v0.9: a TLS problem of a cluster that has been Active is Invalid.
-    let state =
-        if cause.condition == super::tls::TLS_CERTIFICATE_VALID && last.active_since.is_some() {
-            ClusterState::Invalid
-        } else {
-            ClusterState::Blocked
-        };
+    let state = if cause.condition == TLS_CERTIFICATE_VALID && last.active_since.is_some() {
+        ClusterState::Invalid
+    } else {
+        ClusterState::Blocked
+    };
     let reason = format!("{state:?}");
     ValkeyClusterStatus {
         active_since: last.active_since.clone(),
@@ -139,26 +107,6 @@ pub fn blocked(
     }
 }
 
-/// Why a cluster is blocked: the condition that turns False (`ConfigResolved` for a broken
-/// menu reference, `ObjectsOwned` for a name taken by someone else's object), its reason and
-/// the message for status.
-#[derive(Clone, Copy, Debug)]
-pub struct Blocker<'a> {
-    pub condition: &'a str,
-    pub reason: &'a str,
-    pub message: &'a str,
-}
-
-/// Condition type recording the ACL revision the members have loaded.
-pub const ACL_APPLIED: &str = "AclApplied";
-
-/// The `AclApplied` condition this cluster had before this reconcile.
-pub fn previous_acl_condition(cluster: &ValkeyCluster) -> Option<Condition> {
-    previous_conditions(cluster)
-        .into_iter()
-        .find(|c| c.type_ == ACL_APPLIED)
-}
-
 /// The cluster carries `valkey.gomomento.com/paused: "true"`.
 pub fn is_paused(cluster: &ValkeyCluster) -> bool {
     cluster
@@ -189,20 +137,6 @@ pub fn paused(cluster: &ValkeyCluster) -> ValkeyClusterStatus {
         &previous,
     ));
     status
-}
-
-/// `status.conditions` is a list map keyed by `type`: the API server refuses a status with
-/// two conditions of one type. Where steps added one twice, the last word stands, in the
-/// place of the first.
-fn one_per_type(conditions: &mut Vec<Condition>) {
-    let mut kept: Vec<Condition> = Vec::with_capacity(conditions.len());
-    for c in conditions.drain(..) {
-        match kept.iter_mut().find(|k| k.type_ == c.type_) {
-            Some(earlier) => *earlier = c,
-            None => kept.push(c),
-        }
-    }
-    *conditions = kept;
 }
 
 /// Status of a cluster being deleted while something holds it (foreground deletion waiting
@@ -276,15 +210,6 @@ pub fn rollout_held(cluster: &ValkeyCluster, reason: &str, cause: &str) -> Valke
     status
 }
 
-/// Whether the cluster's condition `type_` has `reason` now.
-pub fn has_reason(cluster: &ValkeyCluster, type_: &str, reason: &str) -> bool {
-    cluster.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.reason == reason)
-    })
-}
-
 /// Status of a cluster whose rollout waits for one of the `maxConcurrentRollouts` slots: state,
 /// members and `Ready` as last observed (nothing changes yet: it serves as before), the
 /// message and `Progressing=True, WaitingForRolloutSlot`.
@@ -353,10 +278,6 @@ fn progress(figures: &Figures) -> ClusterProgress {
         slots_to_move: n(figures.slots_to_move),
     }
 }
-
-/// Condition type saying whether the cluster is degraded, and why (reasons: see
-/// [`crate::plan::degraded_reason`], and `Blocked`).
-pub const DEGRADED: &str = "Degraded";
 
 /// Status from the plan, this round's observations, the ACL and TLS steps, and the streak of
 /// rounds that carried out the plan's steps.
@@ -549,10 +470,6 @@ fn all_members_answer(topology: &Topology) -> bool {
     topology.members.len() >= desired && topology.members.iter().all(|m| m.view.is_some())
 }
 
-/// Condition type: some member's Valkey exits before it ever joins (it is started again
-/// with a growing backoff; see `controller::node::start`).
-pub const MEMBERS_FAILING_TO_START: &str = "MembersFailingToStart";
-
 /// `MembersFailingToStart`: True naming each such member and quoting Valkey's last log line.
 fn start_condition(
     observed: &[Observed],
@@ -586,11 +503,6 @@ fn start_condition(
     )
 }
 
-/// Condition type: the steps the operator carries out change what it observes. False while it
-/// carries out the same steps again and again without effect (see `repeats`); it clears by
-/// itself once they take effect.
-pub const STEPS_TAKING_EFFECT: &str = "StepsTakingEffect";
-
 /// `StepsTakingEffect`: False naming the steps, how often they were carried out and when
 /// next, once the streak is long enough to be more than a slow step.
 fn steps_condition(
@@ -617,29 +529,6 @@ fn steps_condition(
         ),
     }
 }
-
-/// Condition `type_` for this round's status, keeping its transition time from the cluster's
-/// previous status while its truth stays the same.
-pub fn cluster_condition(
-    cluster: &ValkeyCluster,
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: &str,
-) -> Condition {
-    let previous = previous_conditions(cluster);
-    condition(
-        type_,
-        ok,
-        reason,
-        message,
-        cluster.metadata.generation,
-        &previous,
-    )
-}
-
-/// Condition type saying shards lost their data (see [`Plan::lost_shards`]).
-pub const DATA_LOST: &str = "DataLost";
 
 /// `DataLost`: set (True) in the round the planner finds shards whose every data-holding
 /// member is gone, naming them; kept until the cluster's spec next changes (its generation),
@@ -684,47 +573,6 @@ fn shards_named(c: &Condition) -> BTreeSet<usize> {
         .map(|list| list.split(", ").filter_map(|s| s.parse().ok()).collect())
         .unwrap_or_default()
 }
-
-/// The `DataLost` condition of `now` when it is new or names other shards than `before`'s:
-/// each loss is told once as a Warning Event.
-fn newly_lost<'a>(before: &[Condition], now: &'a [Condition]) -> Option<&'a Condition> {
-    let lost = now.iter().find(|c| c.type_ == DATA_LOST)?;
-    let told = before
-        .iter()
-        .any(|c| c.type_ == DATA_LOST && c.message == lost.message);
-    (!told).then_some(lost)
-}
-
-/// `CertificateExpiringSoon` turned True (a Warning Event), or back to False from True (a
-/// renewal: a Normal one), between `before` and `now`; None when it did not flip.
-fn expiry_flip<'a>(before: &[Condition], now: &'a [Condition]) -> Option<(bool, &'a Condition)> {
-    let after = now.iter().find(|c| c.type_ == CERTIFICATE_EXPIRING_SOON)?;
-    let was_true = before
-        .iter()
-        .find(|c| c.type_ == CERTIFICATE_EXPIRING_SOON)
-        .map(|c| c.status == "True");
-    match (was_true, after.status == "True") {
-        (Some(false) | None, true) => Some((true, after)),
-        (Some(true), false) => Some((false, after)),
-        _ => None,
-    }
-}
-
-/// The condition `type_` of `now` when it is False there and was not False `before` (True,
-/// or absent): what deserves one Warning Event.
-fn turned_false<'a>(
-    before: &[Condition],
-    now: &'a [Condition],
-    type_: &str,
-) -> Option<&'a Condition> {
-    let is_false = |c: &&Condition| c.type_ == type_ && c.status == "False";
-    let turned = now.iter().find(is_false)?;
-    (!before.iter().any(|c| is_false(&c))).then_some(turned)
-}
-
-/// Condition type (TLS clusters only): the certificate the members serve expires within 30
-/// days, or has expired (Momento v0.9). The cluster's state does not change because of it.
-pub const CERTIFICATE_EXPIRING_SOON: &str = "CertificateExpiringSoon";
 
 /// While Blocked (the source Secret unusable, e.g. its certificate expired): the previous
 /// `CertificateExpiringSoon`, turned `Expired` once the certificate the members still serve
@@ -799,7 +647,7 @@ fn tls_conditions(
     let (ok, reason, message) = progress.condition();
     let mut conditions = vec![
         condition(
-            super::tls::TLS_CERTIFICATE_VALID,
+            TLS_CERTIFICATE_VALID,
             true,
             "Valid",
             &valid,
@@ -877,214 +725,6 @@ fn replication_lag(member: &Observed, observed: &[Observed]) -> Option<i64> {
     Some((primary.repl_offset - view.repl_offset).max(0))
 }
 
-/// Whether `status` says nothing `previous` did not (then no write: condition transition
-/// times and unchanged figures are not worth a request).
-fn unchanged(previous: &ValkeyClusterStatus, status: &ValkeyClusterStatus) -> bool {
-    let conditions = |s: &ValkeyClusterStatus| {
-        s.conditions
-            .iter()
-            .map(|c| {
-                (
-                    c.type_.clone(),
-                    c.status.clone(),
-                    c.reason.clone(),
-                    c.message.clone(),
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    previous.state == status.state
-        && previous.message == status.message
-        && previous.observed_generation == status.observed_generation
-        && previous.nodes == status.nodes
-        && previous.persistence == status.persistence
-        && previous.certificate_not_after == status.certificate_not_after
-        && previous.active_since == status.active_since
-        && previous.autoscaling == status.autoscaling
-        && previous.acl_revision == status.acl_revision
-        && conditions(previous) == conditions(status)
-}
-
-/// Patches status (server-side apply on the status subresource) and emits an Event when the
-/// state changes.
-#[tracing::instrument(name = "cluster.status", skip_all)]
-pub async fn publish(
-    ctx: &Context,
-    cluster: &ValkeyCluster,
-    mut status: ValkeyClusterStatus,
-) -> Result<(), Error> {
-    one_per_type(&mut status.conditions);
-    let previous = cluster.status.clone().unwrap_or_default();
-    if unchanged(&previous, &status) {
-        return Ok(());
-    }
-    let api: Api<ValkeyCluster> =
-        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let patch = StatusApply::new::<ValkeyCluster>(&status);
-    let written = api
-        .patch_status(
-            &cluster.name_any(),
-            &PatchParams::apply(CLUSTER_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-    ctx.cluster_status_writes.record(cluster, written);
-    if previous.state != status.state
-        && let Some(state) = status.state
-    {
-        let reason = format!("{state:?}");
-        let type_ = if matches!(
-            state,
-            ClusterState::Blocked | ClusterState::Degraded | ClusterState::Failed
-        ) {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        publish_event(
-            ctx,
-            cluster,
-            type_,
-            &reason,
-            status.message.as_deref().unwrap_or_default(),
-        )
-        .await;
-    }
-    let stuck = turned_false(
-        &previous.conditions,
-        &status.conditions,
-        STEPS_TAKING_EFFECT,
-    );
-    if let Some(c) = stuck {
-        publish_event(ctx, cluster, EventType::Warning, &c.reason, &c.message).await;
-    }
-    if let Some(c) = newly_lost(&previous.conditions, &status.conditions) {
-        publish_event(ctx, cluster, EventType::Warning, DATA_LOST, &c.message).await;
-    }
-    match expiry_flip(&previous.conditions, &status.conditions) {
-        Some((true, c)) => {
-            let reason = CERTIFICATE_EXPIRING_SOON;
-            publish_event(ctx, cluster, EventType::Warning, reason, &c.message).await;
-        }
-        Some((false, c)) => {
-            let reason = "CertificateRenewed";
-            publish_event(ctx, cluster, EventType::Normal, reason, &c.message).await;
-        }
-        None => {}
-    }
-    Ok(())
-}
-
-pub async fn event(ctx: &Context, cluster: &ValkeyCluster, reason: &str, note: &str) {
-    publish_event(ctx, cluster, EventType::Normal, reason, note).await;
-}
-
-pub async fn warning(ctx: &Context, cluster: &ValkeyCluster, reason: &str, note: &str) {
-    publish_event(ctx, cluster, EventType::Warning, reason, note).await;
-}
-
-async fn publish_event(
-    ctx: &Context,
-    cluster: &ValkeyCluster,
-    type_: EventType,
-    reason: &str,
-    note: &str,
-) {
-    object_event(ctx, cluster, type_, reason, note).await;
-}
-
-/// An Event on any object of the operator's (a ValkeyCluster, a ValkeyBackup).
-pub async fn object_event<K: kube::Resource<DynamicType = ()>>(
-    ctx: &Context,
-    object: &K,
-    type_: EventType,
-    reason: &str,
-    note: &str,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
-        tracing::warn!("cannot publish event: {e}");
-    }
-}
-
-pub async fn set_node_lifecycle(
-    api: &Api<ValkeyNode>,
-    name: &str,
-    lifecycle: Lifecycle,
-) -> Result<(), Error> {
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&lifecycle_patch(lifecycle)),
-    )
-    .await?;
-    Ok(())
-}
-
-/// A member's lifecycle, the only field written.
-fn lifecycle_patch(lifecycle: Lifecycle) -> StatusPatch<ValkeyNodeStatus> {
-    StatusPatch {
-        status: ValkeyNodeStatus {
-            lifecycle: Some(lifecycle),
-            ..Default::default()
-        },
-    }
-}
-
-/// Records each member's observed role, Valkey node id and pod in its ValkeyNode status.
-#[tracing::instrument(name = "cluster.node_statuses", skip_all)]
-pub async fn update_node_statuses(
-    _ctx: &Context,
-    api: &Api<ValkeyNode>,
-    observed: &[Observed],
-) -> Result<(), Error> {
-    for o in observed {
-        let current = o.node.status.clone().unwrap_or_default();
-        let node_id = o.member.view.as_ref().map(|v| v.id.as_str().to_string());
-        let generation = o.node.metadata.generation;
-        let changed = (o.role.is_some() && current.role != o.role)
-            || (node_id.is_some() && current.node_id != node_id)
-            || (o.pod.is_some() && current.pod != o.pod)
-            || current.observed_generation != generation;
-        if !changed {
-            continue;
-        }
-        let patch = observed_patch(o.role, node_id, o.pod.clone(), generation);
-        api.patch_status(
-            &o.member.name,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
-    }
-    Ok(())
-}
-
-/// What was observed of a member, and the generation of the spec it was observed with (a
-/// member's spec never changes: written once); what was not (`None`) is left as it is.
-fn observed_patch(
-    role: Option<NodeRole>,
-    node_id: Option<String>,
-    pod: Option<String>,
-    observed_generation: Option<i64>,
-) -> StatusPatch<ValkeyNodeStatus> {
-    StatusPatch {
-        status: ValkeyNodeStatus {
-            role,
-            node_id,
-            pod,
-            observed_generation,
-            ..Default::default()
-        },
-    }
-}
-
 #[cfg(test)]
 mod answering_tests {
     use super::*;
@@ -1114,7 +754,7 @@ mod answering_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::controller::cluster::conditions::expiry_flip;
 
     #[test]
     fn data_lost_names_every_shard_lost_this_generation_and_keeps_them() {
@@ -1151,74 +791,6 @@ mod tests {
             Some(both.clone())
         );
         assert_eq!(data_lost_condition(&plan(vec![]), Some(4), &[both]), None);
-    }
-
-    /// The JSON each status write sends, as it was written before the patches were typed.
-    #[test]
-    fn status_writes_send_exactly_the_fields_they_set() {
-        fn sent(patch: impl serde::Serialize) -> serde_json::Value {
-            serde_json::to_value(patch).unwrap()
-        }
-        assert_eq!(
-            sent(lifecycle_patch(Lifecycle::Leaving)),
-            json!({"status": {"lifecycle": "Leaving"}})
-        );
-        assert_eq!(
-            sent(observed_patch(
-                Some(NodeRole::Replica),
-                Some("ab".repeat(20)),
-                Some("c-0-1".into()),
-                Some(1)
-            )),
-            json!({"status": {"role": "replica", "nodeId": "ab".repeat(20), "pod": "c-0-1", "observedGeneration": 1}})
-        );
-        // Nothing observed, nothing written (a merge patch with `null` would erase it).
-        assert_eq!(
-            sent(observed_patch(None, None, None, None)),
-            json!({"status": {}})
-        );
-        assert_eq!(
-            sent(observed_patch(Some(NodeRole::Primary), None, None, None)),
-            json!({"status": {"role": "primary"}})
-        );
-        let status = ValkeyClusterStatus {
-            state: Some(ClusterState::Active),
-            message: Some("3 shards".into()),
-            observed_generation: Some(4),
-            endpoint: Some("c.ns.svc:6379".into()),
-            tls: Some(false),
-            ready: Some("6/6".into()),
-            ..Default::default()
-        };
-        assert_eq!(
-            sent(StatusApply::new::<ValkeyCluster>(&status)),
-            json!({
-                "apiVersion": crate::api::constants::API_VERSION,
-                "kind": "ValkeyCluster",
-                "status": status,
-            })
-        );
-    }
-
-    #[test]
-    fn conditions_are_sent_one_per_type_the_last_word_standing() {
-        let c = |type_: &str, reason: &str| Condition {
-            type_: type_.into(),
-            reason: reason.into(),
-            status: "True".into(),
-            message: String::new(),
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ),
-            observed_generation: None,
-        };
-        let mut conditions = vec![c("Ready", "A"), c("Progressing", "B"), c("Ready", "C")];
-        one_per_type(&mut conditions);
-        let shown: Vec<(&str, &str)> = conditions
-            .iter()
-            .map(|c| (c.type_.as_str(), c.reason.as_str()))
-            .collect();
-        assert_eq!(shown, [("Ready", "C"), ("Progressing", "B")]);
     }
 
     #[test]
@@ -1399,6 +971,7 @@ mod tests {
 #[cfg(test)]
 mod steps_tests {
     use super::*;
+    use crate::controller::cluster::conditions::{has_reason, turned_false};
     use crate::controller::cluster::repeats::{REPORT_AFTER_REPEATS, Repeats};
     use crate::plan::{Change, Step};
 
@@ -1530,7 +1103,7 @@ mod steps_tests {
     fn a_tls_problem_is_invalid_once_the_cluster_has_been_active_and_blocked_before() {
         let nodes = kube::runtime::reflector::store::Writer::<ValkeyNode>::default().as_reader();
         let tls = Blocker {
-            condition: super::super::tls::TLS_CERTIFICATE_VALID,
+            condition: super::TLS_CERTIFICATE_VALID,
             reason: "SecretMissing",
             message: "Secret team/shop-cert does not exist",
         };
@@ -1591,23 +1164,6 @@ mod steps_tests {
                 Some("2026-12-01T00:00:00Z")
             );
         }
-    }
-
-    #[test]
-    fn a_first_active_since_is_written_even_when_nothing_else_changed() {
-        let before = ValkeyClusterStatus {
-            state: Some(ClusterState::Active),
-            ..Default::default()
-        };
-        let after = ValkeyClusterStatus {
-            active_since: Some("2026-12-06T03:00:00Z".into()),
-            ..before.clone()
-        };
-        assert!(unchanged(&before, &before.clone()));
-        assert!(
-            !unchanged(&before, &after),
-            "an upgraded Active cluster gets activeSince"
-        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use tracing::debug;
 
-use super::observe::Observed;
+use super::observed::Observed;
 
 /// How the scheduler says a node has a taint the pod does not tolerate.
 const UNTOLERATED: &str = "untolerated taint";

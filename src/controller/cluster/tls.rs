@@ -23,13 +23,14 @@ use std::collections::BTreeMap;
 use futures::future::join_all;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::events::{Event, EventType};
-use kube::{Api, Resource, ResourceExt};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
 use rustls::pki_types::UnixTime;
 use tracing::{debug, info, warn};
 
-use super::observe::Observed;
-use super::{ClusterContext, apply, build, status};
+use super::build;
+use super::context::ClusterContext;
+use super::observed::Observed;
 use crate::api::ValkeyCluster;
 use crate::controller::{Context, Error, names, object_key};
 use crate::driver::{ClusterDriver, MemberAddr, TlsSettings};
@@ -37,10 +38,7 @@ use crate::resolve::certificate_expiry::CertificateExpiry;
 use crate::resolve::conf::tls_file_settings;
 use crate::resolve::tls::{ServedCertificate, validate_member_copy, validate_tls_secret};
 
-/// Condition type: the Secret `spec.tls.secretRef` names is a usable certificate.
-pub const TLS_CERTIFICATE_VALID: &str = "TlsCertificateValid";
-/// Condition type: every running member serves the current certificate.
-pub const TLS_CERTIFICATE_SERVED: &str = "TlsCertificateServed";
+pub use super::conditions::{TLS_CERTIFICATE_SERVED, TLS_CERTIFICATE_VALID};
 
 /// A TLS cluster's validated certificate and how the operator connects to its members.
 #[derive(Clone, Debug)]
@@ -68,8 +66,8 @@ pub struct CertificateBlocker {
 }
 
 impl CertificateBlocker {
-    pub fn cause(&self) -> status::Blocker<'_> {
-        status::Blocker {
+    pub fn cause(&self) -> super::conditions::Blocker<'_> {
+        super::conditions::Blocker {
             condition: self.condition,
             reason: self.reason,
             message: &self.message,
@@ -101,7 +99,13 @@ pub async fn certificate(
         UnixTime::now(),
     ) {
         Ok(certificate) => {
-            match apply(ctx, &namespace, build::tls_secret(cluster, &certificate)?).await {
+            match crate::controller::owner::apply(
+                ctx,
+                &namespace,
+                build::tls_secret(cluster, &certificate)?,
+            )
+            .await
+            {
                 Ok(_) => {
                     let driver = driver_settings(&certificate, &name, &namespace, None);
                     return Ok(Certificate::Usable(Some(ClusterTls {
@@ -156,7 +160,7 @@ pub async fn members_copy(
     let Some(copy) = secrets.get_opt(&names::tls_secret(&name)).await? else {
         return Ok(None);
     };
-    if !super::owned_by(&copy, cluster) {
+    if !crate::controller::owner::owned_by(&copy, cluster) {
         return Ok(None);
     }
     let now = UnixTime::now();
@@ -338,24 +342,13 @@ pub async fn reload(
             .filter(|(_, m)| *m == MemberTls::Serving { reloaded: true })
             .map(|(n, _)| n.as_str())
             .collect();
-        let event = Event {
-            type_: EventType::Normal,
-            reason: "CertificateReloaded".to_string(),
-            note: Some(
-                format!(
-                    "{} now serve the current certificate (its files re-read, no restart)",
-                    names.join(", ")
-                )
-                .chars()
-                .take(1000)
-                .collect(),
-            ),
-            action: "ReloadCertificate".to_string(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
-            warn!("cannot publish event: {e}");
-        }
+        let note = format!(
+            "{} now serve the current certificate (its files re-read, no restart)",
+            names.join(", ")
+        );
+        let (action, reason) = ("ReloadCertificate", "CertificateReloaded");
+        crate::controller::events::publish(ctx, cluster, EventType::Normal, action, reason, &note)
+            .await;
     }
     progress
 }

@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use tracing::debug;
 
-use super::observe::Observed;
+use super::observed::Observed;
 use crate::api::autoscaling::{PeakFigures, UtilizationStatus};
 use crate::api::{NodeRole, ValkeyNode};
 use crate::plan::autoscale::{Load, MemberLoad};

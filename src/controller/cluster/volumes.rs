@@ -101,7 +101,13 @@ pub async fn sync(
     };
     let (ok, reason, message) = progress.condition(&storage.size);
     Some(VolumeStep {
-        condition: super::status::cluster_condition(cluster, VOLUMES_SIZED, ok, reason, &message),
+        condition: super::conditions::cluster_condition(
+            cluster,
+            VOLUMES_SIZED,
+            ok,
+            reason,
+            &message,
+        ),
         growing: !progress.growing.is_empty(),
     })
 }

@@ -489,7 +489,7 @@ pub fn claim(node: &ValkeyNode) -> Result<Option<PersistentVolumeClaim>, BuildEr
     labels.insert(VOLUME_MEMBER_UID_LABEL.into(), uid.clone());
     // The cluster's uid (the node's owner): a volume retained from a deleted cluster is never
     // taken for one of a new cluster of the same name.
-    if let Some(cluster_uid) = crate::controller::cluster::controller_uid(&node.metadata) {
+    if let Some(cluster_uid) = crate::controller::owner::controller_uid(&node.metadata) {
         labels.insert(VOLUME_CLUSTER_UID_LABEL.into(), cluster_uid.into());
     }
     let owner = match storage.retention() {
@@ -602,7 +602,7 @@ fn exporter_container(node: &ValkeyNode, exporter: &MemberExporter, cluster: &st
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
                 name: names::acl_secret(cluster),
-                key: crate::controller::cluster::build::METRICS_PASSWORD_KEY.into(),
+                key: crate::controller::names::METRICS_PASSWORD_KEY.into(),
                 ..Default::default()
             }),
             ..Default::default()

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
-use crate::controller::cluster::{apply_as, ensure_ours};
+use crate::controller::owner::{apply_as, ensure_ours};
 use crate::controller::patch::StatusPatch;
 use crate::controller::{Context, Error, NODE_MANAGER, object_key};
 
@@ -115,13 +115,7 @@ async fn old_process_stopped(
                 fence::LONGEST_WAIT.as_secs()
             );
             warn!(node = %object_key(node), "{note}");
-            crate::controller::cluster::status::warning(
-                ctx,
-                cluster,
-                "OldProcessStillRunning",
-                &note,
-            )
-            .await;
+            crate::controller::events::warning(ctx, cluster, "OldProcessStillRunning", &note).await;
             None
         }
     }
@@ -164,7 +158,7 @@ async fn start_again(
         &Patch::Merge(&counted),
     )
     .await?;
-    crate::controller::cluster::status::warning(ctx, cluster, "MemberFailedToStart", &note).await;
+    crate::controller::events::warning(ctx, cluster, "MemberFailedToStart", &note).await;
     Ok(Action::requeue(Duration::from_secs(2)))
 }
 
@@ -190,7 +184,7 @@ async fn apply_config_map(
         let message = format!("{NO_POD}{err}");
         if set_refusal(ctx, node, Some((NoPod::NameTaken, &message))).await? {
             let note = format!("member {}: {message}", node.name_any());
-            crate::controller::cluster::status::warning(ctx, cluster, "NameTaken", &note).await;
+            crate::controller::events::warning(ctx, cluster, "NameTaken", &note).await;
         }
         return Ok(Some(Action::requeue(Duration::from_secs(30))));
     }
@@ -229,13 +223,7 @@ async fn ensure_claim(
                 let message = format!("{CLAIM_REFUSED}{}", e.message);
                 if set_refusal(ctx, node, Some((NoPod::ClaimRefused, &message))).await? {
                     let note = format!("member {}: {message}", node.name_any());
-                    crate::controller::cluster::status::warning(
-                        ctx,
-                        cluster,
-                        "VolumeRefused",
-                        &note,
-                    )
-                    .await;
+                    crate::controller::events::warning(ctx, cluster, "VolumeRefused", &note).await;
                 }
                 Ok(Some(Action::requeue(Duration::from_secs(30))))
             }
@@ -267,8 +255,7 @@ async fn create_pod(
             let message = format!("{POD_REFUSED}{}", e.message);
             if set_refusal(ctx, node, Some((NoPod::PodRefused, &message))).await? {
                 let note = format!("member {}: {message}", node.name_any());
-                crate::controller::cluster::status::warning(ctx, cluster, "PodRefused", &note)
-                    .await;
+                crate::controller::events::warning(ctx, cluster, "PodRefused", &note).await;
             }
             Ok(Some(Action::requeue(Duration::from_secs(30))))
         }
