@@ -15,7 +15,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use valkey_e2e::harness::{TestNamespace, client, kubectl_run};
-use valkey_e2e::valkey::{OPERATOR_NAMESPACE, wait_state};
+use valkey_e2e::valkey::{OPERATOR_NAMESPACE, explain, wait_state};
 use valkey_e2e::workload::{Menu, Writer, apply, cluster};
 use valkey_operator::api::{ClusterState, ValkeyCluster};
 
@@ -182,8 +182,12 @@ async fn a_repoint_rolls_one_cluster_at_a_time_with_max_concurrent_rollouts_1() 
             break;
         }
         if started.elapsed() > Duration::from_secs(600) {
+            let mut members = String::new();
+            for name in CLUSTERS {
+                members.push_str(&explain(&client, &ns.name, name).await);
+            }
             bail!(
-                "{done} of {} clusters rolled after 10 min: {}",
+                "{done} of {} clusters rolled after 10 min: {}\n{members}",
                 CLUSTERS.len(),
                 where_each_stands(&api).await
             );
