@@ -17,6 +17,8 @@ pub mod patch;
 pub mod permissions;
 pub mod restore;
 pub mod run;
+#[cfg(test)]
+pub mod testing;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -186,4 +186,40 @@ mod ownership_tests {
         node.metadata.uid = None;
         assert!(!owned_by(&service(None), &node), "no uid owns nothing");
     }
+
+    /// The mocked API server sees the ownership rule: a GET, then a forced server-side apply
+    /// under the given field manager carrying the owner reference.
+    #[tokio::test]
+    async fn apply_as_reads_then_applies_under_its_field_manager() {
+        let (ctx, mut server) = crate::controller::testing::context();
+        let owned = service(Some(("uid-1", true)));
+        let step = tokio::spawn(async move { apply_as(&ctx, "team", owned, "valkey-node").await });
+        let get = server.next().await;
+        assert_eq!(get.route(), "GET /api/v1/namespaces/team/services/taken");
+        get.not_found();
+        let apply = server.next().await;
+        assert_eq!(
+            apply.route(),
+            "PATCH /api/v1/namespaces/team/services/taken"
+        );
+        assert_eq!(apply.query("fieldManager").as_deref(), Some("valkey-node"));
+        assert_eq!(apply.query("force").as_deref(), Some("true"));
+        assert_eq!(apply.body["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+        apply.echo();
+        step.await.unwrap().unwrap();
+        assert!(server.idle(), "one read, one apply, nothing else");
+    }
+
+    #[tokio::test]
+    async fn apply_as_writes_nothing_over_an_object_its_owner_did_not_create() {
+        let (ctx, mut server) = crate::controller::testing::context();
+        let owned = service(Some(("uid-1", true)));
+        let step = tokio::spawn(async move { apply_as(&ctx, "team", owned, "valkey-node").await });
+        let get = server.next().await;
+        let tenants = serde_json::to_value(service(Some(("uid-2", true)))).unwrap();
+        get.respond(http::StatusCode::OK, tenants);
+        let err = step.await.unwrap().unwrap_err();
+        assert_eq!(err.metric_label(), "name_taken");
+        assert!(server.idle(), "no write after the refusal");
+    }
 }

@@ -190,7 +190,7 @@ fn observed_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     /// The JSON each status write sends, as it was written before the patches were typed.
     #[test]
@@ -254,5 +254,75 @@ mod tests {
             !unchanged(&before, &after),
             "an upgraded Active cluster gets activeSince"
         );
+    }
+
+    fn shop(status: Value) -> ValkeyCluster {
+        serde_json::from_value(json!({
+            "apiVersion": crate::api::constants::API_VERSION, "kind": "ValkeyCluster",
+            "metadata": {"name": "shop", "namespace": "team", "uid": "uid-shop", "generation": 2},
+            "spec": {"configRef": "standard", "shards": 3, "replicasPerShard": 1},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_status_that_says_nothing_new_is_not_written() {
+        let (ctx, mut server) = crate::controller::testing::context();
+        let cluster =
+            shop(json!({"state": "Active", "message": "3 shards", "observedGeneration": 2}));
+        let same = cluster.status.clone().unwrap();
+        cluster_status(&ctx, &cluster, same).await.unwrap();
+        assert!(
+            server.idle(),
+            "no request for a status that says nothing new"
+        );
+    }
+
+    /// A new state: one server-side apply of the status subresource under the cluster
+    /// manager, then one Warning Event on the cluster saying why (Degraded warns).
+    #[tokio::test]
+    async fn a_new_state_is_applied_to_the_status_subresource_and_announced_once() {
+        let (ctx, mut server) = crate::controller::testing::context();
+        let cluster = shop(json!({"state": "Active", "message": "3 shards"}));
+        let status = ValkeyClusterStatus {
+            state: Some(ClusterState::Degraded),
+            message: Some("shard 1 has no replica".into()),
+            observed_generation: Some(2),
+            ..Default::default()
+        };
+        let written = shop(serde_json::to_value(&status).unwrap());
+        let step = tokio::spawn(async move { cluster_status(&ctx, &cluster, status).await });
+        let write = server.next().await;
+        assert_eq!(
+            write.route(),
+            format!(
+                "PATCH /apis/{}/namespaces/team/valkeyclusters/shop/status",
+                crate::api::constants::API_VERSION
+            )
+        );
+        assert_eq!(
+            write.query("fieldManager").as_deref(),
+            Some(CLUSTER_MANAGER)
+        );
+        assert_eq!(write.query("force").as_deref(), Some("true"));
+        assert_eq!(write.body["status"]["state"], "Degraded");
+        write.respond(
+            http::StatusCode::OK,
+            serde_json::to_value(&written).unwrap(),
+        );
+        let event = server.next().await;
+        assert_eq!(
+            event.route(),
+            "POST /apis/events.k8s.io/v1/namespaces/team/events"
+        );
+        assert_eq!(event.body["type"], "Warning");
+        assert_eq!(event.body["reason"], "Degraded");
+        assert_eq!(event.body["note"], "shard 1 has no replica");
+        assert_eq!(event.body["regarding"]["name"], "shop");
+        assert_eq!(event.body["action"], RECONCILE);
+        event.echo();
+        step.await.unwrap().unwrap();
+        assert!(server.idle(), "one write, one Event");
     }
 }
