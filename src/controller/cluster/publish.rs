@@ -325,4 +325,75 @@ mod tests {
         step.await.unwrap().unwrap();
         assert!(server.idle(), "one write, one Event");
     }
+
+    /// A member as observed: its ValkeyNode (`generation` 1, status as given) answering as
+    /// `role` in pod `pod`.
+    fn member(name: &str, status: ValkeyNodeStatus, role: NodeRole, pod: &str) -> Observed {
+        let mut node: ValkeyNode = serde_json::from_value(json!({
+            "apiVersion": crate::api::constants::API_VERSION, "kind": "ValkeyNode",
+            "metadata": {"name": name, "namespace": "team", "generation": 1},
+            "spec": {"clusterName": "shop", "shard": 0, "configRef": "standard",
+                     "imageRef": "valkey", "image": "valkey/valkey:9.0.0", "version": "9.0.0",
+                     "resources": {}},
+        }))
+        .unwrap();
+        node.status = Some(status);
+        Observed {
+            node: std::sync::Arc::new(node),
+            member: crate::plan::Member::new(name, 0),
+            start_failure: None,
+            pod: Some(pod.into()),
+            role: Some(role),
+            version: None,
+            run_id: None,
+            aof_bytes: None,
+            usage: None,
+        }
+    }
+
+    /// Only a member whose recorded role, pod or generation changed gets a merge patch of its
+    /// status, naming only what was observed.
+    #[tokio::test]
+    async fn only_members_whose_observed_fields_changed_get_a_status_patch() {
+        let (ctx, mut server) = crate::controller::testing::context();
+        let recorded = ValkeyNodeStatus {
+            role: Some(NodeRole::Primary),
+            pod: Some("shop-0-0".into()),
+            observed_generation: Some(1),
+            ..Default::default()
+        };
+        let unchanged = member("shop-0-0", recorded.clone(), NodeRole::Primary, "shop-0-0");
+        let failed_over = member("shop-0-1", recorded, NodeRole::Replica, "shop-0-1");
+        let api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), "team");
+        let step = tokio::spawn(async move {
+            let ctx = ctx;
+            update_node_statuses(&ctx, &api, &[unchanged, failed_over]).await
+        });
+        let patch = server.next().await;
+        assert_eq!(
+            patch.route(),
+            format!(
+                "PATCH /apis/{}/namespaces/team/valkeynodes/shop-0-1/status",
+                crate::api::constants::API_VERSION
+            )
+        );
+        assert_eq!(
+            patch.body,
+            json!({"status": {"role": "replica", "pod": "shop-0-1", "observedGeneration": 1}})
+        );
+        let mut answer = patch.body.clone();
+        answer["metadata"] = json!({"name": "shop-0-1", "namespace": "team"});
+        answer["spec"] = serde_json::to_value(
+            &member("x", Default::default(), NodeRole::Replica, "x")
+                .node
+                .spec,
+        )
+        .unwrap();
+        patch.respond(http::StatusCode::OK, answer);
+        step.await.unwrap().unwrap();
+        assert!(
+            server.idle(),
+            "the member whose fields stand as recorded is not written"
+        );
+    }
 }
