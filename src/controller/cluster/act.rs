@@ -58,6 +58,18 @@ impl<'a> Actor<'a> {
     async fn event(&self, reason: &str, note: &str) {
         crate::controller::events::normal(self.ctx, self.cluster, reason, note).await;
     }
+
+    /// An Event about member `name`: one of its own, not folded into another member's series.
+    async fn member_event(&self, name: &str, reason: &str, note: &str) {
+        let member = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(crate::api::constants::API_VERSION.into()),
+            kind: Some("ValkeyNode".into()),
+            name: Some(name.into()),
+            namespace: self.cluster.metadata.namespace.clone(),
+            ..Default::default()
+        };
+        crate::controller::events::normal_about(self.ctx, self.cluster, member, reason, note).await;
+    }
 }
 
 /// Carries out this round's share of `steps` (see [`this_round`]) in order; the first that
@@ -135,11 +147,8 @@ async fn create_node(a: &Actor<'_>, name: &str, shard: usize) -> Result<(), Erro
     match a.node_api.create(&PostParams::default(), &node).await {
         Ok(_) => {
             info!(cluster = %a.key, node = %name, shard, "created member");
-            a.event(
-                "CreatingMember",
-                &format!("Creating member {name} for shard {shard}"),
-            )
-            .await;
+            let note = format!("Creating member {name} for shard {shard}");
+            a.member_event(name, "CreatingMember", &note).await;
         }
         // Planned again after a crash or a stale cache: the object is already there.
         Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -335,8 +344,8 @@ async fn mark_leaving(a: &Actor<'_>, names: &[String]) -> Result<(), Error> {
     for name in names {
         info!(cluster = %a.key, node = %name, "retiring member");
         super::publish::set_node_lifecycle(a.node_api, name, Lifecycle::Leaving).await?;
-        a.event("RetiringMember", &format!("Retiring member {name}"))
-            .await;
+        let note = format!("Retiring member {name}");
+        a.member_event(name, "RetiringMember", &note).await;
     }
     Ok(())
 }
@@ -428,5 +437,134 @@ mod tests {
         assert_eq!(count(|s| matches!(s, Step::Forget { .. })), 64);
         assert_eq!(count(|s| matches!(s, Step::DeleteNode { .. })), 64);
         assert_eq!(count(|s| matches!(s, Step::AssignSlots { .. })), 500);
+    }
+}
+
+/// The Kubernetes calls of the steps that touch only Kubernetes, against the mocked API server
+/// (the driver is built but never reached).
+#[cfg(test)]
+mod api_tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::api::constants::API_VERSION;
+    use crate::controller::testing::{self, ApiServer};
+
+    fn shop() -> ValkeyCluster {
+        serde_json::from_value(json!({
+            "apiVersion": API_VERSION, "kind": "ValkeyCluster",
+            "metadata": {"name": "shop", "namespace": "team", "uid": "uid-shop"},
+            "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 1},
+        }))
+        .unwrap()
+    }
+
+    fn desired() -> ValkeyNodeSpec {
+        serde_json::from_value(json!({"clusterName": "shop", "shard": 0,
+            "configRef": "standard", "imageRef": "valkey", "image": "valkey/valkey:9.0.0",
+            "version": "9.0.0", "resources": {}}))
+        .unwrap()
+    }
+
+    /// Carries out `steps` for the cluster `shop` in a task; the test answers its requests.
+    fn act(steps: Vec<Step>) -> (ApiServer, tokio::task::JoinHandle<Result<(), Error>>) {
+        let (ctx, server) = testing::context();
+        let task = tokio::spawn(async move {
+            let (cluster, spec) = (shop(), desired());
+            let driver = ctx.driver("team/shop", "unused", None).await;
+            let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), "team");
+            let actor = Actor::new(&ctx, &cluster, &node_api, driver.as_ref(), &spec);
+            carry_out(&actor, &steps).await
+        });
+        (server, task)
+    }
+
+    fn nodes_path() -> String {
+        format!("/apis/{API_VERSION}/namespaces/team/valkeynodes")
+    }
+
+    /// A member is created owned by its cluster with the desired spec in its shard, announced,
+    /// then marked Joining.
+    #[tokio::test]
+    async fn creating_a_member_posts_it_owned_announces_it_then_marks_it_joining() {
+        let (mut server, task) = act(vec![Step::CreateNode {
+            name: "shop-0-1".into(),
+            shard: 0,
+        }]);
+        let create = server.next().await;
+        assert_eq!(create.route(), format!("POST {}", nodes_path()));
+        assert_eq!(create.body["metadata"]["name"], "shop-0-1");
+        assert_eq!(
+            create.body["metadata"]["ownerReferences"][0]["uid"],
+            "uid-shop"
+        );
+        assert_eq!(
+            create.body["metadata"]["ownerReferences"][0]["controller"],
+            true
+        );
+        assert_eq!(create.body["spec"]["shard"], 0);
+        assert_eq!(create.body["spec"]["image"], "valkey/valkey:9.0.0");
+        create.echo();
+        let event = server.next().await;
+        assert_eq!(event.body["reason"], "CreatingMember");
+        assert_eq!(event.body["related"]["kind"], "ValkeyNode");
+        assert_eq!(event.body["related"]["name"], "shop-0-1");
+        event.echo();
+        let joining = server.next().await;
+        assert_eq!(
+            joining.route(),
+            format!("PATCH {}/shop-0-1/status", nodes_path())
+        );
+        assert_eq!(joining.body, json!({"status": {"lifecycle": "Joining"}}));
+        let mut node =
+            serde_json::to_value(crate::api::ValkeyNode::new("shop-0-1", desired())).unwrap();
+        node["status"] = json!({"lifecycle": "Joining"});
+        joining.respond(http::StatusCode::OK, node);
+        task.await.unwrap().unwrap();
+        assert!(server.idle());
+    }
+
+    /// A member already deleted (an earlier round's cache lagged) is not an error.
+    #[tokio::test]
+    async fn deleting_a_member_that_is_already_gone_succeeds() {
+        let (mut server, task) = act(vec![Step::DeleteNode {
+            name: "shop-0-2".into(),
+        }]);
+        let delete = server.next().await;
+        assert_eq!(delete.route(), format!("DELETE {}/shop-0-2", nodes_path()));
+        delete.not_found();
+        task.await.unwrap().unwrap();
+        assert!(server.idle());
+    }
+
+    /// Retiring marks each member Leaving, with an Event each, in order.
+    #[tokio::test]
+    async fn retiring_marks_each_member_leaving_with_an_event() {
+        let names = vec!["shop-0-1".to_string(), "shop-0-2".to_string()];
+        let (mut server, task) = act(vec![Step::MarkLeaving { names }]);
+        for name in ["shop-0-1", "shop-0-2"] {
+            let leaving = server.next().await;
+            assert_eq!(
+                leaving.route(),
+                format!("PATCH {}/{name}/status", nodes_path())
+            );
+            assert_eq!(leaving.body, json!({"status": {"lifecycle": "Leaving"}}));
+            let mut node: Value =
+                serde_json::to_value(crate::api::ValkeyNode::new(name, desired())).unwrap();
+            node["status"] = json!({"lifecycle": "Leaving"});
+            leaving.respond(http::StatusCode::OK, node);
+            let event = server.next().await;
+            assert_eq!(
+                event.route(),
+                "POST /apis/events.k8s.io/v1/namespaces/team/events",
+                "an Event of its own, not the first member's series"
+            );
+            assert_eq!(event.body["reason"], "RetiringMember");
+            assert_eq!(event.body["note"], format!("Retiring member {name}"));
+            assert_eq!(event.body["related"]["name"], name);
+            event.echo();
+        }
+        task.await.unwrap().unwrap();
+        assert!(server.idle());
     }
 }
