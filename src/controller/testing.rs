@@ -13,6 +13,8 @@ use kube::runtime::reflector::store::Writer;
 use serde_json::{Value, json};
 use tower_test::mock::{Handle, SendResponse};
 
+use crate::api::constants::API_VERSION;
+use crate::api::{ValkeyCluster, ValkeyNodeSpec};
 use crate::controller::{Context, MenuStores};
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
@@ -125,4 +127,37 @@ impl Call {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.into_owned())
     }
+}
+
+/// The ValkeyCluster `team/shop` (uid `uid-shop`, generation 2, 3 shards of 2) with `status`
+/// (`Value::Null`: none).
+pub fn cluster(status: Value) -> ValkeyCluster {
+    serde_json::from_value(json!({
+        "apiVersion": API_VERSION, "kind": "ValkeyCluster",
+        "metadata": {"name": "shop", "namespace": "team", "uid": "uid-shop", "generation": 2},
+        "spec": {"configRef": "standard", "shards": 3, "replicasPerShard": 1},
+        "status": status,
+    }))
+    .unwrap()
+}
+
+/// A member spec of `shop` on Valkey 9.0.0, shard 0.
+pub fn member_spec() -> ValkeyNodeSpec {
+    serde_json::from_value(
+        json!({"clusterName": "shop", "shard": 0, "configRef": "standard",
+        "imageRef": "valkey", "image": "valkey/valkey:9.0.0", "version": "9.0.0",
+        "resources": {}}),
+    )
+    .unwrap()
+}
+
+/// The ValkeyNode `team/<name>` (generation 1, [`member_spec`]) with `status`, as the API
+/// server returns it.
+pub fn member(name: &str, status: Value) -> Value {
+    json!({
+        "apiVersion": API_VERSION, "kind": "ValkeyNode",
+        "metadata": {"name": name, "namespace": "team", "generation": 1},
+        "spec": member_spec(),
+        "status": status,
+    })
 }

@@ -450,27 +450,11 @@ mod api_tests {
     use crate::api::constants::API_VERSION;
     use crate::controller::testing::{self, ApiServer};
 
-    fn shop() -> ValkeyCluster {
-        serde_json::from_value(json!({
-            "apiVersion": API_VERSION, "kind": "ValkeyCluster",
-            "metadata": {"name": "shop", "namespace": "team", "uid": "uid-shop"},
-            "spec": {"configRef": "standard", "shards": 1, "replicasPerShard": 1},
-        }))
-        .unwrap()
-    }
-
-    fn desired() -> ValkeyNodeSpec {
-        serde_json::from_value(json!({"clusterName": "shop", "shard": 0,
-            "configRef": "standard", "imageRef": "valkey", "image": "valkey/valkey:9.0.0",
-            "version": "9.0.0", "resources": {}}))
-        .unwrap()
-    }
-
     /// Carries out `steps` for the cluster `shop` in a task; the test answers its requests.
     fn act(steps: Vec<Step>) -> (ApiServer, tokio::task::JoinHandle<Result<(), Error>>) {
         let (ctx, server) = testing::context();
         let task = tokio::spawn(async move {
-            let (cluster, spec) = (shop(), desired());
+            let (cluster, spec) = (testing::cluster(Value::Null), testing::member_spec());
             let driver = ctx.driver("team/shop", "unused", None).await;
             let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), "team");
             let actor = Actor::new(&ctx, &cluster, &node_api, driver.as_ref(), &spec);
@@ -516,9 +500,7 @@ mod api_tests {
             format!("PATCH {}/shop-0-1/status", nodes_path())
         );
         assert_eq!(joining.body, json!({"status": {"lifecycle": "Joining"}}));
-        let mut node =
-            serde_json::to_value(crate::api::ValkeyNode::new("shop-0-1", desired())).unwrap();
-        node["status"] = json!({"lifecycle": "Joining"});
+        let node = testing::member("shop-0-1", json!({"lifecycle": "Joining"}));
         joining.respond(http::StatusCode::OK, node);
         task.await.unwrap().unwrap();
         assert!(server.idle());
@@ -549,9 +531,7 @@ mod api_tests {
                 format!("PATCH {}/{name}/status", nodes_path())
             );
             assert_eq!(leaving.body, json!({"status": {"lifecycle": "Leaving"}}));
-            let mut node: Value =
-                serde_json::to_value(crate::api::ValkeyNode::new(name, desired())).unwrap();
-            node["status"] = json!({"lifecycle": "Leaving"});
+            let node = testing::member(name, json!({"lifecycle": "Leaving"}));
             leaving.respond(http::StatusCode::OK, node);
             let event = server.next().await;
             assert_eq!(

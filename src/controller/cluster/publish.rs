@@ -190,7 +190,7 @@ fn observed_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     /// The JSON each status write sends, as it was written before the patches were typed.
     #[test]
@@ -256,15 +256,7 @@ mod tests {
         );
     }
 
-    fn shop(status: Value) -> ValkeyCluster {
-        serde_json::from_value(json!({
-            "apiVersion": crate::api::constants::API_VERSION, "kind": "ValkeyCluster",
-            "metadata": {"name": "shop", "namespace": "team", "uid": "uid-shop", "generation": 2},
-            "spec": {"configRef": "standard", "shards": 3, "replicasPerShard": 1},
-            "status": status,
-        }))
-        .unwrap()
-    }
+    use crate::controller::testing::cluster as shop;
 
     #[tokio::test]
     async fn a_status_that_says_nothing_new_is_not_written() {
@@ -329,15 +321,9 @@ mod tests {
     /// A member as observed: its ValkeyNode (`generation` 1, status as given) answering as
     /// `role` in pod `pod`.
     fn member(name: &str, status: ValkeyNodeStatus, role: NodeRole, pod: &str) -> Observed {
-        let mut node: ValkeyNode = serde_json::from_value(json!({
-            "apiVersion": crate::api::constants::API_VERSION, "kind": "ValkeyNode",
-            "metadata": {"name": name, "namespace": "team", "generation": 1},
-            "spec": {"clusterName": "shop", "shard": 0, "configRef": "standard",
-                     "imageRef": "valkey", "image": "valkey/valkey:9.0.0", "version": "9.0.0",
-                     "resources": {}},
-        }))
-        .unwrap();
-        node.status = Some(status);
+        let status = serde_json::to_value(status).unwrap();
+        let node: ValkeyNode =
+            serde_json::from_value(crate::controller::testing::member(name, status)).unwrap();
         Observed {
             node: std::sync::Arc::new(node),
             member: crate::plan::Member::new(name, 0),
@@ -381,14 +367,7 @@ mod tests {
             patch.body,
             json!({"status": {"role": "replica", "pod": "shop-0-1", "observedGeneration": 1}})
         );
-        let mut answer = patch.body.clone();
-        answer["metadata"] = json!({"name": "shop-0-1", "namespace": "team"});
-        answer["spec"] = serde_json::to_value(
-            &member("x", Default::default(), NodeRole::Replica, "x")
-                .node
-                .spec,
-        )
-        .unwrap();
+        let answer = crate::controller::testing::member("shop-0-1", patch.body["status"].clone());
         patch.respond(http::StatusCode::OK, answer);
         step.await.unwrap().unwrap();
         assert!(
