@@ -11,7 +11,7 @@
 //! | observe | `observe.rs`; what is seen is written onto the member pods by `pods.rs` | yes |
 //! | plan | `crate::plan` (pure); the maxConcurrentRollouts gate in `rollout.rs` | status when waiting |
 //! | act | `act.rs` (one function per plan step; the same steps again back off: `repeats.rs`, pure, the streaks in memory), ACL loading in `acl.rs`, certificate reload in `tls.rs` | yes |
-//! | status | `status.rs` | yes |
+//! | status | `status.rs` (pure; the condition types in `conditions.rs`), written with its Events by `publish.rs` | yes |
 //! | next look (poll as the wait goes) | `cadence.rs` (pure interval; the waits in memory) | no |
 
 pub mod acl;
