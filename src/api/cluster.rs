@@ -257,7 +257,7 @@ pub struct ClusterProgress {
 }
 
 /// Overall state of a Valkey cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum ClusterState {
     /// Members are being created and the cluster formed.
     Creating,

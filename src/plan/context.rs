@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 
-use super::model::{Member, MemberView, Phase, Topology};
-use crate::api::Lifecycle;
+use super::model::{Member, MemberView, Topology};
+use crate::api::{ClusterState, Lifecycle};
 use crate::topology::slots::SlotRange;
 use crate::topology::{MemberAddr, NodeId};
 
@@ -22,7 +22,7 @@ pub(super) struct Observed<'a> {
     /// Some member was Active once: the cluster was formed.
     pub ever_formed: bool,
     /// Work on a formed cluster is an update; before that it is formation.
-    pub changing: Phase,
+    pub changing: ClusterState,
     /// Members each shard should have: its primary and its replicas.
     pub per_shard: usize,
     /// Rolling replacement goes one shard at a time: the lowest shard with a stale member.
@@ -44,9 +44,9 @@ impl<'a> Observed<'a> {
             .iter()
             .any(|m| m.lifecycle == Lifecycle::Active);
         let changing = if ever_formed {
-            Phase::Updating
+            ClusterState::Updating
         } else {
-            Phase::Forming
+            ClusterState::Creating
         };
         let rollout_shard = (0..topology.shards).find(|s| {
             by_shard

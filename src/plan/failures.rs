@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 
 use super::context::{Answered, AnsweredMember, Observed, names, short, slot_owners};
-use super::model::{Member, Phase, Plan, Step, Topology, Wait};
-use crate::api::Lifecycle;
+use super::model::{Member, Plan, Step, Topology, Wait};
+use crate::api::{ClusterState, Lifecycle};
 use crate::topology::{FailoverMode, NodeId};
 
 /// Established members (they have a node id and were Active) that do not answer: their pod
@@ -40,7 +40,7 @@ pub(super) fn wait_for_the_established(o: &Observed) -> Option<Plan> {
         return None;
     }
     Some(Plan::waiting_for_members(
-        Phase::Degraded,
+        ClusterState::Degraded,
         Wait::Established {
             members: established.iter().map(|m| m.name.clone()).collect(),
         },
@@ -129,7 +129,7 @@ pub(super) fn replace_gone(o: &Observed) -> Option<Plan> {
     let lost_shards = shards_without_their_data(o, |m| m.gone.is_some());
     notes.splice(0..0, lost_data_note(&lost_shards));
     let mut plan =
-        Plan::new(Phase::Degraded, steps, notes.join("; ")).waiting(Wait::GonePrimaries {
+        Plan::new(ClusterState::Degraded, steps, notes.join("; ")).waiting(Wait::GonePrimaries {
             members: without_replica,
         });
     plan.lost_shards = lost_shards;
@@ -254,8 +254,8 @@ pub(super) fn wait_for_answers(o: &Observed) -> Option<Plan> {
             problems.join("; ")
         ));
     }
-    let phase = if unreachable.iter().any(|m| m.lifecycle == Lifecycle::Active) {
-        Phase::Degraded
+    let state = if unreachable.iter().any(|m| m.lifecycle == Lifecycle::Active) {
+        ClusterState::Degraded
     } else {
         o.changing.clone()
     };
@@ -265,7 +265,7 @@ pub(super) fn wait_for_answers(o: &Observed) -> Option<Plan> {
             .map(|m| (m.name.clone(), m.pod_problem.clone()))
             .collect(),
     };
-    Some(Plan::waiting_for_members(phase, on, message))
+    Some(Plan::waiting_for_members(state, on, message))
 }
 
 /// 2b. Failures. A member whose Valkey lost its identity (its pod was lost and replaced: new
@@ -307,7 +307,7 @@ pub(super) fn replace_failed(a: &Answered) -> Option<Plan> {
     }
     (!steps.is_empty()).then(|| Plan {
         lost_shards,
-        ..Plan::new(Phase::Degraded, steps, notes.join("; "))
+        ..Plan::new(ClusterState::Degraded, steps, notes.join("; "))
     })
 }
 
@@ -349,7 +349,7 @@ pub(super) fn take_over_from_silent_primaries(a: &Answered) -> Option<Plan> {
             mode: FailoverMode::Takeover,
         });
     }
-    (!steps.is_empty()).then(|| Plan::new(Phase::Degraded, steps, notes.join("; ")))
+    (!steps.is_empty()).then(|| Plan::new(ClusterState::Degraded, steps, notes.join("; ")))
 }
 
 /// Failovers to the most up-to-date replica of each slot-owning primary that is no longer
@@ -452,7 +452,7 @@ mod established_tests {
     fn no_member_is_created_while_no_established_member_answers() {
         let p = plan(&scaled_out(false));
         assert!(p.steps.is_empty(), "{p:?}");
-        assert_eq!(p.phase, Phase::Degraded);
+        assert_eq!(p.state, ClusterState::Degraded);
         assert!(p.message.contains("c-0-0, c-1-0, c-2-0"), "{}", p.message);
         assert!(p.message.contains("no second cluster"), "{}", p.message);
     }

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::context::{Answered, AnsweredMember, Observed, names, owned_slots, shard_primary};
-use super::model::{Phase, Plan, Step, Topology, Wait, member_name};
-use crate::api::Lifecycle;
+use super::model::{Plan, Step, Topology, Wait, member_name};
+use crate::api::{ClusterState, Lifecycle};
 use crate::topology::NodeId;
 use crate::topology::slots::{SLOT_COUNT, count_slots, even_ranges, subtract};
 
@@ -318,7 +318,7 @@ pub(super) fn replicate(a: &Answered) -> Option<Plan> {
     }
     (!no_primary.is_empty()).then(|| {
         Plan::new(
-            Phase::Degraded,
+            ClusterState::Degraded,
             vec![],
             format!(
                 "shard(s) {} have no primary owning slots",
@@ -385,16 +385,16 @@ pub(super) fn check_health(a: &Answered) -> Option<Plan> {
     if covered != usize::from(SLOT_COUNT) {
         parts.push(format!("{covered} of {SLOT_COUNT} slots covered"));
     }
-    let phase = if a.observed.ever_formed {
-        Phase::Degraded
+    let state = if a.observed.ever_formed {
+        ClusterState::Degraded
     } else {
-        Phase::Forming
+        ClusterState::Creating
     };
     let on = Wait::Health {
         not_ok: not_ok.iter().map(|m| m.name.clone()).collect(),
         slots_covered: covered,
     };
-    Some(Plan::new(phase, vec![], format!("waiting: {}", parts.join("; "))).waiting(on))
+    Some(Plan::new(state, vec![], format!("waiting: {}", parts.join("; "))).waiting(on))
 }
 
 /// 13. Formed: members still Joining become Active.
@@ -411,10 +411,10 @@ pub(super) fn mark_active(a: &Answered) -> Plan {
         topology.shards, topology.replicas_per_shard
     );
     if joining.is_empty() {
-        return Plan::new(Phase::Ready, vec![], message);
+        return Plan::new(ClusterState::Active, vec![], message);
     }
     Plan::new(
-        Phase::Ready,
+        ClusterState::Active,
         vec![Step::MarkActive { names: joining }],
         message,
     )

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::context::{Answered, AnsweredMember};
-use super::model::{MIGRATION_IDLE_LIMIT_SECS, MoveMethod, MoveTarget, Phase, Plan, Step, Wait};
+use super::model::{MIGRATION_IDLE_LIMIT_SECS, MoveMethod, MoveTarget, Plan, Step, Wait};
+use crate::api::ClusterState;
 use crate::topology::slots::range_len;
 use crate::topology::{MemberAddr, NodeId};
 
@@ -82,7 +83,7 @@ fn resume_key_moves(members: &[AnsweredMember]) -> Option<Plan> {
     }
     (!steps.is_empty()).then(|| {
         Plan::new(
-            Phase::Updating,
+            ClusterState::Updating,
             steps,
             "finishing slot moves that were interrupted",
         )
@@ -146,7 +147,7 @@ fn follow_atomic_jobs(members: &[AnsweredMember]) -> Option<Plan> {
     }
     if !steps.is_empty() {
         return Some(Plan::new(
-            Phase::Updating,
+            ClusterState::Updating,
             steps,
             format!(
                 "cancelling slot migrations that made no progress for {MIGRATION_IDLE_LIMIT_SECS} s; they will be planned again"
@@ -155,7 +156,7 @@ fn follow_atomic_jobs(members: &[AnsweredMember]) -> Option<Plan> {
     }
     (!waiting.is_empty()).then(|| {
         Plan::new(
-            Phase::Updating,
+            ClusterState::Updating,
             vec![],
             format!(
                 "moving slots (atomic slot migration): {}",

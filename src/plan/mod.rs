@@ -19,15 +19,14 @@ mod retirement;
 mod rollout;
 pub mod utilization;
 
-use crate::api::Lifecycle;
+use crate::api::{ClusterState, Lifecycle};
 
 use context::{Answered, Observed, names};
 pub use describe::describe_steps;
 pub use figures::{Figures, degraded_reason, desired_members, figures};
 pub use model::{
     Awaiting, BULK_STEPS_PER_ROUND, Change, ExportJob, MIGRATION_IDLE_LIMIT_SECS, Member,
-    MemberView, MigrationMethod, MoveMethod, MoveTarget, Phase, Plan, Step, Topology, Wait,
-    member_name,
+    MemberView, MigrationMethod, MoveMethod, MoveTarget, Plan, Step, Topology, Wait, member_name,
 };
 
 /// What kind of change an Updating step belongs to, from the members: a failed member being
@@ -35,12 +34,9 @@ pub use model::{
 /// an outdated spec, serving or retiring), then a change of shape (members beyond the spec's shards, shards with
 /// more or fewer members than asked, slots still to move, members retiring that answer as
 /// themselves).
-pub(crate) fn change_of(topology: &Topology, phase: &Phase) -> Change {
-    match phase {
-        Phase::Ready => return Change::Settled,
-        Phase::Forming => return Change::Forming,
-        Phase::Degraded => return Change::Degraded,
-        Phase::Updating => {}
+pub(crate) fn change_of(topology: &Topology, state: ClusterState) -> Change {
+    if state != ClusterState::Updating {
+        return Change::of(state);
     }
     let lost_identity =
         |m: &Member| matches!((&m.node_id, &m.view), (Some(id), Some(v)) if *id != v.id);
@@ -71,12 +67,12 @@ pub(crate) fn change_of(topology: &Topology, phase: &Phase) -> Change {
 /// and the status says who is missing.
 pub fn plan(topology: &Topology) -> Plan {
     let mut plan = plan_stages(topology);
-    plan.change = change_of(topology, &plan.phase);
+    plan.change = change_of(topology, plan.state);
     let silent = failures::silent_members(topology);
     if !silent.is_empty() && !plan.names_the_missing {
         plan.awaiting.silent = silent.iter().map(|m| m.name.clone()).collect();
-        if plan.phase == Phase::Ready {
-            plan.phase = Phase::Degraded;
+        if plan.state == ClusterState::Active {
+            plan.state = ClusterState::Degraded;
             plan.change = Change::Degraded;
         }
         plan.message.push_str(&format!(

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::Lifecycle;
+use crate::api::{ClusterState, Lifecycle};
 use crate::topology::slots::SlotRange;
 use crate::topology::{FailoverMode, MemberAddr, NodeId, OpenSlot};
 
@@ -286,19 +286,6 @@ pub enum Step {
     },
 }
 
-/// Where the cluster stands; drives status.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// Members are being created or formed into the cluster for the first time.
-    Forming,
-    /// Everything in place and healthy.
-    Ready,
-    /// A formed cluster is changing: members replaced (rollout), added or retired.
-    Updating,
-    /// The cluster was formed but members are missing, unreachable or out of sync.
-    Degraded,
-}
-
 /// The kind of change a plan is a step of (the `Progressing` condition's reason), read from
 /// the members, never from the plan's words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -341,7 +328,9 @@ impl Change {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
-    pub phase: Phase,
+    /// Where the cluster stands, as status shows it; the planner decides Creating, Active,
+    /// Updating or Degraded (the other states are decided around it).
+    pub state: ClusterState,
     pub steps: Vec<Step>,
     /// What the cluster is doing or waiting for, in words for status.
     pub message: String,
@@ -416,16 +405,31 @@ pub enum Wait {
     },
 }
 
+impl Change {
+    /// The change a state implies by itself; an update's kind is read from the members
+    /// ([`change_of`](super::change_of)).
+    pub fn of(state: ClusterState) -> Change {
+        match state {
+            ClusterState::Active => Change::Settled,
+            ClusterState::Creating => Change::Forming,
+            ClusterState::Updating => Change::Updating,
+            ClusterState::Degraded => Change::Degraded,
+            // Never planned: the steps around the planner decide these (blocked, deleting,
+            // restoring, failed, TLS invalid), and none is a change of the members.
+            ClusterState::Blocked
+            | ClusterState::Deleting
+            | ClusterState::Invalid
+            | ClusterState::Restoring
+            | ClusterState::Failed => Change::Degraded,
+        }
+    }
+}
+
 impl Plan {
-    pub(super) fn new(phase: Phase, steps: Vec<Step>, message: impl Into<String>) -> Plan {
-        let change = match phase {
-            Phase::Ready => Change::Settled,
-            Phase::Forming => Change::Forming,
-            Phase::Updating => Change::Updating,
-            Phase::Degraded => Change::Degraded,
-        };
+    pub(super) fn new(state: ClusterState, steps: Vec<Step>, message: impl Into<String>) -> Plan {
+        let change = Change::of(state);
         Plan {
-            phase,
+            state,
             steps,
             message: message.into(),
             change,
@@ -436,10 +440,14 @@ impl Plan {
     }
 
     /// A plan that waits for the members its message names (`on` names them as data).
-    pub(super) fn waiting_for_members(phase: Phase, on: Wait, message: impl Into<String>) -> Plan {
+    pub(super) fn waiting_for_members(
+        state: ClusterState,
+        on: Wait,
+        message: impl Into<String>,
+    ) -> Plan {
         Plan {
             names_the_missing: true,
-            ..Plan::new(phase, vec![], message).waiting(on)
+            ..Plan::new(state, vec![], message).waiting(on)
         }
     }
 

@@ -9,7 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::context::{Answered, AnsweredMember};
-use super::model::{MemberView, MigrationMethod, MoveMethod, MoveTarget, Phase, Plan, Step, Wait};
+use super::model::{MemberView, MigrationMethod, MoveMethod, MoveTarget, Plan, Step, Wait};
+use crate::api::ClusterState;
 use crate::topology::MemberAddr;
 use crate::topology::slots::{
     SLOT_COUNT, SlotRange, count_slots, even_ranges, normalize, range_len, subtract,
@@ -128,7 +129,7 @@ pub(super) fn rebalance_shards(a: &Answered) -> Option<Plan> {
         resolving: batches.resolving,
         emptying: batches.emptying,
     };
-    Some(Plan::new(Phase::Updating, batches.steps, message).waiting(on))
+    Some(Plan::new(ClusterState::Updating, batches.steps, message).waiting(on))
 }
 
 /// What one round of slot moves does, and why some of it waits.

@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 
 use super::context::{Answered, AnsweredMember, names};
-use super::model::{BULK_STEPS_PER_ROUND, Member, Phase, Plan, Step, Wait};
+use super::model::{BULK_STEPS_PER_ROUND, Member, Plan, Step, Wait};
+use crate::api::ClusterState;
 use crate::topology::{FailoverMode, NodeId};
 
 /// 3b. Shards beyond spec.shards whose slots have all moved away retire (scale-in). A drained
@@ -31,7 +32,7 @@ pub(super) fn retire_drained(a: &Answered) -> Option<Plan> {
         .collect();
     (!drained.is_empty()).then(|| {
         Plan::new(
-            Phase::Updating,
+            ClusterState::Updating,
             vec![Step::MarkLeaving {
                 names: drained.iter().map(|m| m.name.clone()).collect(),
             }],
@@ -60,7 +61,7 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
                 .collect();
             let Some(r) = super::rollout::resolvable_first(&in_sync) else {
                 return Some(Plan::new(
-                    Phase::Degraded,
+                    ClusterState::Degraded,
                     vec![],
                     format!(
                         "{} is leaving but is the only copy of shard {}; waiting for an in-sync replica",
@@ -73,7 +74,7 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
             };
             if !r.name_resolves {
                 return Some(Plan::new(
-                    Phase::Updating,
+                    ClusterState::Updating,
                     vec![],
                     format!(
                         "{} is leaving; waiting for the hostname {} announces to resolve before failing over to it",
@@ -102,7 +103,7 @@ pub(super) fn retire_leaving(a: &Answered) -> Option<Plan> {
         Some(shard) => format!("{}: retiring {}", o.rollout_note(shard), names(&o.leaving)),
         None => format!("retiring {}", names(&o.leaving)),
     };
-    Some(Plan::new(Phase::Updating, steps, message))
+    Some(Plan::new(ClusterState::Updating, steps, message))
 }
 
 /// `CLUSTER FORGET` a leaving member on every member that still knows it (at most `room` of
@@ -152,7 +153,7 @@ pub(super) fn retire_excess_replicas(a: &Answered) -> Option<Plan> {
     }
     (!excess.is_empty()).then(|| {
         Plan::new(
-            Phase::Updating,
+            ClusterState::Updating,
             vec![Step::MarkLeaving {
                 names: excess.clone(),
             }],

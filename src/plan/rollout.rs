@@ -3,7 +3,8 @@
 //! them, and the stale members retire.
 
 use super::context::{Answered, AnsweredMember, Observed, names};
-use super::model::{Phase, Plan, Step, Wait};
+use super::model::{Plan, Step, Wait};
+use crate::api::ClusterState;
 use crate::topology::FailoverMode;
 
 impl Observed<'_> {
@@ -36,7 +37,7 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
     let Some(primary) = a.shard_leader(shard) else {
         return Some(
             Plan::new(
-                Phase::Degraded,
+                ClusterState::Degraded,
                 vec![],
                 format!("{note}: shard {shard} has no primary"),
             )
@@ -53,7 +54,7 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
         let Some(target) = resolvable_first(&in_sync) else {
             return Some(
                 Plan::new(
-                    Phase::Updating,
+                    ClusterState::Updating,
                     vec![],
                     format!("{note}: waiting for an in-sync replacement"),
                 )
@@ -62,7 +63,7 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
         };
         if !target.name_resolves {
             return Some(Plan::new(
-                Phase::Updating,
+                ClusterState::Updating,
                 vec![],
                 format!(
                     "{note}: waiting for the hostname {} announces to resolve before failing over to it",
@@ -74,7 +75,7 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
             }));
         }
         return Some(Plan::new(
-            Phase::Updating,
+            ClusterState::Updating,
             vec![Step::Failover {
                 member: target.addr.clone(),
                 shard,
@@ -88,7 +89,7 @@ pub(super) fn roll_out(a: &Answered) -> Option<Plan> {
     }
     let stale: Vec<AnsweredMember> = list.iter().copied().filter(|m| !m.current).collect();
     Some(Plan::new(
-        Phase::Updating,
+        ClusterState::Updating,
         vec![Step::MarkLeaving {
             names: stale.iter().map(|m| m.name.clone()).collect(),
         }],

@@ -310,7 +310,7 @@ impl Sim {
 fn form(sim: &mut Sim, shards: usize, replicas: usize, partial: impl Fn(usize) -> usize) -> usize {
     for round in 0..200 {
         let plan = plan(&sim.topology(shards, replicas));
-        if plan.phase == Phase::Ready && plan.steps.is_empty() {
+        if plan.state == ClusterState::Active && plan.steps.is_empty() {
             return round;
         }
         let n = partial(round)
@@ -336,12 +336,12 @@ fn converge(
 ) -> usize {
     for round in 0..400 {
         let plan = plan(&sim.topology(shards, replicas));
-        if plan.phase == Phase::Ready && plan.steps.is_empty() {
+        if plan.state == ClusterState::Active && plan.steps.is_empty() {
             return round;
         }
         assert_ne!(
-            plan.phase,
-            Phase::Degraded,
+            plan.state,
+            ClusterState::Degraded,
             "an orderly change never degrades: {}",
             plan.message
         );
@@ -752,7 +752,7 @@ fn a_new_clusters_members_get_distinct_config_epochs_before_they_meet_and_later_
     let mut t = sim.topology(4, 1);
     for _ in 0..100 {
         let p = plan(&t);
-        if p.phase == Phase::Ready && p.steps.is_empty() {
+        if p.state == ClusterState::Active && p.steps.is_empty() {
             break;
         }
         assert!(
@@ -839,7 +839,7 @@ fn members_back_at_new_addresses_with_their_ids_are_introduced_again_to_everyone
         sim.apply(step);
     }
     let after = plan(&sim.topology(2, 1));
-    assert_eq!(after.phase, Phase::Ready, "{}", after.message);
+    assert_eq!(after.state, ClusterState::Active, "{}", after.message);
     assert!(after.steps.is_empty(), "{after:?}");
     // Slots, roles and ids are what they were: nothing was re-formed.
     sim.assert_all_slots_owned();
@@ -853,7 +853,7 @@ fn members_back_at_new_addresses_with_their_ids_are_introduced_again_to_everyone
 fn first_step_creates_every_member() {
     let p = plan(&Sim::default().topology(2, 2));
     assert_eq!(p.steps.len(), 6);
-    assert_eq!(p.phase, Phase::Forming);
+    assert_eq!(p.state, ClusterState::Creating);
 }
 
 #[test]
@@ -865,8 +865,8 @@ fn unreachable_members_are_waited_for_by_name() {
     let p = plan(&t);
     assert!(p.steps.is_empty());
     assert_eq!(
-        p.phase,
-        Phase::Degraded,
+        p.state,
+        ClusterState::Degraded,
         "a formed cluster that loses a member is degraded"
     );
     assert!(p.message.contains("c-0-1"), "{}", p.message);
@@ -897,7 +897,7 @@ fn a_formed_cluster_plans_nothing() {
     let mut sim = Sim::default();
     form(&mut sim, 3, 1, |_| usize::MAX);
     let p = plan(&sim.topology(3, 1));
-    assert_eq!(p.phase, Phase::Ready);
+    assert_eq!(p.state, ClusterState::Active);
     assert!(p.steps.is_empty());
     assert!(p.message.contains("16384"));
 }
@@ -917,7 +917,7 @@ fn roles_come_from_valkey_not_names() {
     n.slots.clear();
     let p = plan(&sim.topology(1, 1));
     assert!(p.steps.is_empty(), "{:?}", p.steps);
-    assert_eq!(p.phase, Phase::Ready);
+    assert_eq!(p.state, ClusterState::Active);
 }
 
 #[test]
@@ -939,7 +939,7 @@ fn a_stalled_replacement_for_an_outdated_spec_is_retired_once_the_spec_changes_a
             names: vec!["c-0-1".into()]
         }]
     );
-    assert_eq!(p.phase, Phase::Updating);
+    assert_eq!(p.state, ClusterState::Updating);
 }
 
 #[test]
@@ -953,7 +953,7 @@ fn a_stalled_rollout_says_why_and_keeps_the_old_members() {
     t.members.push(stuck);
     let p = plan(&t);
     assert!(p.steps.is_empty());
-    assert_eq!(p.phase, Phase::Updating);
+    assert_eq!(p.state, ClusterState::Updating);
     assert!(p.message.contains("ImagePullBackOff"), "{}", p.message);
 }
 
@@ -1031,7 +1031,7 @@ fn a_stale_member_gets_a_replacement() {
         "{}",
         p.message
     );
-    assert_eq!(p.phase, Phase::Updating);
+    assert_eq!(p.state, ClusterState::Updating);
 }
 
 #[test]
@@ -1065,7 +1065,7 @@ fn slots_of_a_failed_primary_are_never_given_to_its_empty_replacement() {
         "{:?}",
         p.steps
     );
-    assert_eq!(p.phase, Phase::Degraded, "{}", p.message);
+    assert_eq!(p.state, ClusterState::Degraded, "{}", p.message);
 }
 
 /// Shard 0's primary pod was lost and replaced: its member answers with a new, empty node id;
@@ -1088,7 +1088,7 @@ fn a_member_that_lost_its_identity_is_replaced_and_its_replica_promoted_at_once(
     let t = primary_pod_replaced(3);
     let replica = t.members[1].addr.clone().unwrap();
     let p = plan(&t);
-    assert_eq!(p.phase, Phase::Degraded);
+    assert_eq!(p.state, ClusterState::Degraded);
     assert_eq!(
         p.steps,
         vec![
@@ -1133,7 +1133,7 @@ fn nothing_is_forced_while_a_member_does_not_answer() {
     t.members[0].view = None;
     let p = plan(&t);
     assert!(p.steps.is_empty(), "{:?}", p.steps);
-    assert_eq!(p.phase, Phase::Degraded);
+    assert_eq!(p.state, ClusterState::Degraded);
 }
 
 /// A formed 3 x 1 cluster with the primaries of shards 1 and 2 silent (their node is down):
@@ -1175,7 +1175,7 @@ fn primaries_too_many_for_valkey_to_fail_over_are_taken_over_once_everybody_agre
     let (t, replicas) = two_primaries_down(true, true);
     assert_eq!(replicas.len(), 2);
     let p = plan(&t);
-    assert_eq!(p.phase, Phase::Degraded);
+    assert_eq!(p.state, ClusterState::Degraded);
     let promoted: Vec<(&MemberAddr, FailoverMode)> = p
         .steps
         .iter()
@@ -1463,7 +1463,7 @@ fn a_primary_gone_for_good_is_not_waited_for_its_replica_is_promoted_at_once() {
     let t = primary_gone(3);
     let replica = t.members[1].addr.clone().unwrap();
     let p = plan(&t);
-    assert_eq!(p.phase, Phase::Degraded);
+    assert_eq!(p.state, ClusterState::Degraded);
     assert_eq!(
         p.steps,
         vec![Step::Failover {
@@ -1632,7 +1632,7 @@ fn a_silent_member_does_not_stall_the_rest_of_the_cluster() {
         }
     }
     let p = last.expect("the plan settles");
-    assert_eq!(p.phase, Phase::Degraded, "{}", p.message);
+    assert_eq!(p.state, ClusterState::Degraded, "{}", p.message);
     assert!(p.message.contains("c-0-1"), "{}", p.message);
     // Shard 1 has its two replicas; shard 0 its new one besides the silent one.
     for shard in [0, 1] {
@@ -1730,7 +1730,7 @@ fn changes_until_settled(sim: &mut Sim, shards: usize, replicas: usize) -> Vec<C
         if seen.last() != Some(&p.change) {
             seen.push(p.change);
         }
-        if p.phase == Phase::Ready && p.steps.is_empty() {
+        if p.state == ClusterState::Active && p.steps.is_empty() {
             return seen;
         }
         for a in &p.steps {
@@ -1778,9 +1778,12 @@ fn replacing_a_member_that_is_gone_or_lost_its_identity_says_so() {
     let mut t = primary_gone(3);
     t.members[0].lifecycle = Lifecycle::Leaving;
     t.members[1].view.as_mut().unwrap().primary_id = None;
-    assert_eq!(change_of(&t, &Phase::Updating), Change::ReplacingMembers);
     assert_eq!(
-        change_of(&primary_pod_replaced(3), &Phase::Updating),
+        change_of(&t, ClusterState::Updating),
+        Change::ReplacingMembers
+    );
+    assert_eq!(
+        change_of(&primary_pod_replaced(3), ClusterState::Updating),
         Change::ReplacingMembers
     );
 }

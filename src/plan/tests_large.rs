@@ -113,7 +113,7 @@ fn a_1000_member_cluster_is_created_from_scratch_with_every_name_once() {
             .collect();
         t.members.clear();
         let plan = plan(&t);
-        assert_eq!(plan.phase, Phase::Forming);
+        assert_eq!(plan.state, ClusterState::Creating);
         assert_eq!(plan.message, "creating 1000 member(s)");
         assert_eq!(creates(&plan), expected, "{shards} x (1 + {replicas})");
     }
@@ -255,7 +255,7 @@ fn a_formed_1000_member_cluster_is_marked_active_then_settles() {
     for (shards, replicas) in SHAPES {
         let mut t = replicated(shards, replicas, |_| true);
         let formed = plan(&t);
-        assert_eq!(formed.phase, Phase::Ready);
+        assert_eq!(formed.state, ClusterState::Active);
         let names: Vec<String> = t.members.iter().map(|m| m.name.clone()).collect();
         assert_eq!(formed.steps, vec![Step::MarkActive { names }]);
         for m in &mut t.members {
@@ -263,8 +263,8 @@ fn a_formed_1000_member_cluster_is_marked_active_then_settles() {
         }
         let settled = plan(&t);
         assert_eq!(
-            (settled.phase, settled.steps, settled.change),
-            (Phase::Ready, vec![], Change::Settled)
+            (settled.state, settled.steps, settled.change),
+            (ClusterState::Active, vec![], Change::Settled)
         );
         assert_eq!(figures(&t).desired, 1000);
         assert_eq!(figures(&t).ready, 1000);

@@ -11,11 +11,11 @@ use kube::ResourceExt;
 
 use super::observed::Observed;
 use super::utilization::Samples;
-use crate::api::ValkeyCluster;
 use crate::api::autoscaling::{AutoscalingStatus, ScalingDecision};
+use crate::api::{ClusterState, ValkeyCluster};
 use crate::controller::{Context, object_key};
 use crate::plan::autoscale::{ClusterNow, Direction, Holding, MemberLoad, Outcome, decide};
-use crate::plan::{Phase, Plan, Topology};
+use crate::plan::{Plan, Topology};
 
 /// What autoscaling remembers between rounds: the clusters whose `ScaleOutLimited` warning was
 /// recorded for the episode under way (the trigger has not cleared since: one warning per
@@ -100,13 +100,13 @@ pub async fn step(
         policy.scale_in_window_secs,
         now,
     );
-    let settled = plan.phase == Phase::Ready && plan.steps.is_empty();
+    let settled = plan.state == ClusterState::Active && plan.steps.is_empty();
     let at = ClusterNow {
         now,
         desired_shards: cluster.target_shards().max(1) as usize,
         serving_shards: serving_shards(topology),
         settled,
-        active: plan.phase == Phase::Ready,
+        active: plan.state == ClusterState::Active,
         paused: false,
         last_scale_out: seconds(previous.last_scale_out_time.as_deref()),
         last_scale_in: seconds(previous.last_scale_in_time.as_deref()),

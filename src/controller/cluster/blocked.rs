@@ -18,10 +18,10 @@ use super::context::ClusterContext;
 use super::observed::cluster_nodes;
 use super::planning::plan_off_the_runtime;
 use super::{act, build, credentials, observe, pods, publish, status, tls};
-use crate::api::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
+use crate::api::{ClusterState, ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 use crate::controller::owner::owned_by;
 use crate::controller::{Error, object_key};
-use crate::plan::{Phase, Plan};
+use crate::plan::Plan;
 
 /// The certificate step ([`tls::certificate`]) as the pipeline takes it: the members' TLS
 /// (`None` for a plaintext cluster), or the requeue once an unusable certificate has blocked
@@ -94,11 +94,13 @@ pub async fn keep_handling_failures(
         ..cause
     };
     publish::cluster_status(ctx, cluster, status::blocked(cluster, cause, &cctx.nodes)).await?;
-    Ok(if plan.steps.is_empty() && plan.phase == Phase::Ready {
-        calm
-    } else {
-        Action::requeue(Duration::from_secs(2))
-    })
+    Ok(
+        if plan.steps.is_empty() && plan.state == ClusterState::Active {
+            calm
+        } else {
+            Action::requeue(Duration::from_secs(2))
+        },
+    )
 }
 
 /// Observes, plans and acts as a reconcile does, with `spec` as the desired member spec; the
@@ -201,7 +203,7 @@ pub fn present_shape(members: &[Arc<ValkeyNode>], last_desired: Option<i32>) -> 
 
 /// What failure handling is doing, for the Blocked message.
 fn meanwhile(plan: &Plan) -> String {
-    if plan.steps.is_empty() && plan.phase == Phase::Ready {
+    if plan.steps.is_empty() && plan.state == ClusterState::Active {
         String::new()
     } else {
         format!(

@@ -31,11 +31,11 @@ pub fn poll_interval(waited: Duration) -> Duration {
 
 /// What a plan waits for, as a fingerprint: the same wait seen again hashes the same; any
 /// progress (other members or shards waited on, figures that moved, other steps) hashes
-/// differently. Read from the plan's data only ([`Plan::awaiting`], its phase, kind of change
+/// differently. Read from the plan's data only ([`Plan::awaiting`], its state, kind of change
 /// and steps), never from its message: rewording a message changes no cadence.
 pub fn wait_fingerprint(plan: &Plan) -> u64 {
     let mut h = DefaultHasher::new();
-    plan.phase.hash(&mut h);
+    plan.state.hash(&mut h);
     plan.change.hash(&mut h);
     plan.steps.hash(&mut h);
     plan.awaiting.hash(&mut h);
@@ -77,7 +77,8 @@ impl Waits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Awaiting, Change, Phase, Wait};
+    use crate::api::ClusterState;
+    use crate::plan::{Awaiting, Change, Wait};
 
     #[test]
     fn a_fresh_wait_is_looked_at_quickly_and_a_long_one_calmly() {
@@ -125,7 +126,7 @@ mod tests {
     /// A plan waiting for `replicas` to sync, in `message`.
     fn syncing(replicas: &[&str], message: &str) -> Plan {
         Plan {
-            phase: Phase::Forming,
+            state: ClusterState::Creating,
             steps: vec![],
             message: message.into(),
             change: Change::Forming,
@@ -170,12 +171,12 @@ mod tests {
             wait_fingerprint(&p)
         };
         assert_ne!(covered(8192), covered(16000));
-        // A silent member coming back, or a phase changing, too.
+        // A silent member coming back, or a state changing, too.
         let mut silent = one.clone();
         silent.awaiting.silent = vec!["c-2-0".into()];
         assert_ne!(wait_fingerprint(&one), wait_fingerprint(&silent));
         let mut degraded = one.clone();
-        degraded.phase = Phase::Degraded;
+        degraded.state = ClusterState::Degraded;
         assert_ne!(wait_fingerprint(&one), wait_fingerprint(&degraded));
     }
 

@@ -58,10 +58,10 @@ use observed::cluster_nodes;
 use planning::plan_off_the_runtime;
 pub use resolve::resolve;
 
-use crate::api::{ValkeyCluster, ValkeyNode};
+use crate::api::{ClusterState, ValkeyCluster, ValkeyNode};
 use crate::controller::{Context, Error, object_key};
 use crate::driver::FredDriver;
-use crate::plan::{Member, Phase, Plan, Topology};
+use crate::plan::{Member, Plan, Topology};
 use crate::resolve::acl::OperatorCredentials;
 
 /// Hands on what a step produced (`ControlFlow::Continue`), or ends the reconcile with the
@@ -294,7 +294,7 @@ enum Look {
 
 /// When to look at the cluster again, from what this round planned and saw.
 fn next_look(plan: &Plan, topology: &Topology, acl_progress: &acl::AclProgress) -> Look {
-    let settled = plan.phase == Phase::Ready && plan.steps.is_empty();
+    let settled = plan.state == ClusterState::Active && plan.steps.is_empty();
     let unanswered: Vec<&Member> = topology
         .members
         .iter()

@@ -52,12 +52,12 @@ pub fn retry_interval(repeats: u32) -> Duration {
     QUICKEST.saturating_mul(1 << doublings).min(SLOWEST)
 }
 
-/// What a plan acts on, as a fingerprint: its phase and its steps. The same steps planned
-/// again hash the same; any progress (a member, an address, a slot range, the phase) does not.
+/// What a plan acts on, as a fingerprint: its state and its steps. The same steps planned
+/// again hash the same; any progress (a member, an address, a slot range, the state) does not.
 /// The message is left out: it may say how long something has lasted.
 pub fn fingerprint(plan: &Plan) -> u64 {
     let mut h = DefaultHasher::new();
-    plan.phase.hash(&mut h);
+    plan.state.hash(&mut h);
     plan.steps.hash(&mut h);
     h.finish()
 }
@@ -203,7 +203,8 @@ impl Repeats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Change, Phase};
+    use crate::api::ClusterState;
+    use crate::plan::Change;
     use crate::topology::MemberAddr;
     use proptest::prelude::*;
 
@@ -214,7 +215,7 @@ mod tests {
     /// A plan meeting member `target` (distinct targets: distinct steps); none for no steps.
     fn plan(target: Option<u8>) -> Plan {
         Plan {
-            phase: Phase::Forming,
+            state: ClusterState::Creating,
             steps: target
                 .map(|t| Step::Meet {
                     via: MemberAddr::new("10.0.0.1", 6379),
@@ -258,9 +259,9 @@ mod tests {
         let mut reworded = a.clone();
         reworded.message = "introducing members (for 3 s)".into();
         assert_eq!(fingerprint(&a), fingerprint(&reworded));
-        let mut other_phase = a.clone();
-        other_phase.phase = Phase::Degraded;
-        assert_ne!(fingerprint(&a), fingerprint(&other_phase));
+        let mut other_state = a.clone();
+        other_state.state = ClusterState::Degraded;
+        assert_ne!(fingerprint(&a), fingerprint(&other_state));
         assert_ne!(fingerprint(&a), fingerprint(&plan(Some(3))));
         assert_ne!(fingerprint(&a), fingerprint(&plan(None)));
     }

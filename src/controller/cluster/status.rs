@@ -20,7 +20,7 @@ use crate::api::{
     ClusterNodeStatus, ClusterProgress, ClusterState, Lifecycle, ValkeyCluster,
     ValkeyClusterStatus, ValkeyNode,
 };
-use crate::plan::{Figures, Phase, Plan, Topology};
+use crate::plan::{Figures, Plan, Topology};
 use crate::resolve::certificate_expiry::{CertificateExpiry, expiring_soon};
 use crate::time::rfc3339;
 
@@ -296,7 +296,7 @@ pub fn from_plan(
     let certificate_not_after = tls
         .and_then(|t| t.expiry.as_ref())
         .map(|e| rfc3339(e.not_after));
-    let (state, message) = restore_gate(cluster, cluster_state(&plan.phase), &plan.message);
+    let (state, message) = restore_gate(cluster, plan.state, &plan.message);
     let figures = crate::plan::figures(topology);
     ValkeyClusterStatus {
         // Set by the autoscaling step (`autoscale::step`), after the plan.
@@ -346,16 +346,6 @@ fn active_since(cluster: &ValkeyCluster, state: ClusterState) -> Option<String> 
     kept.or_else(|| (state == ClusterState::Active).then(|| rfc3339(crate::time::now_seconds())))
 }
 
-/// The cluster's state as status shows it, from the plan's phase.
-fn cluster_state(phase: &Phase) -> ClusterState {
-    match phase {
-        Phase::Forming => ClusterState::Creating,
-        Phase::Updating => ClusterState::Updating,
-        Phase::Ready => ClusterState::Active,
-        Phase::Degraded => ClusterState::Degraded,
-    }
-}
-
 /// A cluster created with `spec.restoreFrom` is not Active before its keys are in: Restoring
 /// (Failed once the restore gave up), with the restore's own message.
 pub fn restore_gate(
@@ -401,8 +391,8 @@ fn plan_conditions(
     generation: Option<i64>,
     previous: &[Condition],
 ) -> [Condition; 5] {
-    let ready = plan.phase == Phase::Ready && state == ClusterState::Active;
-    let degraded = plan.phase == Phase::Degraded;
+    let ready = plan.state == ClusterState::Active && state == ClusterState::Active;
+    let degraded = plan.state == ClusterState::Degraded;
     let (degraded_reason, degraded_message) = if degraded {
         (
             crate::plan::degraded_reason(topology),
@@ -759,7 +749,7 @@ mod tests {
     #[test]
     fn data_lost_names_every_shard_lost_this_generation_and_keeps_them() {
         let plan = |lost: Vec<usize>| Plan {
-            phase: Phase::Degraded,
+            state: ClusterState::Degraded,
             steps: vec![],
             message: String::new(),
             change: crate::plan::Change::Degraded,
@@ -978,7 +968,7 @@ mod steps_tests {
     /// The streak after the same step was carried out `times` times in a row.
     fn streak(times: u32) -> Streak {
         let plan = Plan {
-            phase: Phase::Updating,
+            state: ClusterState::Updating,
             steps: vec![Step::DeleteNode {
                 name: "shop-0-2".into(),
             }],
