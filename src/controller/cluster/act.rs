@@ -2,11 +2,14 @@
 //! dispatch names every variant and destructures every field, so a step (or a field)
 //! added to the plan does not compile until it is carried out here.
 
+use std::collections::HashMap;
+
 use kube::Api;
 use kube::api::PostParams;
 use tracing::{info, warn};
 
 use super::build;
+use super::observed::Observed;
 use crate::api::constants::CLUSTER_BUS_PORT;
 use crate::api::{Lifecycle, ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 use crate::controller::{Context, Error, object_key};
@@ -30,6 +33,8 @@ pub struct Actor<'a> {
     node_api: &'a Api<ValkeyNode>,
     driver: &'a dyn ClusterDriver,
     desired_spec: &'a ValkeyNodeSpec,
+    /// The ValkeyNode at each member address this round, so an Event about a member names it.
+    names: HashMap<MemberAddr, String>,
 }
 
 impl<'a> Actor<'a> {
@@ -47,7 +52,17 @@ impl<'a> Actor<'a> {
             node_api,
             driver,
             desired_spec,
+            names: HashMap::new(),
         }
+    }
+
+    /// The same actor, knowing which ValkeyNode serves at each address `observed` found.
+    pub fn naming(mut self, observed: &[Observed]) -> Self {
+        self.names = observed
+            .iter()
+            .filter_map(|o| Some((o.member.addr.clone()?, o.member.name.clone())))
+            .collect();
+        self
     }
 
     /// `namespace/name` of the cluster acted on.
@@ -69,6 +84,15 @@ impl<'a> Actor<'a> {
             ..Default::default()
         };
         crate::controller::events::normal_about(self.ctx, self.cluster, member, reason, note).await;
+    }
+
+    /// An Event about the member at `addr`: its own when the address is a known member's (a
+    /// failover in one shard and one in another are two Events, each with its note).
+    async fn event_at(&self, addr: &MemberAddr, reason: &str, note: &str) {
+        match self.names.get(addr) {
+            Some(name) => self.member_event(name, reason, note).await,
+            None => self.event(reason, note).await,
+        }
     }
 }
 
@@ -223,8 +247,12 @@ async fn failover(
             "takeover (its primary is gone and no majority can vote) by the most up-to-date replica"
         }
     };
-    a.event("Failover", &format!("Shard {shard}: {how} at {member}"))
-        .await;
+    a.event_at(
+        member,
+        "Failover",
+        &format!("Shard {shard}: {how} at {member}"),
+    )
+    .await;
     Ok(())
 }
 
@@ -256,7 +284,8 @@ async fn move_slots_atomic(
     a.driver.migrate_slots(source, &requests).await?;
     a.ctx.metrics.slots_moved.inc_by(total as u64);
     let to: Vec<String> = targets.iter().map(|t| t.member.to_string()).collect();
-    a.event(
+    a.event_at(
+        source,
         "MigratingSlots",
         &format!(
             "Moving {total} slot(s) from {source} to {} (atomic slot migration)",
@@ -300,7 +329,8 @@ async fn move_slots_by_keys(
         }
     }
     info!(cluster = %a.key, source = %source, slots = moved_slots, keys = moved_keys, "moved slots key by key");
-    a.event(
+    a.event_at(
+        source,
         "MigratingSlots",
         &format!(
             "Moved {moved_slots} of {total} slot(s) from {source} key by key ({moved_keys} keys)"
@@ -324,7 +354,8 @@ async fn cancel_slot_migrations(a: &Actor<'_>, member: &MemberAddr) -> Result<()
     a.ctx.metrics.action("cancel_slot_migrations");
     warn!(cluster = %a.key, member = %member, "slot migration made no progress: cancelling it");
     a.driver.cancel_slot_migrations(member).await?;
-    a.event(
+    a.event_at(
+        member,
         "SlotMigrationCancelled",
         &format!("Cancelled the slot migration on {member}: no progress for {} s; it will be planned again", plan::MIGRATION_IDLE_LIMIT_SECS),
     )

@@ -150,7 +150,7 @@ async fn repair(
     let (_, plan) = plan_off_the_runtime(topology).await;
     let node_api: Api<ValkeyNode> =
         Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let actor = act::Actor::new(ctx, cluster, &node_api, driver.as_ref(), spec);
+    let actor = act::Actor::new(ctx, cluster, &node_api, driver.as_ref(), spec).naming(&observed);
     act::carry_out(&actor, &plan.steps).await?;
     publish::update_node_statuses(ctx, &node_api, &observed).await?;
     Ok(Ok(plan))

@@ -122,7 +122,8 @@ pub async fn reconcile(
     // Act on the plan (the same steps again only once their back-off has passed); then every
     // running member loads the ACL file just applied.
     let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), &namespace);
-    let actor = act::Actor::new(ctx, &cluster, &node_api, driver.as_ref(), &desired_spec);
+    let actor =
+        act::Actor::new(ctx, &cluster, &node_api, driver.as_ref(), &desired_spec).naming(&observed);
     let streak = act_on(&cctx, &actor, &plan).await?;
     let acl_progress = acl::load(ctx, &cluster, driver.as_ref(), &observed, &acl_file).await;
     // TLS: every running member serves the certificate just copied (reloaded without restart).
