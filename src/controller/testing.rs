@@ -141,6 +141,17 @@ pub fn cluster(status: Value) -> ValkeyCluster {
     .unwrap()
 }
 
+/// The operator's passwords for a cluster (each names its user).
+pub fn credentials() -> crate::resolve::acl::OperatorCredentials {
+    crate::resolve::acl::OperatorCredentials {
+        operator_password: "operator-pw".into(),
+        replication_password: "replication-pw".into(),
+        backup_password: "backup-pw".into(),
+        restore_password: "restore-pw".into(),
+        metrics_password: "metrics-pw".into(),
+    }
+}
+
 /// A member spec of `shop` on Valkey 9.0.0, shard 0.
 pub fn member_spec() -> ValkeyNodeSpec {
     serde_json::from_value(

@@ -66,24 +66,37 @@ async fn apply_cluster_objects(
     let metrics = resolved.config.metrics.as_ref();
     let users = credentials.hashes_of_users(cluster.restore_outstanding(), metrics.is_some());
     let acl_file = render_acl_file_hashed(bindings, roles, &users);
-    apply(
-        ctx,
-        &namespace,
-        build::acl_secret(cluster, &acl_file, &credentials, metrics.is_some())?,
-    )
-    .await?;
-    apply(ctx, &namespace, build::headless_service(cluster)?).await?;
-    apply(ctx, &namespace, build::client_service(cluster)?).await?;
-    apply(ctx, &namespace, build::pdb(cluster)?).await?;
-    let scrapers = metrics.map(|m| m.scrapers.as_slice()).unwrap_or_default();
-    let policy = build::network_policy(
-        cluster,
-        &ctx.operator_namespace,
-        ctx.settings.clients_from,
-        scrapers,
-    )?;
-    apply(ctx, &namespace, policy).await?;
+    let inputs = build::ObjectInputs {
+        acl_file: &acl_file,
+        credentials: &credentials,
+        scrapers: metrics.map(|m| m.scrapers.as_slice()),
+        operator_namespace: &ctx.operator_namespace,
+        clients_from: ctx.settings.clients_from,
+    };
+    apply_objects(ctx, &namespace, build::cluster_objects(cluster, &inputs)?).await?;
     Ok((credentials, acl_file))
+}
+
+/// Applies each object of the bundle, the ACL Secret first (members mount it).
+async fn apply_objects(
+    ctx: &Context,
+    namespace: &str,
+    objects: build::ClusterObjects,
+) -> Result<(), Error> {
+    // No `..`: a kind added to the bundle is a compile error here until it is applied.
+    let build::ClusterObjects {
+        acl_secret,
+        headless_service,
+        client_service,
+        pdb,
+        network_policy,
+    } = objects;
+    apply(ctx, namespace, acl_secret).await?;
+    apply(ctx, namespace, headless_service).await?;
+    apply(ctx, namespace, client_service).await?;
+    apply(ctx, namespace, pdb).await?;
+    apply(ctx, namespace, network_policy).await?;
+    Ok(())
 }
 
 /// Whether this cluster has members that may hold the operator's passwords: any ValkeyNode of
@@ -103,4 +116,71 @@ fn was_formed(
         )
         .iter()
         .any(|n| owned_by(n.as_ref(), cluster))
+}
+
+/// The apply of the bundle against the mocked API server: each object is read, then
+/// server-side applied under the cluster manager, whether it is new or already this cluster's.
+#[cfg(test)]
+mod api_tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::controller::CLUSTER_MANAGER;
+    use crate::controller::testing;
+
+    /// The path of each object of the bundle of `shop`, in the order they are applied.
+    fn paths() -> [String; 5] {
+        [
+            "/api/v1/namespaces/team/secrets/shop-acl".into(),
+            "/api/v1/namespaces/team/services/shop-nodes".into(),
+            "/api/v1/namespaces/team/services/shop".into(),
+            "/apis/policy/v1/namespaces/team/poddisruptionbudgets/shop".into(),
+            "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/shop".into(),
+        ]
+    }
+
+    #[tokio::test]
+    async fn each_object_is_read_then_applied_new_or_already_ours() {
+        let (ctx, mut server) = testing::context();
+        let task = tokio::spawn(async move {
+            let cluster = testing::cluster(Value::Null);
+            let credentials = testing::credentials();
+            let inputs = build::ObjectInputs {
+                acl_file: "user default off",
+                credentials: &credentials,
+                scrapers: None,
+                operator_namespace: &ctx.operator_namespace,
+                clients_from: ctx.settings.clients_from,
+            };
+            let objects = build::cluster_objects(&cluster, &inputs).unwrap();
+            apply_objects(&ctx, "team", objects).await
+        });
+        for (i, path) in paths().iter().enumerate() {
+            let read = server.next().await;
+            assert_eq!(read.route(), format!("GET {path}"));
+            if i == 0 {
+                // An update: the Secret exists, made by this cluster.
+                let existing = json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "shop-acl", "namespace": "team", "ownerReferences": [
+                        {"apiVersion": crate::api::constants::API_VERSION,
+                         "kind": "ValkeyCluster", "name": "shop", "uid": "uid-shop",
+                         "controller": true}]}});
+                read.respond(http::StatusCode::OK, existing);
+            } else {
+                read.not_found();
+            }
+            let write = server.next().await;
+            assert_eq!(write.route(), format!("PATCH {path}"));
+            assert_eq!(
+                write.query("fieldManager").as_deref(),
+                Some(CLUSTER_MANAGER)
+            );
+            assert_eq!(write.query("force").as_deref(), Some("true"));
+            let owner = &write.body["metadata"]["ownerReferences"][0];
+            assert_eq!(owner["uid"], "uid-shop", "{path}");
+            write.echo();
+        }
+        task.await.unwrap().unwrap();
+        assert!(server.idle());
+    }
 }

@@ -237,10 +237,54 @@ pub fn pdb_min_available(shards: i32, replicas_per_shard: i32) -> i32 {
     i32::try_from(keep).unwrap_or(i32::MAX)
 }
 
+/// Every object the operator applies for a cluster as a whole (members and their pods aside).
+/// Where it is applied it is destructured without `..`, so a kind added here does not compile
+/// until it is applied; a kind that can be absent must then also be deleted when it is (every
+/// object here carries the cluster as its controlling owner, which is what makes a delete of
+/// one safe: the operator only ever deletes what it made).
+#[derive(Debug)]
+pub struct ClusterObjects {
+    pub acl_secret: Secret,
+    pub headless_service: Service,
+    pub client_service: Service,
+    pub pdb: PodDisruptionBudget,
+    pub network_policy: NetworkPolicy,
+}
+
+/// What the cluster-wide objects are made from beyond the cluster itself.
+pub struct ObjectInputs<'a> {
+    pub acl_file: &'a str,
+    pub credentials: &'a OperatorCredentials,
+    /// The metrics settings' scrapers when the config turns metrics on.
+    pub scrapers: Option<&'a [Scraper]>,
+    pub operator_namespace: &'a str,
+    pub clients_from: crate::settings::ClientsFrom,
+}
+
+/// The cluster-wide objects of `cluster`.
+pub fn cluster_objects(
+    cluster: &ValkeyCluster,
+    inputs: &ObjectInputs<'_>,
+) -> Result<ClusterObjects, BuildError> {
+    let metrics = inputs.scrapers.is_some();
+    Ok(ClusterObjects {
+        acl_secret: acl_secret(cluster, inputs.acl_file, inputs.credentials, metrics)?,
+        headless_service: headless_service(cluster)?,
+        client_service: client_service(cluster)?,
+        pdb: pdb(cluster)?,
+        network_policy: network_policy(
+            cluster,
+            inputs.operator_namespace,
+            inputs.clients_from,
+            inputs.scrapers.unwrap_or_default(),
+        )?,
+    })
+}
+
 /// The members' NetworkPolicy: the cluster bus (16379) and the client port (6379, used for
 /// replication too) only between this cluster's members; the client port also from the
-/// operator's pods (in `operator_namespace`) and from the clients `clients_from` allows. None
-/// when the platform team manages policies itself (`clientsFrom: unrestricted`).
+/// operator's pods (in `operator_namespace`) and from the clients `clients_from` allows
+/// (`clientsFrom: unrestricted` opens the client port to all, the bus stays closed).
 pub fn network_policy(
     cluster: &ValkeyCluster,
     operator_namespace: &str,
@@ -498,6 +542,57 @@ mod tests {
         c.metadata.namespace = Some("my-app".into());
         c.metadata.uid = Some("uid-1".into());
         c
+    }
+
+    /// Every object of the bundle is this cluster's to change and to delete: it names the
+    /// cluster as its controlling owner and carries the cluster's labels. The metrics
+    /// password reaches the ACL Secret only when metrics are on.
+    #[test]
+    fn every_cluster_wide_object_is_owned_by_its_cluster() {
+        let cluster = cluster();
+        let credentials = crate::controller::testing::credentials();
+        let inputs = |scrapers| ObjectInputs {
+            acl_file: "user default off",
+            credentials: &credentials,
+            scrapers,
+            operator_namespace: "valkey-operator-system",
+            clients_from: crate::settings::ClientsFrom::SameNamespace,
+        };
+        let objects = cluster_objects(&cluster, &inputs(None)).unwrap();
+        let ClusterObjects {
+            acl_secret,
+            headless_service,
+            client_service,
+            pdb,
+            network_policy,
+        } = &objects;
+        let metas = [
+            &acl_secret.metadata,
+            &headless_service.metadata,
+            &client_service.metadata,
+            &pdb.metadata,
+            &network_policy.metadata,
+        ];
+        for meta in metas {
+            let owners = meta.owner_references.as_ref().unwrap();
+            assert_eq!(owners.len(), 1, "{meta:?}");
+            assert_eq!(owners[0].uid, "uid-1");
+            assert_eq!(owners[0].controller, Some(true));
+            assert_eq!(meta.namespace.as_deref(), Some("my-app"));
+            let labels = meta.labels.as_ref().unwrap();
+            assert_eq!(
+                labels
+                    .get(crate::api::constants::LABEL_CLUSTER)
+                    .map(String::as_str),
+                Some("my-cluster"),
+                "{meta:?}"
+            );
+        }
+        let data = acl_secret.string_data.as_ref().unwrap();
+        assert!(!data.contains_key(METRICS_PASSWORD_KEY));
+        let with_metrics = cluster_objects(&cluster, &inputs(Some(&[]))).unwrap();
+        let data = with_metrics.acl_secret.string_data.unwrap();
+        assert_eq!(data[METRICS_PASSWORD_KEY], "metrics-pw");
     }
 
     fn resolved(version: &str) -> ResolvedConfig {
