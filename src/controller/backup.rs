@@ -18,7 +18,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::api::backup::{
     ACCESS_KEY_ID_KEY, BackupPhase, BackupShardStatus, CA_BUNDLE_KEY, DEFAULT_REGION,
@@ -71,11 +71,7 @@ fn backup_of_job(job: Job) -> Option<ObjectRef<ValkeyBackup>> {
 }
 
 fn error_policy(backup: Arc<ValkeyBackup>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = object_key(backup.as_ref());
-    let retry = ctx.failure_backoff(&format!("backup/{key}"));
-    warn!(backup = %key, error = %error, retry_in = ?retry, "reconcile failed");
-    ctx.metrics.reconcile_failed("backup", error.metric_label());
-    Action::requeue(retry)
+    ctx.retry_after_failure("backup", backup.as_ref(), error)
 }
 
 async fn reconcile(backup: Arc<ValkeyBackup>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -194,6 +194,23 @@ impl Context {
         backoff_after(*n)
     }
 
+    /// What every controller's error policy returns: the next try after this object's backoff
+    /// ([`Self::failure_backoff`]), the failure logged (`controller`, `object`, `error`,
+    /// `retry_in`) and counted by controller and kind of error.
+    pub fn retry_after_failure<K: ResourceExt>(
+        &self,
+        controller: &'static str,
+        object: &K,
+        error: &Error,
+    ) -> kube::runtime::controller::Action {
+        let key = object_key(object);
+        let retry = self.failure_backoff(&format!("{controller}/{key}"));
+        tracing::warn!(controller, object = %key, error = %error, retry_in = ?retry, "reconcile failed");
+        self.metrics
+            .reconcile_failed(controller, error.metric_label());
+        kube::runtime::controller::Action::requeue(retry)
+    }
+
     /// A reconcile succeeded: the next failure starts the backoff again.
     pub fn reconciled(&self, key: &str) {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());

@@ -83,12 +83,7 @@ fn cluster_of_job(job: Job) -> Option<ObjectRef<ValkeyCluster>> {
 }
 
 fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = object_key(cluster.as_ref());
-    let retry = ctx.failure_backoff(&format!("restore/{key}"));
-    warn!(cluster = %key, error = %error, retry_in = ?retry, "restore reconcile failed");
-    ctx.metrics
-        .reconcile_failed("restore", error.metric_label());
-    Action::requeue(retry)
+    ctx.retry_after_failure("restore", cluster.as_ref(), error)
 }
 
 fn restore_status(cluster: &ValkeyCluster) -> RestoreStatus {

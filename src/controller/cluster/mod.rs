@@ -327,13 +327,8 @@ pub fn error_policy(
     error: &Error,
     cctx: Arc<ClusterContext>,
 ) -> Action {
-    let key = object_key(cluster.as_ref());
-    let retry = cctx.ctx.failure_backoff(&format!("cluster/{key}"));
-    warn!(cluster = %key, error = %error, retry_in = ?retry, "reconcile failed");
     cctx.ctx
-        .metrics
-        .reconcile_failed("cluster", error.metric_label());
-    Action::requeue(retry)
+        .retry_after_failure("cluster", cluster.as_ref(), error)
 }
 
 #[cfg(test)]

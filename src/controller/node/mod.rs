@@ -368,11 +368,7 @@ fn refusal_patch(refusal: Option<(NoPod, &str)>, now: Timestamp) -> StatusPatch<
 }
 
 pub fn error_policy(node: Arc<ValkeyNode>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = object_key(node.as_ref());
-    let retry = ctx.failure_backoff(&format!("node/{key}"));
-    warn!(node = %key, error = %error, retry_in = ?retry, "reconcile failed");
-    ctx.metrics.reconcile_failed("node", error.metric_label());
-    Action::requeue(retry)
+    ctx.retry_after_failure("node", node.as_ref(), error)
 }
 
 #[cfg(test)]
