@@ -209,7 +209,7 @@ pub(super) fn retire_abandoned(o: &Observed) -> Option<Plan> {
         .collect();
     (!abandoned.is_empty()).then(|| {
         Plan::new(
-            o.changing.clone(),
+            o.changing,
             vec![Step::MarkLeaving {
                 names: abandoned.iter().map(|m| m.name.clone()).collect(),
             }],
@@ -257,7 +257,7 @@ pub(super) fn wait_for_answers(o: &Observed) -> Option<Plan> {
     let state = if unreachable.iter().any(|m| m.lifecycle == Lifecycle::Active) {
         ClusterState::Degraded
     } else {
-        o.changing.clone()
+        o.changing
     };
     let on = Wait::Answers {
         members: unreachable

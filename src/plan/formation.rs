@@ -44,7 +44,7 @@ pub(super) fn create_members(o: &Observed) -> Option<Plan> {
         ),
         _ => format!("creating {} member(s)", creates.len()),
     };
-    Some(Plan::new(o.changing.clone(), creates, message))
+    Some(Plan::new(o.changing, creates, message))
 }
 
 /// Indices in use, by shard, as the members' names say: a name is in use whatever shard its
@@ -93,7 +93,7 @@ pub(super) fn introduce(a: &Answered) -> Option<Plan> {
         .collect();
     if !meets.is_empty() {
         return Some(Plan::new(
-            changing.clone(),
+            *changing,
             meets,
             format!("introducing {} member(s) to the cluster", a.members.len()),
         ));
@@ -104,7 +104,7 @@ pub(super) fn introduce(a: &Answered) -> Option<Plan> {
     let (unaware, strangers) = strangers(a);
     (!strangers.is_empty()).then(|| {
         Plan::new(
-            changing.clone(),
+            *changing,
             strangers,
             format!(
                 "introducing members that have not heard of each other yet: {}",
@@ -143,7 +143,7 @@ fn distinct_config_epochs(a: &Answered) -> Option<Plan> {
         .collect();
     (!steps.is_empty()).then(|| {
         Plan::new(
-            a.observed.changing.clone(),
+            a.observed.changing,
             steps,
             format!(
                 "giving {} new member(s) distinct config epochs before they meet",
@@ -208,7 +208,7 @@ fn reintroduce_moved(a: &Answered) -> Option<Plan> {
     }
     (!meets.is_empty()).then(|| {
         Plan::new(
-            a.observed.changing.clone(),
+            a.observed.changing,
             meets,
             format!(
                 "introducing {} member(s) that came back at a new address with their data: {}",
@@ -266,7 +266,7 @@ pub(super) fn assign_slots(a: &Answered) -> Option<Plan> {
             });
         Plan {
             lost_shards,
-            ..Plan::new(a.observed.changing.clone(), assigns, message)
+            ..Plan::new(a.observed.changing, assigns, message)
         }
     })
 }
@@ -311,7 +311,7 @@ pub(super) fn replicate(a: &Answered) -> Option<Plan> {
     }
     if !replicates.is_empty() {
         return Some(Plan::new(
-            a.observed.changing.clone(),
+            a.observed.changing,
             replicates,
             "attaching replicas to their primaries",
         ));
@@ -363,7 +363,7 @@ pub(super) fn wait_for_sync(a: &Answered) -> Option<Plan> {
     let on = Wait::ReplicaSync {
         replicas: syncing.iter().map(|m| m.name.clone()).collect(),
     };
-    Some(Plan::new(o.changing.clone(), vec![], message).waiting(on))
+    Some(Plan::new(o.changing, vec![], message).waiting(on))
 }
 
 /// 12. Healthy everywhere: cluster_state ok, all slots covered.

@@ -188,7 +188,7 @@ pub(super) fn forget_stale_entries(a: &Answered) -> Option<Plan> {
         .collect();
     (!stale_entries.is_empty()).then(|| {
         Plan::new(
-            a.observed.changing.clone(),
+            a.observed.changing,
             stale_entries,
             "forgetting node entries of members that are gone",
         )
