@@ -8,6 +8,8 @@
 mod commands;
 mod config;
 mod error;
+#[cfg(test)]
+pub mod fake;
 pub mod fred;
 pub mod migrate;
 pub mod parse;

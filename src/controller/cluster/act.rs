@@ -57,11 +57,17 @@ impl<'a> Actor<'a> {
     }
 
     /// The same actor, knowing which ValkeyNode serves at each address `observed` found.
-    pub fn naming(mut self, observed: &[Observed]) -> Self {
-        self.names = observed
-            .iter()
-            .filter_map(|o| Some((o.member.addr.clone()?, o.member.name.clone())))
-            .collect();
+    pub fn naming(self, observed: &[Observed]) -> Self {
+        self.with_names(
+            observed
+                .iter()
+                .filter_map(|o| Some((o.member.addr.clone()?, o.member.name.clone()))),
+        )
+    }
+
+    /// The same actor, knowing the ValkeyNode at each address of `names`.
+    fn with_names(mut self, names: impl IntoIterator<Item = (MemberAddr, String)>) -> Self {
+        self.names = names.into_iter().collect();
         self
     }
 
@@ -576,6 +582,444 @@ mod api_tests {
             event.echo();
         }
         task.await.unwrap().unwrap();
+        assert!(server.idle());
+    }
+}
+
+/// The Valkey calls of the steps that reach Valkey, against a [`FakeDriver`] (which records
+/// them) and the mocked API server (which takes their Events): which command goes to which
+/// member, in which order, and what a failed command does to the round.
+///
+/// [`FakeDriver`]: crate::driver::fake::FakeDriver
+#[cfg(test)]
+mod driver_tests {
+    use std::sync::Arc;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::controller::testing::{self, ApiServer};
+    use crate::driver::DriverErrorKind;
+    use crate::driver::fake::FakeDriver;
+
+    const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/team/events";
+
+    fn member(n: u8) -> MemberAddr {
+        MemberAddr::new(format!("10.0.0.{n}"), 6379)
+    }
+
+    fn id(name: &str) -> NodeId {
+        NodeId::from(name)
+    }
+
+    fn refused(why: &str) -> DriverErrorKind {
+        DriverErrorKind::Server(why.into())
+    }
+
+    /// Carries out `steps` for the cluster `shop` through `driver` in a task; the test answers
+    /// its requests to the API server.
+    fn act(
+        driver: &Arc<FakeDriver>,
+        steps: Vec<Step>,
+    ) -> (ApiServer, tokio::task::JoinHandle<Result<(), Error>>) {
+        let (ctx, server) = testing::context();
+        let driver = driver.clone();
+        let task = tokio::spawn(async move {
+            let (cluster, spec) = (testing::cluster(Value::Null), testing::member_spec());
+            let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), "team");
+            let actor = Actor::new(&ctx, &cluster, &node_api, driver.as_ref(), &spec);
+            carry_out(&actor, &steps).await
+        });
+        (server, task)
+    }
+
+    /// Takes the next request, which must be an Event on the cluster, and returns its body.
+    async fn event(server: &mut ApiServer) -> Value {
+        let call = server.next().await;
+        assert_eq!(call.route(), EVENTS);
+        assert_eq!(call.body["regarding"]["name"], "shop");
+        let body = call.body.clone();
+        call.echo();
+        body
+    }
+
+    /// The note of an Event body.
+    fn note(event: &Value) -> &str {
+        event["note"].as_str().unwrap_or_default()
+    }
+
+    /// Forming steps go to the member each names, in plan order, and touch no Kubernetes
+    /// object.
+    #[tokio::test]
+    async fn forming_steps_reach_the_members_they_name_in_plan_order() {
+        let fake = Arc::new(FakeDriver::default());
+        let steps = vec![
+            Step::SetConfigEpoch {
+                member: member(1),
+                epoch: 3,
+            },
+            Step::Meet {
+                via: member(1),
+                target: member(2),
+            },
+            Step::AssignSlots {
+                member: member(1),
+                ranges: vec![0..=5460, 10000..=10000],
+            },
+            Step::Replicate {
+                member: member(2),
+                primary: id("id-a"),
+            },
+            Step::Forget {
+                via: member(1),
+                node: id("id-gone"),
+            },
+            Step::CloseSlots {
+                member: member(1),
+                slots: vec![5, 9],
+            },
+        ];
+        let (mut server, task) = act(&fake, steps);
+        task.await.unwrap().unwrap();
+        assert_eq!(
+            fake.calls(),
+            [
+                "set_config_epoch 10.0.0.1:6379 3".to_string(),
+                format!("meet 10.0.0.1:6379 10.0.0.2 6379 {CLUSTER_BUS_PORT}"),
+                "add_slots_range 10.0.0.1:6379 0-5460 10000".into(),
+                "replicate 10.0.0.2:6379 id-a".into(),
+                "forget 10.0.0.1:6379 id-gone".into(),
+                "set_slot 10.0.0.1:6379 5 STABLE".into(),
+                "set_slot 10.0.0.1:6379 9 STABLE".into(),
+            ]
+        );
+        assert!(server.idle());
+    }
+
+    /// A replicate or forget that fails (gossip has not caught up) is planned again next
+    /// round; the steps after it are still carried out.
+    #[tokio::test]
+    async fn a_failed_replicate_or_forget_does_not_end_the_round() {
+        let fake = Arc::new(FakeDriver::default());
+        fake.fail("replicate 10.0.0.2:6379", refused("ERR Unknown node id-a"));
+        fake.fail("forget 10.0.0.1:6379", refused("ERR Unknown node id-gone"));
+        let steps = vec![
+            Step::Replicate {
+                member: member(2),
+                primary: id("id-a"),
+            },
+            Step::Forget {
+                via: member(1),
+                node: id("id-gone"),
+            },
+            Step::Meet {
+                via: member(1),
+                target: member(3),
+            },
+        ];
+        let (mut server, task) = act(&fake, steps);
+        task.await.unwrap().unwrap();
+        let calls = fake.calls();
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert!(
+            calls[2].starts_with("meet 10.0.0.1:6379 10.0.0.3 "),
+            "{calls:?}"
+        );
+        assert!(server.idle());
+    }
+
+    /// A failed meet ends the round: what follows it is planned again from what Valkey then
+    /// reports.
+    #[tokio::test]
+    async fn a_failed_meet_ends_the_round_with_the_members_error() {
+        let fake = Arc::new(FakeDriver::default());
+        fake.fail("meet 10.0.0.1:6379", DriverErrorKind::Io("reset".into()));
+        let steps = vec![
+            Step::Meet {
+                via: member(1),
+                target: member(2),
+            },
+            Step::AssignSlots {
+                member: member(1),
+                ranges: vec![0..=16383],
+            },
+        ];
+        let (mut server, task) = act(&fake, steps);
+        let error = task.await.unwrap().unwrap_err();
+        let Error::Driver(e) = error else {
+            panic!("not a driver error: {error:?}");
+        };
+        assert_eq!((e.member, e.command.as_str()), (member(1), "meet"));
+        assert_eq!(fake.calls().len(), 1, "{:?}", fake.calls());
+        assert!(server.idle());
+    }
+
+    /// A coordinated failover is sent to the replica and announced with an Event naming the
+    /// shard and the new primary.
+    #[tokio::test]
+    async fn a_coordinated_failover_is_announced_with_an_event() {
+        let fake = Arc::new(FakeDriver::default());
+        let (mut server, task) = act(
+            &fake,
+            vec![Step::Failover {
+                member: member(2),
+                shard: 1,
+                mode: FailoverMode::Default,
+            }],
+        );
+        let event = event(&mut server).await;
+        task.await.unwrap().unwrap();
+        assert_eq!(fake.calls(), ["failover 10.0.0.2:6379 Default"]);
+        assert_eq!(event["reason"], "Failover");
+        assert_eq!(event["type"], "Normal");
+        assert!(note(&event).contains("10.0.0.2:6379"), "{event}");
+        assert!(note(&event).to_lowercase().contains("shard 1"), "{event}");
+        assert!(server.idle());
+    }
+
+    /// Failovers of two shards in one round are two Events, each naming its member's
+    /// ValkeyNode as related: kube's recorder would otherwise fold the second into the first
+    /// one's series, keeping the first note (the second shard's failover unseen).
+    #[tokio::test]
+    async fn failovers_of_two_shards_are_two_events_each_about_its_member() {
+        let fake = Arc::new(FakeDriver::default());
+        let (ctx, mut server) = testing::context();
+        let driver = fake.clone();
+        let task = tokio::spawn(async move {
+            let (cluster, spec) = (testing::cluster(Value::Null), testing::member_spec());
+            let node_api: Api<ValkeyNode> = Api::namespaced(ctx.client.clone(), "team");
+            let names = [
+                (member(2), "shop-0-1".into()),
+                (member(4), "shop-1-1".into()),
+            ];
+            let actor =
+                Actor::new(&ctx, &cluster, &node_api, driver.as_ref(), &spec).with_names(names);
+            let failover = |member, shard| Step::Failover {
+                member,
+                shard,
+                mode: FailoverMode::Default,
+            };
+            carry_out(&actor, &[failover(member(2), 0), failover(member(4), 1)]).await
+        });
+        for (name, shard) in [("shop-0-1", "Shard 0"), ("shop-1-1", "Shard 1")] {
+            let event = event(&mut server).await;
+            assert_eq!(event["reason"], "Failover");
+            assert_eq!(event["related"]["kind"], "ValkeyNode");
+            assert_eq!(event["related"]["name"], name);
+            assert!(note(&event).starts_with(shard), "{event}");
+        }
+        task.await.unwrap().unwrap();
+        assert_eq!(
+            fake.calls(),
+            [
+                "failover 10.0.0.2:6379 Default",
+                "failover 10.0.0.4:6379 Default"
+            ]
+        );
+        assert!(server.idle());
+    }
+
+    /// A forced failover that fails (Valkey's own failover won the race) is re-planned, not an
+    /// error, and announces nothing.
+    #[tokio::test]
+    async fn a_failed_forced_failover_is_tolerated_without_an_event() {
+        let fake = Arc::new(FakeDriver::default());
+        fake.fail(
+            "failover 10.0.0.2:6379 Force",
+            refused("ERR You should send CLUSTER FAILOVER to a replica"),
+        );
+        let steps = vec![
+            Step::Failover {
+                member: member(2),
+                shard: 0,
+                mode: FailoverMode::Force,
+            },
+            Step::Meet {
+                via: member(1),
+                target: member(3),
+            },
+        ];
+        let (mut server, task) = act(&fake, steps);
+        task.await.unwrap().unwrap();
+        let calls = fake.calls();
+        assert_eq!(calls[0], "failover 10.0.0.2:6379 Force");
+        assert!(calls[1].starts_with("meet 10.0.0.1:6379"), "{calls:?}");
+        assert!(server.idle(), "no Event for a failover that did not happen");
+    }
+
+    /// A coordinated failover that fails ends the round with the error, and announces nothing.
+    #[tokio::test]
+    async fn a_failed_coordinated_failover_ends_the_round_without_an_event() {
+        let fake = Arc::new(FakeDriver::default());
+        fake.fail(
+            "failover 10.0.0.2:6379",
+            DriverErrorKind::Timeout(std::time::Duration::from_secs(10)),
+        );
+        let steps = vec![
+            Step::Failover {
+                member: member(2),
+                shard: 0,
+                mode: FailoverMode::Default,
+            },
+            Step::Meet {
+                via: member(1),
+                target: member(3),
+            },
+        ];
+        let (mut server, task) = act(&fake, steps);
+        let error = task.await.unwrap().unwrap_err();
+        assert!(
+            matches!(&error, Error::Driver(e) if e.command == "failover"),
+            "{error:?}"
+        );
+        assert_eq!(fake.calls(), ["failover 10.0.0.2:6379 Default"]);
+        assert!(server.idle());
+    }
+
+    /// The move of slots from 10.0.0.1 (id-a) to 10.0.0.2 (id-b) and 10.0.0.3 (id-c).
+    fn move_slots(method: MoveMethod, to_b: Vec<SlotRange>, to_c: Vec<SlotRange>) -> Step {
+        Step::MoveSlots {
+            source: member(1),
+            source_id: id("id-a"),
+            method,
+            targets: vec![
+                MoveTarget {
+                    member: member(2),
+                    id: id("id-b"),
+                    ranges: to_b,
+                },
+                MoveTarget {
+                    member: member(3),
+                    id: id("id-c"),
+                    ranges: to_c,
+                },
+            ],
+            primaries: vec![member(1), member(2), member(3)],
+        }
+    }
+
+    /// An atomic move is one `CLUSTER MIGRATESLOTS` on the source naming every target, then
+    /// an Event.
+    #[tokio::test]
+    async fn an_atomic_move_starts_one_migration_on_the_source_and_announces_it() {
+        let fake = Arc::new(FakeDriver::default());
+        let step = move_slots(MoveMethod::Atomic, vec![0..=99], vec![100..=100]);
+        let (mut server, task) = act(&fake, vec![step]);
+        let event = event(&mut server).await;
+        task.await.unwrap().unwrap();
+        assert_eq!(
+            fake.calls(),
+            ["migrate_slots 10.0.0.1:6379 0-99 to id-b; 100 to id-c"]
+        );
+        assert_eq!(event["reason"], "MigratingSlots");
+        assert!(note(&event).contains("10.0.0.1:6379"), "{event}");
+        assert!(server.idle());
+    }
+
+    /// An atomic move the source refuses ends the round and announces nothing.
+    #[tokio::test]
+    async fn a_refused_atomic_move_ends_the_round_without_an_event() {
+        let fake = Arc::new(FakeDriver::default());
+        fake.fail("migrate_slots 10.0.0.1:6379", refused("ERR busy"));
+        let step = move_slots(MoveMethod::Atomic, vec![0..=99], vec![100..=100]);
+        let (mut server, task) = act(&fake, vec![step]);
+        let error = task.await.unwrap().unwrap_err();
+        assert!(matches!(error, Error::Driver(_)), "{error:?}");
+        assert!(server.idle());
+    }
+
+    /// Key by key, per slot: the target imports, the source migrates, the keys go over in
+    /// batches until none is left, then the target, the source and every other primary are
+    /// told the new owner.
+    #[tokio::test]
+    async fn a_key_by_key_move_opens_moves_and_announces_each_slot() {
+        let fake = Arc::new(FakeDriver::default());
+        fake.hold_keys(&member(1), 7, &["k1", "k2"]);
+        let step = move_slots(MoveMethod::Keys, vec![7..=7], vec![8..=8]);
+        let (mut server, task) = act(&fake, vec![step]);
+        let event = event(&mut server).await;
+        task.await.unwrap().unwrap();
+        let slot_7 = [
+            "set_slot 10.0.0.2:6379 7 IMPORTING id-a",
+            "set_slot 10.0.0.1:6379 7 MIGRATING id-b",
+            "keys_in_slot 10.0.0.1:6379 7 200",
+            "migrate_keys 10.0.0.1:6379 10.0.0.2:6379 k1,k2 REPLACE",
+            "keys_in_slot 10.0.0.1:6379 7 200",
+            "set_slot 10.0.0.2:6379 7 NODE id-b",
+            "set_slot 10.0.0.1:6379 7 NODE id-b",
+            "set_slot 10.0.0.3:6379 7 NODE id-b",
+        ];
+        let slot_8 = [
+            "set_slot 10.0.0.3:6379 8 IMPORTING id-a",
+            "set_slot 10.0.0.1:6379 8 MIGRATING id-c",
+            "keys_in_slot 10.0.0.1:6379 8 200",
+            "set_slot 10.0.0.3:6379 8 NODE id-c",
+            "set_slot 10.0.0.1:6379 8 NODE id-c",
+            "set_slot 10.0.0.2:6379 8 NODE id-c",
+        ];
+        assert_eq!(fake.calls(), [&slot_7[..], &slot_8[..]].concat());
+        assert_eq!(event["reason"], "MigratingSlots");
+        assert!(note(&event).contains("10.0.0.1:6379"), "{event}");
+        assert!(server.idle());
+    }
+
+    /// A key-by-key move cut short after the target took the slot is finished by telling the
+    /// owner to everybody, without migrating again.
+    #[tokio::test]
+    async fn a_key_by_key_move_cut_short_is_finished_by_announcing_the_owner() {
+        let fake = Arc::new(FakeDriver::default());
+        fake.fail(
+            "set_slot 10.0.0.2:6379 7 IMPORTING",
+            refused("ERR I'm already the owner of hash slot 7"),
+        );
+        let step = move_slots(MoveMethod::Keys, vec![7..=7], vec![]);
+        let (mut server, task) = act(&fake, vec![step]);
+        event(&mut server).await;
+        task.await.unwrap().unwrap();
+        assert_eq!(
+            fake.calls(),
+            [
+                "set_slot 10.0.0.2:6379 7 IMPORTING id-a",
+                "set_slot 10.0.0.2:6379 7 NODE id-b",
+                "set_slot 10.0.0.1:6379 7 NODE id-b",
+                "set_slot 10.0.0.3:6379 7 NODE id-b",
+            ]
+        );
+        assert!(server.idle());
+    }
+
+    /// One round moves at most its share of slots key by key; the rest is planned again.
+    #[tokio::test]
+    async fn a_key_by_key_move_stops_after_its_share_of_slots() {
+        let fake = Arc::new(FakeDriver::default());
+        let step = move_slots(MoveMethod::Keys, vec![0..=199], vec![200..=399]);
+        let (mut server, task) = act(&fake, vec![step]);
+        event(&mut server).await;
+        task.await.unwrap().unwrap();
+        let imports: Vec<String> = fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.contains(" IMPORTING "))
+            .collect();
+        assert_eq!(imports.len(), KEY_MOVE_SLOTS_PER_ROUND);
+        let last = format!("set_slot 10.0.0.3:6379 {} IMPORTING id-a", 200 + 55);
+        assert_eq!(imports.last(), Some(&last));
+        assert!(server.idle());
+    }
+
+    /// A stalled atomic migration is cancelled on its source, with an Event naming it.
+    #[tokio::test]
+    async fn a_stalled_migration_is_cancelled_on_its_source_and_announced() {
+        let fake = Arc::new(FakeDriver::default());
+        let (mut server, task) = act(
+            &fake,
+            vec![Step::CancelSlotMigrations { member: member(1) }],
+        );
+        let event = event(&mut server).await;
+        task.await.unwrap().unwrap();
+        assert_eq!(fake.calls(), ["cancel_slot_migrations 10.0.0.1:6379"]);
+        assert_eq!(event["reason"], "SlotMigrationCancelled");
+        assert!(note(&event).contains("10.0.0.1:6379"), "{event}");
         assert!(server.idle());
     }
 }

@@ -1046,3 +1046,275 @@ mod tests {
         assert!(why.contains("terminating for 50 s"), "{why}");
     }
 }
+
+/// How [`members`] maps each ValkeyNode to its pod and its pod to a Valkey to ask, against a
+/// [`FakeDriver`] (which records whom it was asked) and stores filled by hand. None of these
+/// members makes [`members`] call the API server (no TLS, no untolerated taint, no storage).
+///
+/// [`FakeDriver`]: crate::driver::fake::FakeDriver
+#[cfg(test)]
+mod driver_tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Node;
+    use kube::core::PartialObjectMeta;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::api::constants::API_VERSION;
+    use crate::controller::cluster::ClusterContext;
+    use crate::controller::testing::{self, ApiServer};
+    use crate::driver::fake::{self, FakeDriver};
+    use crate::driver::{DriverErrorKind, NodeId};
+
+    /// The Kubernetes node every pod below runs on, unless a test says otherwise.
+    const HOST: &str = "node-a";
+
+    fn addr(n: u8) -> MemberAddr {
+        MemberAddr::new(format!("10.0.0.{n}"), CLIENT_PORT)
+    }
+
+    /// The member `name` of `shop` (uid `uid-<name>`) in `shard`, with `status` (an object) and
+    /// Active.
+    fn node(name: &str, shard: i32, mut status: Value) -> Arc<ValkeyNode> {
+        status["lifecycle"] = json!("Active");
+        let mut node: ValkeyNode = serde_json::from_value(testing::member(name, status)).unwrap();
+        node.metadata.uid = Some(format!("uid-{name}"));
+        node.spec.shard = shard;
+        Arc::new(node)
+    }
+
+    /// The pod `name` on [`HOST`], controlled by the object with uid `owner_uid`, whose
+    /// container is in `state` (`{"running": {}}`, `{"waiting": {...}}`), at `ip` if any.
+    fn pod(name: &str, owner_uid: &str, state: Value, ip: Option<&str>) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "team", "ownerReferences": [{
+                "apiVersion": API_VERSION, "kind": "ValkeyNode", "name": name,
+                "uid": owner_uid, "controller": true}]},
+            "spec": {"nodeName": HOST, "containers": [{"name": "valkey"}]},
+            "status": {"podIP": ip, "containerStatuses": [{"name": "valkey", "state": state,
+                "image": "valkey/valkey:9.0.0", "imageID": "", "ready": false,
+                "restartCount": 0}]},
+        }))
+        .unwrap()
+    }
+
+    /// The member's own pod, its container running, at `ip`.
+    fn running_pod(node: &ValkeyNode, ip: &str) -> Pod {
+        let uid = node.metadata.uid.as_deref().unwrap();
+        pod(&node.name_any(), uid, json!({"running": {}}), Some(ip))
+    }
+
+    /// The cluster controller's stores holding `pods` and the Kubernetes nodes `hosts`.
+    fn stores(pods: Vec<Pod>, hosts: &[&str]) -> (ClusterContext, ApiServer) {
+        let (ctx, server) = testing::context();
+        let mut pod_writer = Writer::<Pod>::default();
+        for pod in pods {
+            pod_writer.apply_watcher_event(&watcher::Event::Apply(pod));
+        }
+        let mut host_writer = Writer::<PartialObjectMeta<Node>>::default();
+        for host in hosts {
+            let mut meta = PartialObjectMeta::<Node>::default();
+            meta.metadata.name = Some(host.to_string());
+            host_writer.apply_watcher_event(&watcher::Event::Apply(meta));
+        }
+        let stores = ClusterContext {
+            ctx,
+            nodes: Writer::default().as_reader(),
+            pods: pod_writer.as_reader(),
+            hosts: host_writer.as_reader(),
+            waits: Default::default(),
+            repeats: Default::default(),
+            samples: Default::default(),
+            episodes: Default::default(),
+            live: Default::default(),
+        };
+        (stores, server)
+    }
+
+    /// [`members`], bounded: a request to the API server nobody answers would hang it.
+    async fn observe(
+        fake: &FakeDriver,
+        nodes: &[Arc<ValkeyNode>],
+        stores: &ClusterContext,
+    ) -> Vec<Observed> {
+        let desired = testing::member_spec();
+        let observing = members(fake, nodes, stores, &desired);
+        tokio::time::timeout(Duration::from_secs(5), observing)
+            .await
+            .expect("observing called the API server, which these members should not need")
+    }
+
+    /// Each member whose pod runs is asked at its pod's IP, with the trait's own sequence of
+    /// queries, and is observed as it answers: its role, version and process.
+    #[tokio::test]
+    async fn a_running_member_is_observed_at_its_pods_address() {
+        let (primary, replica) = (
+            node("shop-0-0", 0, json!({})),
+            node("shop-0-1", 0, json!({})),
+        );
+        let pods = vec![
+            running_pod(&primary, "10.0.0.1"),
+            running_pod(&replica, "10.0.0.2"),
+        ];
+        let (stores, mut server) = stores(pods, &[HOST]);
+        let fake = FakeDriver::default();
+        let answers_as_primary = fake::primary(&addr(1), "id-a", vec![0..=16383]);
+        fake.answer_as(fake::replica(&addr(2), "id-b", &answers_as_primary));
+        fake.answer_as(answers_as_primary);
+
+        let observed = observe(&fake, &[primary, replica], &stores).await;
+
+        let queries = [
+            "server_info",
+            "slot_migrations",
+            "my_id",
+            "cluster_nodes",
+            "cluster_info",
+            "replication_info",
+        ];
+        for (o, n, id, role) in [
+            (&observed[0], 1, "id-a", NodeRole::Primary),
+            (&observed[1], 2, "id-b", NodeRole::Replica),
+        ] {
+            let asked: Vec<String> = queries.iter().map(|q| format!("{q} {}", addr(n))).collect();
+            assert_eq!(fake.calls_to(&addr(n)), asked);
+            assert_eq!(o.member.addr, Some(addr(n)));
+            assert_eq!(o.pod.as_deref(), Some(o.node.name_any().as_str()));
+            assert_eq!(o.member.host.as_deref(), Some(HOST));
+            assert_eq!(o.role, Some(role));
+            assert_eq!(o.version.as_deref(), Some("9.0.0"));
+            assert_eq!(o.run_id, Some(format!("run-{id}")));
+            let view = o.member.view.as_ref().expect("it answered");
+            assert_eq!(view.id, NodeId::from(id));
+            assert!(!o.member.pod_not_ready && o.member.gone.is_none());
+        }
+        let replica_view = observed[1].member.view.as_ref().unwrap();
+        assert_eq!(replica_view.primary_id, Some(NodeId::from("id-a")));
+        assert!(replica_view.replica_in_sync);
+        assert!(server.idle());
+    }
+
+    /// No running pod of its own, no Valkey to ask: a member without a pod, one whose container
+    /// waits (no IP yet), and one whose name a tenant's pod took are not asked at all.
+    #[tokio::test]
+    async fn a_member_without_a_running_pod_of_its_own_is_not_asked() {
+        let (no_pod, pulling, shadowed) = (
+            node("shop-0-0", 0, json!({})),
+            node("shop-0-1", 0, json!({})),
+            node("shop-1-0", 1, json!({})),
+        );
+        let waiting =
+            json!({"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}});
+        let pods = vec![
+            pod("shop-0-1", "uid-shop-0-1", waiting, None),
+            pod(
+                "shop-1-0",
+                "uid-a-tenants",
+                json!({"running": {}}),
+                Some("10.0.0.9"),
+            ),
+        ];
+        let (stores, mut server) = stores(pods, &[HOST]);
+        let fake = FakeDriver::default();
+        // Were the tenant's pod taken for the member's, the member would answer there.
+        fake.answer_as(fake::primary(&addr(9), "id-tenant", vec![0..=16383]));
+
+        let observed = observe(&fake, &[no_pod, pulling, shadowed], &stores).await;
+
+        assert_eq!(fake.calls(), Vec::<String>::new());
+        for o in &observed {
+            assert_eq!(o.member.addr, None, "{}", o.member.name);
+            assert!(o.member.view.is_none() && o.role.is_none() && o.version.is_none());
+        }
+        assert_eq!(observed[0].pod, None);
+        assert_eq!(observed[1].pod.as_deref(), Some("shop-0-1"));
+        let problem = observed[1]
+            .member
+            .pod_problem
+            .as_deref()
+            .unwrap_or_default();
+        assert!(problem.starts_with("ImagePullBackOff"), "{problem}");
+        assert_eq!(
+            observed[2].pod, None,
+            "the tenant's pod is not the member's"
+        );
+        assert!(server.idle());
+    }
+
+    /// A member whose pod runs but whose Valkey does not answer (refuses connections, or a
+    /// query fails midway) keeps its address and has no view, role, version or process; the
+    /// observation stops at the first failed query.
+    #[tokio::test]
+    async fn a_member_whose_valkey_does_not_answer_is_observed_without_a_view() {
+        let (refusing, failing) = (
+            node("shop-0-0", 0, json!({})),
+            node("shop-0-1", 0, json!({})),
+        );
+        let pods = vec![
+            running_pod(&refusing, "10.0.0.1"),
+            running_pod(&failing, "10.0.0.2"),
+        ];
+        let (stores, mut server) = stores(pods, &[HOST]);
+        let fake = FakeDriver::default();
+        let primary = fake::primary(&addr(1), "id-a", vec![0..=16383]);
+        fake.answer_as(fake::replica(&addr(2), "id-b", &primary));
+        fake.fail(
+            "cluster_nodes 10.0.0.2:6379",
+            DriverErrorKind::Timeout(Duration::from_secs(10)),
+        );
+
+        let observed = observe(&fake, &[refusing, failing], &stores).await;
+
+        assert_eq!(fake.calls_to(&addr(1)), ["server_info 10.0.0.1:6379"]);
+        let asked_2 = fake.calls_to(&addr(2));
+        assert_eq!(asked_2.last().unwrap(), "cluster_nodes 10.0.0.2:6379");
+        for (o, n) in [(&observed[0], 1), (&observed[1], 2)] {
+            assert_eq!(o.member.addr, Some(addr(n)));
+            assert!(
+                o.member.view.is_none() && o.role.is_none(),
+                "{}",
+                o.member.name
+            );
+            assert!(o.version.is_none() && o.run_id.is_none() && o.usage.is_none());
+            assert!(!o.member.pod_not_ready, "Kubernetes reports nothing wrong");
+        }
+        assert!(server.idle());
+    }
+
+    /// A silent member whose pod is bound to a Kubernetes node that no longer exists is
+    /// reported down; one that keeps no data across a restart and had joined is gone for good.
+    /// One that still answers there is neither.
+    #[tokio::test]
+    async fn a_silent_member_on_a_deleted_node_is_down_and_without_data_gone() {
+        let joined = json!({"nodeId": "id-a"});
+        let (kept, lost, answering) = (
+            node("shop-0-0", 0, joined.clone()),
+            node("shop-1-0", 1, joined),
+            node("shop-2-0", 2, json!({"nodeId": "id-c"})),
+        );
+        let mut lost = Arc::unwrap_or_clone(lost);
+        lost.spec.restart_in_place = Some(false);
+        let lost = Arc::new(lost);
+        let pods = vec![
+            running_pod(&kept, "10.0.0.1"),
+            running_pod(&lost, "10.0.0.2"),
+            running_pod(&answering, "10.0.0.3"),
+        ];
+        let (stores, mut server) = stores(pods, &[]);
+        let fake = FakeDriver::default();
+        fake.answer_as(fake::primary(&addr(3), "id-c", vec![0..=16383]));
+
+        let observed = observe(&fake, &[kept, lost, answering], &stores).await;
+
+        assert!(observed[0].member.pod_not_ready);
+        assert_eq!(observed[0].member.gone, None, "it restarts in place");
+        assert!(observed[1].member.pod_not_ready);
+        let gone = observed[1].member.gone.as_deref().unwrap_or_default();
+        assert!(gone.contains(HOST), "{gone}");
+        assert!(!observed[2].member.pod_not_ready && observed[2].member.gone.is_none());
+        assert!(server.idle());
+    }
+}
