@@ -244,6 +244,26 @@ where
     }
 }
 
+/// Polls `f` every 500 ms until it yields Some, or panics after `timeout` ("timed out after
+/// .. waiting for `what`"): for tests that assert by panicking rather than returning errors.
+pub async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Server-side applies every object of a multi-document YAML text (any kind the API server
 /// knows, namespaced or not), as `kubectl apply --server-side` would.
 pub async fn apply_yaml(client: &Client, text: &str) -> anyhow::Result<()> {

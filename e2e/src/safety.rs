@@ -8,7 +8,7 @@ use kube::{Api, Client};
 
 use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
 
-use crate::harness::wait_for;
+use crate::valkey::wait_cluster;
 
 /// A member as the cluster's status lists it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -64,40 +64,27 @@ pub async fn healed(
     gone: &[&str],
     since: Instant,
 ) -> anyhow::Result<Duration> {
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    let result = wait_for(
-        "members replaced and the cluster Active",
-        Duration::from_secs(300),
-        Duration::from_millis(500),
-        || {
-            let api = api.clone();
-            async move {
-                let c = api.get(name).await?;
-                let s = c.status.clone().unwrap_or_default();
-                let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
-                let primaries = s
-                    .nodes
-                    .iter()
-                    .filter(|n| n.role == Some(NodeRole::Primary))
-                    .count();
-                if s.state == Some(ClusterState::Active)
-                    && s.observed_generation == c.metadata.generation
-                    && s.nodes.len() == shape.members
-                    && primaries == shape.primaries
-                    && gone.iter().all(|g| !names.contains(g))
-                {
-                    Ok(Some(()))
-                } else {
-                    bail!("{:?} {names:?}: {}", s.state, s.message.unwrap_or_default())
-                }
-            }
-        },
-    )
-    .await;
-    if let Err(e) = result {
-        let why = crate::valkey::explain(client, ns, name).await;
-        return Err(e.context(why));
-    }
+    let what = "members replaced and the cluster Active";
+    wait_cluster(client, ns, name, what, Duration::from_secs(300), |c| {
+        let s = c.status.clone().unwrap_or_default();
+        let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+        let primaries = s
+            .nodes
+            .iter()
+            .filter(|n| n.role == Some(NodeRole::Primary))
+            .count();
+        if s.state == Some(ClusterState::Active)
+            && s.observed_generation == c.metadata.generation
+            && s.nodes.len() == shape.members
+            && primaries == shape.primaries
+            && gone.iter().all(|g| !names.contains(g))
+        {
+            Ok(())
+        } else {
+            bail!("{:?} {names:?}: {}", s.state, s.message.unwrap_or_default())
+        }
+    })
+    .await?;
     let took = since.elapsed();
     println!("healed ({gone:?} replaced) {took:?} after the fault");
     Ok(took)
@@ -112,27 +99,14 @@ pub async fn replaced(
     gone: &[&str],
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    let result = wait_for(
-        "members replaced",
-        timeout,
-        Duration::from_millis(500),
-        || {
-            let api = api.clone();
-            async move {
-                let s = api.get(name).await?.status.unwrap_or_default();
-                let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
-                if gone.iter().all(|g| !names.contains(g)) {
-                    Ok(Some(()))
-                } else {
-                    bail!("{:?} {names:?}: {}", s.state, s.message.unwrap_or_default())
-                }
-            }
-        },
-    )
-    .await;
-    match result {
-        Ok(()) => Ok(()),
-        Err(e) => Err(e.context(crate::valkey::explain(client, ns, name).await)),
-    }
+    wait_cluster(client, ns, name, "members replaced", timeout, |c| {
+        let s = c.status.unwrap_or_default();
+        let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+        if gone.iter().all(|g| !names.contains(g)) {
+            Ok(())
+        } else {
+            bail!("{:?} {names:?}: {}", s.state, s.message.unwrap_or_default())
+        }
+    })
+    .await
 }

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use valkey_operator::api::constants::{LABEL_CLUSTER, LABEL_NODE, OPERATOR_ACL_USERNAME};
-use valkey_operator::api::{ClusterState, ValkeyCluster};
+use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyClusterStatus};
 use valkey_operator::driver::{Credentials, DriverConfig, FredDriver};
 
 use crate::faults::PodRef;
@@ -23,27 +23,36 @@ pub async fn wait_state(
     want: ClusterState,
     timeout: Duration,
 ) -> anyhow::Result<ValkeyCluster> {
+    let what = format!("ValkeyCluster {ns}/{name} to be {want:?}");
+    wait_cluster(client, ns, name, &what, timeout, |c| {
+        let s = c.status.clone().unwrap_or_default();
+        if s.state == Some(want) && s.observed_generation == c.metadata.generation {
+            Ok(c)
+        } else {
+            bail!("state {:?}: {}", s.state, s.message.unwrap_or_default())
+        }
+    })
+    .await
+}
+
+/// Reads ValkeyCluster `ns`/`name` every 500 ms until `check` accepts it (returns `Ok`), or
+/// fails after `timeout` with `check`'s last refusal and what [`explain`] tells of the cluster.
+pub async fn wait_cluster<T>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(ValkeyCluster) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let api: Api<ValkeyCluster> = Api::namespaced(client.clone(), ns);
-    let result = wait_for(
-        &format!("ValkeyCluster {ns}/{name} to be {want:?}"),
-        timeout,
-        Duration::from_millis(500),
-        || {
-            let api = api.clone();
-            async move {
-                let c = api.get(name).await?;
-                let s = c.status.clone().unwrap_or_default();
-                if s.state == Some(want) && s.observed_generation == c.metadata.generation {
-                    Ok(Some(c))
-                } else {
-                    bail!("state {:?}: {}", s.state, s.message.unwrap_or_default())
-                }
-            }
-        },
-    )
+    let result = wait_for(what, timeout, Duration::from_millis(500), || {
+        let (api, check) = (api.clone(), &check);
+        async move { check(api.get(name).await?).map(Some) }
+    })
     .await;
     match result {
-        Ok(c) => Ok(c),
+        Ok(v) => Ok(v),
         Err(e) => Err(e.context(explain(client, ns, name).await)),
     }
 }
@@ -328,6 +337,28 @@ pub fn pod_ready(pod: &Pod) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// ValkeyCluster `ns`/`name`'s status if it is Active (and has `members` members, when
+/// given); otherwise an error naming its state and message.
+pub async fn active_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    members: Option<usize>,
+) -> anyhow::Result<ValkeyClusterStatus> {
+    let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?;
+    let status = c.status.unwrap_or_default();
+    anyhow::ensure!(
+        status.state == Some(ClusterState::Active)
+            && members.is_none_or(|members| status.nodes.len() == members),
+        "{:?}: {}",
+        status.state,
+        status.message.unwrap_or_default()
+    );
+    Ok(status)
+}
+
 /// A full restart: force-deletes every member pod of cluster `name` at once (no grace
 /// period), then waits until the cluster is Active again with `members` members, each on a
 /// new pod that is Ready; how long that took. Ready needs the holds-data gate, which the
@@ -356,16 +387,7 @@ pub async fn restart_all_members(
         Duration::from_secs(300),
         Duration::from_secs(1),
         || async {
-            let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
-                .get(name)
-                .await?;
-            let status = c.status.unwrap_or_default();
-            anyhow::ensure!(
-                status.state == Some(ClusterState::Active) && status.nodes.len() == members,
-                "{:?}: {}",
-                status.state,
-                status.message.unwrap_or_default()
-            );
+            active_status(client, ns, name, Some(members)).await?;
             let new_and_ready = member_pods(client, ns, name)
                 .await?
                 .iter()

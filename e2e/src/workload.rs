@@ -95,6 +95,8 @@ pub fn durable_config(name: &str, image: &str) -> serde_json::Value {
     config
 }
 
+/// A ValkeyCluster `name` in `ns` on `config` with `shards` shards of `replicas` replicas
+/// each, and one ACL user `app` (password [`PASSWORD`]) with read-write access to every key.
 pub fn cluster(
     ns: &str,
     name: &str,
@@ -102,11 +104,23 @@ pub fn cluster(
     shards: i32,
     replicas: i32,
 ) -> serde_json::Value {
+    cluster_with_password(ns, name, config, shards, replicas, PASSWORD)
+}
+
+/// [`cluster`], with `password` for the `app` user instead of [`PASSWORD`].
+pub fn cluster_with_password(
+    ns: &str,
+    name: &str,
+    config: &str,
+    shards: i32,
+    replicas: i32,
+    password: &str,
+) -> serde_json::Value {
     json!({
         "apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyCluster",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"configRef": config, "shards": shards, "replicasPerShard": replicas,
-                 "acl": [{"username": "app", "passwordHashes": [hex::encode(Sha256::digest(PASSWORD))],
+                 "acl": [{"username": "app", "passwordHashes": [hex::encode(Sha256::digest(password))],
                           "permissions": [{"roleRef": "cache-readwrite", "keys": [{"pattern": "*", "access": "readwrite"}]}]}]},
     })
 }
@@ -462,13 +476,31 @@ pub struct Menu {
 impl Menu {
     /// Publishes `<prefix>-<random>-img` (valkey `tag`) and `<prefix>-<random>-cfg`.
     pub async fn publish(client: &Client, prefix: &str, tag: &str) -> anyhow::Result<Menu> {
+        Self::publish_as(client, prefix, tag, "cfg", config).await
+    }
+
+    /// Publishes `<prefix>-<random>-img` (valkey `tag`) and `<prefix>-<random>-durable`, a
+    /// [`durable_config`] on it (members keep their data on volumes).
+    pub async fn publish_durable(client: &Client, prefix: &str, tag: &str) -> anyhow::Result<Menu> {
+        Self::publish_as(client, prefix, tag, "durable", durable_config).await
+    }
+
+    /// Publishes `<prefix>-<random>-img` (valkey `tag`) and `<prefix>-<random>-<kind>`, the
+    /// config `make` gives for that name and image.
+    async fn publish_as(
+        client: &Client,
+        prefix: &str,
+        tag: &str,
+        kind: &str,
+        make: fn(&str, &str) -> serde_json::Value,
+    ) -> anyhow::Result<Menu> {
         let s = crate::harness::random_suffix(4);
         let menu = Menu {
             image: format!("{prefix}-{s}-img"),
-            config: format!("{prefix}-{s}-cfg"),
+            config: format!("{prefix}-{s}-{kind}"),
         };
         apply(client, "image", image(&menu.image, tag)).await?;
-        apply(client, "config", config(&menu.config, &menu.image)).await?;
+        apply(client, "config", make(&menu.config, &menu.image)).await?;
         Ok(menu)
     }
 

@@ -189,16 +189,11 @@ async fn draining_each_node_in_turn_loses_nothing_and_leaves_the_cluster_active(
 
 #[tokio::test]
 async fn draining_a_node_under_durable_members_replaces_them_and_completes() -> anyhow::Result<()> {
-    use valkey_e2e::harness::{delete_cluster_scoped, random_suffix};
-    use valkey_e2e::workload::{active_cluster_on, apply, durable_config, image};
-    use valkey_operator::api::{ValkeyConfig, ValkeyImage};
+    use valkey_e2e::workload::active_cluster_on;
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-drain-durable").await?;
-    let s = random_suffix(4);
-    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-durable"));
-    apply(&client, "image", image(&img, "9.0.0")).await?;
-    apply(&client, "config", durable_config(&cfg, &img)).await?;
-    active_cluster_on(&client, &ns.name, NAME, &cfg, (3, 1)).await?;
+    let menu = valkey_e2e::workload::Menu::publish_durable(&client, "e2e", "9.0.0").await?;
+    active_cluster_on(&client, &ns.name, NAME, &menu.config, (3, 1)).await?;
 
     // The node with the most members (pods are named after their members).
     let mut by_node: std::collections::BTreeMap<String, Vec<String>> = Default::default();
@@ -247,7 +242,6 @@ async fn draining_a_node_under_durable_members_replaces_them_and_completes() -> 
     Api::<valkey_operator::api::ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete(NAME, &Default::default())
         .await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    menu.remove(&client).await?;
     Ok(())
 }

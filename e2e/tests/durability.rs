@@ -20,7 +20,8 @@ use serde_json::json;
 use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{TestNamespace, client, delete_cluster_scoped, random_suffix, wait_for};
 use valkey_e2e::valkey::{
-    member_pods, operator_driver, pod_ready as ready, restart_all_members, serving_addrs,
+    active_status, member_pods, operator_driver, pod_ready as ready, restart_all_members,
+    serving_addrs,
 };
 use valkey_e2e::workload::{
     Writer, active_cluster_on, apply, config, durable_config, image, missing_confirmed,
@@ -317,16 +318,7 @@ async fn the_primary_pod_comes_back_as_the_same_member(
         Duration::from_secs(300),
         Duration::from_secs(1),
         || async {
-            let c = Api::<ValkeyCluster>::namespaced(client.clone(), ns)
-                .get(name)
-                .await?;
-            let status = c.status.unwrap_or_default();
-            ensure!(
-                status.state == Some(ClusterState::Active),
-                "{:?}: {}",
-                status.state,
-                status.message.unwrap_or_default()
-            );
+            let status = active_status(client, ns, name, None).await?;
             let pod = pods
                 .get(primary_before.pod.as_deref().unwrap_or_default())
                 .await?;

@@ -18,7 +18,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use valkey_e2e::faults::{self, PodRef};
-use valkey_e2e::harness::{self, lc_dir};
+use valkey_e2e::harness::{self, lc_dir, wait_until};
 
 const VALKEY_IMAGE: &str = "valkey/valkey:9.1.2";
 /// busybox with a shell (the Valkey image, like a minimal production image, has none).
@@ -59,25 +59,6 @@ where
     let _ = api.delete(&ns, &DeleteParams::default()).await;
     if let Err(p) = res {
         std::panic::resume_unwind(p);
-    }
-}
-
-/// Polls `f` every 500 ms until it yields Some, or panics after `timeout`.
-async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

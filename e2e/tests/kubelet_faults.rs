@@ -16,28 +16,10 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use valkey_e2e::faults::{self, APISERVER_IP, PodRef};
-use valkey_e2e::harness;
+use valkey_e2e::harness::{self, wait_until};
 
 async fn client() -> Client {
     harness::client().await.unwrap_or_else(|e| panic!("{e:#}"))
-}
-
-async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// Creates a namespace with one Valkey pod (port 7300, optionally pinned to a node), runs

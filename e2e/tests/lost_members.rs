@@ -364,16 +364,11 @@ async fn members_evicted_stranded_or_on_a_deleted_node_are_replaced_without_loss
 #[tokio::test]
 async fn durable_members_on_a_deleted_node_are_replaced_and_their_claims_removed()
 -> anyhow::Result<()> {
-    use valkey_e2e::harness::{delete_cluster_scoped, random_suffix};
-    use valkey_e2e::workload::{active_cluster_on, apply, durable_config, image};
-    use valkey_operator::api::{ValkeyConfig, ValkeyImage};
+    use valkey_e2e::workload::active_cluster_on;
     let client = client().await?;
     let ns = TestNamespace::create(&client, "e2e-lost-durable").await?;
-    let s = random_suffix(4);
-    let (img, cfg) = (format!("e2e-{s}-img"), format!("e2e-{s}-durable"));
-    apply(&client, "image", image(&img, "9.0.0")).await?;
-    apply(&client, "config", durable_config(&cfg, &img)).await?;
-    active_cluster_on(&client, &ns.name, NAME, &cfg, (3, 1)).await?;
+    let menu = valkey_e2e::workload::Menu::publish_durable(&client, "e2e", "9.0.0").await?;
+    active_cluster_on(&client, &ns.name, NAME, &menu.config, (3, 1)).await?;
     // A volume on a deleted node is gone with it: what survives is what a replica holds, so
     // writes count once a replica confirms them (WAIT 1), as an application needing them to
     // survive a node's loss does. (A write only its primary held could be lost: seen once.)
@@ -391,7 +386,6 @@ async fn durable_members_on_a_deleted_node_are_replaced_and_their_claims_removed
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete(NAME, &Default::default())
         .await?;
-    delete_cluster_scoped::<ValkeyConfig>(&client, &cfg).await?;
-    delete_cluster_scoped::<ValkeyImage>(&client, &img).await?;
+    menu.remove(&client).await?;
     Ok(())
 }

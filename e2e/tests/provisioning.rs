@@ -15,46 +15,18 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use valkey_e2e::harness::{
     TestNamespace, apply_yaml, client, delete_cluster_scoped, kubectl_input, random_suffix,
     wait_for,
 };
 use valkey_e2e::valkey::{kill_operator, member_pods, operator_driver, wait_state};
+use valkey_e2e::workload::cluster_with_password;
 use valkey_operator::api::{ClusterState, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode};
 use valkey_operator::driver::{ClusterDriver, MemberAddr};
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const APP_PASSWORD: &str = "e2e-app-password";
-
-fn sha256_hex(s: &str) -> String {
-    hex::encode(Sha256::digest(s.as_bytes()))
-}
-
-fn cluster_manifest(
-    ns: &str,
-    name: &str,
-    config: &str,
-    shards: i32,
-    replicas: i32,
-) -> serde_json::Value {
-    json!({
-        "apiVersion": "valkey.gomomento.com/v1alpha1",
-        "kind": "ValkeyCluster",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "configRef": config,
-            "shards": shards,
-            "replicasPerShard": replicas,
-            "acl": [{
-                "username": "app",
-                "passwordHashes": [sha256_hex(APP_PASSWORD)],
-                "permissions": [{"roleRef": "cache-readwrite", "keys": [{"pattern": "*", "access": "readwrite"}]}],
-            }],
-        },
-    })
-}
 
 async fn create_cluster(
     client: &Client,
@@ -68,7 +40,14 @@ async fn create_cluster(
     api.patch(
         name,
         &PatchParams::apply("e2e"),
-        &Patch::Apply(&cluster_manifest(ns, name, config, shards, replicas)),
+        &Patch::Apply(&cluster_with_password(
+            ns,
+            name,
+            config,
+            shards,
+            replicas,
+            APP_PASSWORD,
+        )),
     )
     .await?;
     Ok(())
