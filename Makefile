@@ -14,7 +14,7 @@ export PATH := $(CACHE)/k8s-v$(K8S_VERSION)/bin:$(HOME)/.cargo/bin:/usr/local/go
 # e2e tests share one cluster on a 2-core machine: a few at a time.
 E2E_THREADS ?= 3
 
-.PHONY: up down status tools test unit e2e crds manifests chart-test lint deny bench chaos image bench-backup
+.PHONY: up down status tools test unit e2e crds manifests chart-test lint deny bench chaos image bench-backup release
 
 ## up: build what is missing, start the local Kubernetes, install CRDs, RBAC, operator, samples
 up:
@@ -69,6 +69,13 @@ manifests:
 ## checked by running its entrypoint's `--version` from the unpacked image
 image:
 	bash e2e/image.sh
+
+## release: every release artifact into $(CARGO_TARGET_DIR)/release-artifacts/<version> (the
+## image with its SBOM and crate licenses, the packaged chart, the static plugin with its krew
+## manifest, release notes from CHANGELOG.md), then checked; RELEASE_CHART_REPO=oci://... also
+## pushes the chart (see README: publishing a release)
+release:
+	bash e2e/release.sh
 
 ## crds: regenerate crds/ from the Rust types
 crds:

@@ -2,6 +2,8 @@
 # make image: the operator image as an OCI archive, built without a Docker daemon.
 #   1. a static release build of valkey-operator on the host (cargo, cached like every build);
 #   2. buildah builds Containerfile with that binary as its `operator-binary` stage;
+#      Its /usr/share/doc/valkey-operator/ holds LICENSE and whatever $IMAGE_DOCS (a folder)
+#      holds: make release puts the SBOM and the crates' licenses there;
 #   3. the image is written to $IMAGE_ARCHIVE (default $CARGO_TARGET_DIR/image/valkey-operator-<version>.oci.tar).
 # Then checks the archive: its config's entrypoint, run from the unpacked layers as the image's
 # user, prints `valkey-operator <version>`; and the command the chart gives the operator's
@@ -21,6 +23,9 @@ stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/binary/out" "$stage/context"
 cp "$binary" "$stage/binary/out/valkey-operator"
 cp /etc/ssl/certs/ca-certificates.crt "$stage/binary/out/ca-certificates.crt"
+mkdir "$stage/binary/out/doc"
+cp LICENSE "$stage/binary/out/doc/"
+if [ -n "${IMAGE_DOCS:-}" ]; then cp -r "$IMAGE_DOCS"/. "$stage/binary/out/doc/"; fi
 strip "$stage/binary/out/valkey-operator" 2>/dev/null || true
 
 log "buildah bud -f Containerfile (binary from the host build)"
@@ -54,6 +59,7 @@ assert entrypoint == ["/usr/local/bin/valkey-operator"], entrypoint
 assert user == "65532:65532", f"image user {user!r}, want 65532:65532 (non-root)"
 # Backup Jobs verify HTTPS object stores against the public CAs the image carries.
 assert os.path.getsize(rootfs + "/etc/ssl/certs/ca-certificates.crt") > 100_000, "no CA bundle"
+assert "Apache License" in open(rootfs + "/usr/share/doc/valkey-operator/LICENSE").read(), "no LICENSE"
 uid, gid = user.split(":")
 # The entrypoint, as the image's user, from the unpacked image (static: nothing else needed).
 cmd = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
