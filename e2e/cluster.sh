@@ -479,8 +479,24 @@ project_up() {
   fi
 }
 
+# The chart as a user gets a release of it: packaged (`helm package`, version = the operator's)
+# and pushed to the registry on the machine (`helm push`, an OCI artifact), then installed from
+# there. Prints the chart's oci:// reference and version.
+publish_chart() {
+  local version dir
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)
+  dir=$(mktemp -d)
+  "$HELM" package "$REPO/charts/valkey-operator" --version "$version" --app-version "$version" \
+    --destination "$dir" >/dev/null || die "helm could not package charts/valkey-operator"
+  "$HELM" push "$dir/valkey-operator-$version.tgz" "oci://$REGISTRY/charts" --plain-http \
+    >/dev/null 2>&1 || die "helm could not push the chart to oci://$REGISTRY/charts"
+  rm -rf "$dir"
+  echo "oci://$REGISTRY/charts/valkey-operator $version"
+}
+
 # The operator is installed with its Helm chart (charts/valkey-operator: CRDs, RBAC, Deployment,
-# Services, webhook configuration) and runs as a pod (image valkey-operator:dev maps to the
+# Services, webhook configuration), from the registry on the machine (publish_chart), and runs
+# as a pod (image valkey-operator:dev maps to the
 # freshly built binary), so the chart, its RBAC, the service-account token and in-cluster
 # config are exercised for real. The webhook certificate comes the chart's default way:
 # cert-manager issues it and injects its CA into the webhook configuration and the CRDs.
@@ -506,10 +522,14 @@ operator_up() {
     cert_args=(--set webhook.certManager.enabled=true --set-string webhook.caBundle=)
     ca_file=$LC_DIR/webhook-ca.crt
   fi
-  "$HELM" upgrade --install valkey-operator "$REPO/charts/valkey-operator" --namespace "$ns" \
-    --kubeconfig "$LC_DIR/kubeconfig" -f "$REPO/e2e/chart-values.yaml" "${cert_args[@]}" >/dev/null \
-    || die "helm could not install charts/valkey-operator"
-  log "chart installed (helm release valkey-operator in $ns; webhook certificate: ${LC_WEBHOOK_CERT:-cert-manager})"
+  local published chart chart_version
+  published=$(publish_chart) || exit 1
+  read -r chart chart_version <<<"$published"
+  "$HELM" upgrade --install valkey-operator "$chart" --version "$chart_version" --plain-http \
+    --namespace "$ns" --kubeconfig "$LC_DIR/kubeconfig" -f "$REPO/e2e/chart-values.yaml" \
+    "${cert_args[@]}" >/dev/null \
+    || die "helm could not install $chart $chart_version"
+  log "chart $chart $chart_version installed (helm release valkey-operator in $ns; webhook certificate: ${LC_WEBHOOK_CERT:-cert-manager})"
   if [ "${LC_WEBHOOK_CERT:-cert-manager}" != ca-bundle ]; then
     # The Secret exists once cert-manager issued it; the pod cannot start before.
     $KUBECTL -n "$ns" wait --for=condition=Ready certificate/valkey-operator-webhook --timeout=120s >/dev/null \
