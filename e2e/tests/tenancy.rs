@@ -7,12 +7,12 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use valkey_e2e::harness::{TestNamespace, client};
+use valkey_e2e::harness::{TestNamespace, client, wait_for};
 use valkey_e2e::valkey::wait_state;
 use valkey_e2e::workload::{Menu, apply, cluster};
 use valkey_operator::api::{ClusterState, ValkeyCluster};
@@ -83,6 +83,84 @@ async fn a_service_of_the_team_named_like_the_cluster_is_untouched_and_blocks_it
     Api::<ValkeyCluster>::namespaced(client.clone(), &ns.name)
         .delete("taken", &Default::default())
         .await?;
+    menu.remove(&client).await?;
+    Ok(())
+}
+
+/// A Service the cluster controls but no longer has (what an operator version that named it
+/// differently leaves behind) is deleted, with a `DeletedObject` Event, once the cluster's spec
+/// changes; a team's Service with the cluster's labels, which the cluster does not control, is
+/// left alone.
+#[tokio::test]
+async fn a_stray_the_cluster_controls_is_deleted_and_a_teams_lookalike_is_not() -> anyhow::Result<()>
+{
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "e2e-stray").await?;
+    let menu = Menu::publish(&client, "e2e-stray", "9.0.0").await?;
+    apply(
+        &client,
+        &ns.name,
+        cluster(&ns.name, "st", &menu.config, 1, 0),
+    )
+    .await?;
+    let timeout = Duration::from_secs(180);
+    let active = wait_state(&client, &ns.name, "st", ClusterState::Active, timeout).await?;
+    let labels = json!({"valkey.gomomento.com/cluster": "st",
+        "app.kubernetes.io/managed-by": "valkey-operator", "app.kubernetes.io/component": "members"});
+    let owner = json!({"apiVersion": valkey_operator::api::constants::API_VERSION,
+        "kind": "ValkeyCluster", "name": "st", "uid": active.metadata.uid, "controller": true});
+    let service = |name: &str, owners: Vec<serde_json::Value>| -> anyhow::Result<Service> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
+            "spec": {"clusterIP": "None", "ports": [{"port": 6379}]},
+        }))?)
+    };
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    let post = PostParams::default();
+    services
+        .create(&post, &service("st-old", vec![owner])?)
+        .await?;
+    services.create(&post, &service("st-team", vec![])?).await?;
+
+    // A new generation (a pod annotation, changed live) is swept.
+    let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns.name);
+    let annotate = json!({"spec": {"podAnnotations": {"e2e/sweep": "1"}}});
+    clusters
+        .patch("st", &PatchParams::default(), &Patch::Merge(&annotate))
+        .await?;
+    wait_for(
+        "the stray Service deleted",
+        timeout,
+        Duration::from_millis(500),
+        || {
+            let services = services.clone();
+            async move { Ok(services.get_opt("st-old").await?.is_none().then_some(())) }
+        },
+    )
+    .await?;
+    assert!(
+        services.get_opt("st-team").await?.is_some(),
+        "a team's Service is never deleted"
+    );
+    assert!(
+        services.get_opt("st").await?.is_some(),
+        "the cluster's own Service stays"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let notes: Vec<String> = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("DeletedObject"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert_eq!(
+        notes,
+        ["Deleted Service st-old: the cluster no longer has it"],
+        "one Event for the one stray"
+    );
+    clusters.delete("st", &Default::default()).await?;
     menu.remove(&client).await?;
     Ok(())
 }

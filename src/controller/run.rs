@@ -84,6 +84,7 @@ pub async fn run(
         samples: Default::default(),
         episodes: Default::default(),
         live: Default::default(),
+        sweeps: Default::default(),
     });
     let clusters_done = cluster_controller
         .run(reconcile_cluster, cluster::error_policy, cluster_ctx)

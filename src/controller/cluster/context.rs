@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::Store;
 
-use super::{autoscale, cadence, live, repeats, utilization};
+use super::{autoscale, cadence, live, repeats, sweeps, utilization};
 use crate::api::ValkeyNode;
 use crate::controller::Context;
 
@@ -30,6 +30,8 @@ pub struct ClusterContext {
     pub episodes: autoscale::Episodes,
     /// What each member was set to live, per process (see [`live`]).
     pub live: live::Applied,
+    /// The generation of each cluster whose stray objects were last deleted.
+    pub sweeps: sweeps::Sweeps,
 }
 
 /// What resolution produced: the merged config, and the ACL file's inputs (the bindings and

@@ -9,6 +9,7 @@ use std::time::Duration;
 use kube::Resource;
 use kube::runtime::controller::Action;
 
+use super::context::ClusterContext;
 use super::status;
 use crate::api::ValkeyCluster;
 use crate::controller::{Context, Error, object_key};
@@ -16,11 +17,13 @@ use crate::controller::{Context, Error, object_key};
 /// `Continue` when the pipeline may run; otherwise when to look again.
 #[tracing::instrument(name = "cluster.gate", skip_all)]
 pub async fn may_proceed(
-    ctx: &Context,
+    cctx: &ClusterContext,
     cluster: &ValkeyCluster,
 ) -> Result<ControlFlow<Action>, Error> {
+    let ctx = &cctx.ctx;
     if cluster.meta().deletion_timestamp.is_some() {
         forget_deleted(ctx, cluster).await;
+        cctx.sweeps.forget(cluster);
         // Held (foreground deletion, a finalizer): say so while it lasts. Only the leader
         // writes; the object may be gone already, which is what was asked.
         if ctx.confirm_leading().await.is_ok()

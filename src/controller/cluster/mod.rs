@@ -37,6 +37,7 @@ mod repeats;
 mod resolve;
 mod rollout;
 pub mod status;
+mod sweeps;
 mod taints;
 pub mod tls;
 pub mod utilization;
@@ -89,7 +90,7 @@ pub async fn reconcile(
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     // Deleted, menu still listing, leadership lost or paused: the pipeline does not run.
-    or_stop!(gate::may_proceed(ctx, &cluster).await?);
+    or_stop!(gate::may_proceed(&cctx, &cluster).await?);
 
     // Dereference and resolve (spec.restoreFrom's backup too). A broken reference blocks the
     // cluster and touches nothing that runs.

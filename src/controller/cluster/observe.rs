@@ -1130,6 +1130,7 @@ mod driver_tests {
             samples: Default::default(),
             episodes: Default::default(),
             live: Default::default(),
+            sweeps: Default::default(),
         };
         (stores, server)
     }
