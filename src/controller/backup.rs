@@ -74,7 +74,14 @@ fn error_policy(backup: Arc<ValkeyBackup>, error: &Error, ctx: Arc<Context>) -> 
     ctx.retry_after_failure("backup", backup.as_ref(), error)
 }
 
+/// A backup reconcile ([`advance`]); a success resets its failure backoff.
 async fn reconcile(backup: Arc<ValkeyBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let result = advance(backup.clone(), ctx.clone()).await;
+    ctx.settle("backup", backup.as_ref(), &result);
+    result
+}
+
+async fn advance(backup: Arc<ValkeyBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
     let status = backup.status.clone().unwrap_or_default();
     if status.phase.is_some_and(BackupPhase::is_final) {
         return Ok(Action::await_change());

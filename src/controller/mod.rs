@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
@@ -202,13 +203,26 @@ impl Context {
         controller: &'static str,
         object: &K,
         error: &Error,
-    ) -> kube::runtime::controller::Action {
+    ) -> Action {
         let key = object_key(object);
         let retry = self.failure_backoff(&format!("{controller}/{key}"));
         tracing::warn!(controller, object = %key, error = %error, retry_in = ?retry, "reconcile failed");
         self.metrics
             .reconcile_failed(controller, error.metric_label());
-        kube::runtime::controller::Action::requeue(retry)
+        Action::requeue(retry)
+    }
+
+    /// After `controller` reconciled `object`: a success resets its failure backoff (the one
+    /// [`Self::retry_after_failure`] grows), so its next failure waits 2 s again.
+    pub fn settle<K: ResourceExt, T>(
+        &self,
+        controller: &'static str,
+        object: &K,
+        result: &Result<T, Error>,
+    ) {
+        if result.is_ok() {
+            self.reconciled(&format!("{controller}/{}", object_key(object)));
+        }
     }
 
     /// A reconcile succeeded: the next failure starts the backoff again.
@@ -457,6 +471,36 @@ pub fn object_key<K: ResourceExt>(obj: &K) -> String {
 #[cfg(test)]
 mod backoff_tests {
     use super::*;
+
+    /// A failure grows the object's backoff (2 s, 4 s, ...) and a success of the same
+    /// controller on it starts it over; another controller's key is its own. The backup and
+    /// restore controllers never started it over before (each failure after a few waited 30 s).
+    #[tokio::test]
+    async fn a_success_starts_the_failure_backoff_over() {
+        let (ctx, _server) = crate::controller::testing::context();
+        let cluster = crate::controller::testing::cluster(serde_json::Value::Null);
+        let failed = || Error::Invalid("refused".into());
+        assert_eq!(
+            ctx.retry_after_failure("restore", &cluster, &failed()),
+            Action::requeue(Duration::from_secs(2))
+        );
+        assert_eq!(
+            ctx.retry_after_failure("restore", &cluster, &failed()),
+            Action::requeue(Duration::from_secs(4))
+        );
+        ctx.settle("backup", &cluster, &Ok::<(), Error>(()));
+        assert_eq!(
+            ctx.retry_after_failure("restore", &cluster, &failed()),
+            Action::requeue(Duration::from_secs(8)),
+            "another controller's success is not this one's"
+        );
+        ctx.settle("restore", &cluster, &Err::<(), _>(failed()));
+        ctx.settle("restore", &cluster, &Ok::<(), Error>(()));
+        assert_eq!(
+            ctx.retry_after_failure("restore", &cluster, &failed()),
+            Action::requeue(Duration::from_secs(2))
+        );
+    }
 
     #[test]
     fn rollouts_are_admitted_up_to_the_limit_and_started_ones_always() {

@@ -94,7 +94,14 @@ fn restore_status(cluster: &ValkeyCluster) -> RestoreStatus {
         .unwrap_or_default()
 }
 
+/// A restore reconcile ([`advance`]); a success resets its failure backoff.
 async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let result = advance(cluster.clone(), ctx.clone()).await;
+    ctx.settle("restore", cluster.as_ref(), &result);
+    result
+}
+
+async fn advance(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let Some(from) = cluster.spec.restore_from.clone() else {
         return Ok(Action::await_change());
     };

@@ -395,7 +395,7 @@ async fn reconcile_cluster(
     cluster: Arc<ValkeyCluster>,
     cctx: Arc<ClusterContext>,
 ) -> Result<Action, Error> {
-    let key = format!("cluster/{}", object_key(cluster.as_ref()));
+    let object = cluster.clone();
     let started = Instant::now();
     // The status this replica wrote last, should the watch not have shown it yet; then
     // autoscaling's own latest decision, should that write not have carried it.
@@ -405,21 +405,16 @@ async fn reconcile_cluster(
     cctx.ctx
         .metrics
         .reconciled("cluster", started, result.is_ok());
-    if result.is_ok() {
-        cctx.ctx.reconciled(&key);
-    }
+    cctx.ctx.settle("cluster", object.as_ref(), &result);
     result
 }
 
 /// A member reconcile, timed and counted; success resets its failure backoff likewise.
 async fn reconcile_node(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let key = format!("node/{}", object_key(node.as_ref()));
     let started = Instant::now();
-    let result = node::reconcile(node, ctx.clone()).await;
+    let result = node::reconcile(node.clone(), ctx.clone()).await;
     ctx.metrics.reconciled("node", started, result.is_ok());
-    if result.is_ok() {
-        ctx.reconciled(&key);
-    }
+    ctx.settle("node", node.as_ref(), &result);
     result
 }
 
