@@ -74,18 +74,7 @@ pub async fn run(
 
     let backups_done = crate::controller::backup::run(ctx.clone());
     let restores_done = crate::controller::restore::run(ctx.clone());
-    let cluster_ctx = Arc::new(ClusterContext {
-        ctx: ctx.clone(),
-        nodes,
-        pods,
-        hosts,
-        waits: Default::default(),
-        repeats: Default::default(),
-        samples: Default::default(),
-        episodes: Default::default(),
-        live: Default::default(),
-        sweeps: Default::default(),
-    });
+    let cluster_ctx = Arc::new(ClusterContext::new(ctx.clone(), nodes, pods, hosts));
     let clusters_done = cluster_controller
         .run(reconcile_cluster, cluster::error_policy, cluster_ctx)
         .for_each(|_| futures::future::ready(()));

@@ -34,6 +34,29 @@ pub struct ClusterContext {
     pub sweeps: sweeps::Sweeps,
 }
 
+impl ClusterContext {
+    /// The context over these stores, with nothing remembered yet (a new operator process).
+    pub fn new(
+        ctx: Arc<Context>,
+        nodes: Store<ValkeyNode>,
+        pods: Store<Pod>,
+        hosts: Store<PartialObjectMeta<Node>>,
+    ) -> ClusterContext {
+        ClusterContext {
+            ctx,
+            nodes,
+            pods,
+            hosts,
+            waits: Default::default(),
+            repeats: Default::default(),
+            samples: Default::default(),
+            episodes: Default::default(),
+            live: Default::default(),
+            sweeps: Default::default(),
+        }
+    }
+}
+
 /// What resolution produced: the merged config, and the ACL file's inputs (the bindings and
 /// the roles they name).
 pub struct Resolved {

@@ -1120,18 +1120,9 @@ mod driver_tests {
             meta.metadata.name = Some(host.to_string());
             host_writer.apply_watcher_event(&watcher::Event::Apply(meta));
         }
-        let stores = ClusterContext {
-            ctx,
-            nodes: Writer::default().as_reader(),
-            pods: pod_writer.as_reader(),
-            hosts: host_writer.as_reader(),
-            waits: Default::default(),
-            repeats: Default::default(),
-            samples: Default::default(),
-            episodes: Default::default(),
-            live: Default::default(),
-            sweeps: Default::default(),
-        };
+        let nodes = Writer::default().as_reader();
+        let stores =
+            ClusterContext::new(ctx, nodes, pod_writer.as_reader(), host_writer.as_reader());
         (stores, server)
     }
 
