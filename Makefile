@@ -45,7 +45,7 @@ unit:
 ## e2e: end-to-end suites against the running local cluster (make up first)
 e2e:
 	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e \
-	  --test api_e2e --test kubelet --test provisioning --test webhook --test kubectl --test tenancy --test compat --test acl --test rollout --test scaling --test failures --test data_safety --test plugin --test operability --test networking --test cert_manager --test tls --test member_start --test blocked --test webhook_flood --test real_node --test scheduling --test durability --test autoscaling --test creation --test metering --test backup --test restore --test metrics \
+	  --test api_e2e --test kubelet --test provisioning --test webhook --test kubectl --test tenancy --test compat --test acl --test rollout --test scaling --test failures --test data_safety --test plugin --test operability --test networking --test cert_manager --test tls --test member_start --test blocked --test webhook_flood --test real_node --test scheduling --test durability --test autoscaling --test creation --test metering --test backup --test restore --test metrics --test clients \
 	  -- --test-threads=$(E2E_THREADS)
 	@# Node stops, pauses and drains last: they disturb every pod on the node; leader freezes
 	@# the operator itself; traces restarts it.

@@ -602,7 +602,6 @@ pub async fn write_confirmed(
     .await
 }
 
-/// How many of the keys [`write_confirmed`] wrote do not read back.
 /// GET `key`, retrying a failed read a few times: on a busy 2-core machine a read right after
 /// a heal can time out (the client's 2 s), which says nothing about the key. A key that reads
 /// back as absent is returned as such at once.
@@ -621,6 +620,7 @@ async fn read_back(valkey: &fred::clients::Client, key: String) -> anyhow::Resul
     }
 }
 
+/// How many of the keys [`write_confirmed`] wrote do not read back.
 pub async fn missing_confirmed(
     client: &Client,
     ns: &str,
@@ -628,9 +628,21 @@ pub async fn missing_confirmed(
     prefix: &str,
     count: usize,
 ) -> anyhow::Result<usize> {
+    let written: Vec<u64> = (0..count as u64).collect();
+    missing_of(client, ns, name, prefix, &written).await
+}
+
+/// How many of `<prefix>:<i>` = `<i>`, for each `i` of `written`, do not read back.
+pub async fn missing_of(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    prefix: &str,
+    written: &[u64],
+) -> anyhow::Result<usize> {
     let valkey = cluster_client(client, ns, name).await?;
     let mut missing = 0;
-    for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
+    for chunk in written.chunks(500) {
         let got: Vec<Option<String>> = try_join_all(
             chunk
                 .iter()
