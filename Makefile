@@ -14,7 +14,7 @@ export PATH := $(CACHE)/k8s-v$(K8S_VERSION)/bin:$(HOME)/.cargo/bin:/usr/local/go
 # e2e tests share one cluster on a 2-core machine: a few at a time.
 E2E_THREADS ?= 3
 
-.PHONY: up down status tools test unit e2e crds manifests chart-test lint deny bench chaos image bench-backup release
+.PHONY: up down status tools test unit e2e crds manifests chart-test lint deny bench chaos image bench-backup release quickstart-test
 
 ## up: build what is missing, start the local Kubernetes, install CRDs, RBAC, operator, samples
 up:
@@ -36,7 +36,7 @@ tools:
 test: tools lint unit chart-test image
 	bash e2e/cluster.sh down
 	set -o pipefail; trap 'bash e2e/cluster.sh down' EXIT; \
-	  LC_SAMPLES=menu bash e2e/cluster.sh up && $(MAKE) --no-print-directory e2e && bash e2e/launcher-test.sh
+	  LC_SAMPLES=menu bash e2e/cluster.sh up && $(MAKE) --no-print-directory e2e && bash e2e/quickstart-test.sh && bash e2e/launcher-test.sh
 
 ## unit: pure unit tests, CRD drift test, driver tests against real valkey-server processes
 unit:
@@ -56,6 +56,10 @@ e2e:
 ## processes, release build, no local cluster
 bench-backup:
 	bash e2e/bench-backup.sh
+
+## quickstart-test: docs/quickstart.md's commands as written, on the running local cluster (make up first)
+quickstart-test:
+	bash e2e/quickstart-test.sh
 
 ## chart-test: lint and render checks of charts/valkey-operator, plain-manifest drift
 chart-test:

@@ -93,6 +93,9 @@ state = "$dir/containerd/state"
     endpoint = ["http://$REGISTRY"]
   [plugins."io.containerd.grpc.v1.cri".registry.mirrors."registry.local"]
     endpoint = ["http://$REGISTRY"]
+  # The registry docs/quickstart.md names for the operator image (its test runs it as written).
+  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."registry.example.com"]
+    endpoint = ["http://$REGISTRY"]
 CFG
 }
 

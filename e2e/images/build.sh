@@ -25,7 +25,9 @@
 #                                  image of a ValkeyConfig's metrics sidecar
 #   registry.local/prometheus:2.42 Debian's Prometheus 2.42 (user nobody; storage in a volume at
 #                                  /prometheus): the e2e metrics suite scrapes the sidecars with it
-#   valkey-operator:dev            the image `make image` built (Containerfile)
+#   valkey-operator:dev            the image `make image` built (Containerfile); also as
+#                                  valkey-operator:<version>, pulled as
+#                                  registry.example.com/valkey-operator:<version> (quickstart)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 source "$REPO/e2e/versions.env"
@@ -188,12 +190,17 @@ add_on_images() {
 operator_image() {
   local archive; archive=$(ls -t "${CARGO_TARGET_DIR:-$CACHE/target}"/image/valkey-operator-*.oci.tar 2>/dev/null | head -1 || true)
   [ -n "$archive" ] || { log "no operator image yet (make image builds it): not pushed"; return 0; }
-  local ref=library/valkey-operator:dev want
+  local version want ref
+  version=$(basename "$archive" .oci.tar); version=${version#valkey-operator-}
   want=$(skopeo inspect --format '{{.Digest}}' "oci-archive:$archive")
-  [ "$(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$REGISTRY/$ref" 2>/dev/null)" = "$want" ] \
-    && return 0
-  skopeo copy --quiet --dest-tls-verify=false "oci-archive:$archive" "docker://$REGISTRY/$ref" >/dev/null
-  log "pushed $ref ($(basename "$archive"))"
+  # `dev` for the local install; `valkey-operator:<version>` is what docs/quickstart.md installs
+  # as registry.example.com/valkey-operator:<version> (the nodes mirror that registry here).
+  for ref in library/valkey-operator:dev "valkey-operator:$version"; do
+    [ "$(skopeo inspect --tls-verify=false --format '{{.Digest}}' "docker://$REGISTRY/$ref" 2>/dev/null)" = "$want" ] \
+      && continue
+    skopeo copy --quiet --dest-tls-verify=false "oci-archive:$archive" "docker://$REGISTRY/$ref" >/dev/null
+    log "pushed $ref ($(basename "$archive"))"
+  done
 }
 
 pause_image

@@ -355,7 +355,7 @@ async fn status_mid_scale_shows_the_slots_left_to_move() -> anyhow::Result<()> {
     // The new shard: what it serves so far (from the operator's status) and its target.
     assert!(text.contains("shard 2 (serves "), "{text}");
     assert!(text.contains("target slots 10923-16383)"), "{text}");
-    // As docs/quickstart.md writes it: `status <name> -n <namespace>`.
+    // The other form docs/plugin.md allows: `status <name> -n <namespace>`.
     let (_, json, stderr) = plugin(&["status", "scale", "-n", &ns.name, "-o", "json"]).await?;
     ensure!(!json.is_empty(), "status <name> -n <namespace>: {stderr}");
     let report: Value = serde_json::from_str(&json)?;
