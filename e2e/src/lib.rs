@@ -4,6 +4,7 @@
 //! * [`faults`]: fault hooks for tests (kill/pause a container, cut links, stop a node),
 //!   through the nodes' container runtime ([`cri`]).
 //! * [`floors`]: vk-bench's floors, measured on local valkey-server processes (no cluster).
+//! * [`guides`]: docs/connect.md's client programs, built and run as an app in a pod runs.
 //! * [`real_node`]: placing pods on the real node (upstream kubelet, containerd, images).
 //! * [`report`]: docs/benchmarks.md, its plots and figures.json from vk-bench's figures.
 
@@ -13,6 +14,7 @@ pub mod cri;
 pub mod dns;
 pub mod faults;
 pub mod floors;
+pub mod guides;
 pub mod harness;
 pub mod outage;
 pub mod real_node;

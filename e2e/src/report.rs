@@ -108,10 +108,11 @@ pub enum Section {
     Webhook,
     Failover,
     Durability,
+    RealClients,
 }
 
 impl Section {
-    pub const ALL: [Section; 7] = [
+    pub const ALL: [Section; 8] = [
         Section::Formation,
         Section::Rollout,
         Section::SlotMove,
@@ -119,6 +120,7 @@ impl Section {
         Section::Webhook,
         Section::Failover,
         Section::Durability,
+        Section::RealClients,
     ];
 
     pub fn title(self) -> &'static str {
@@ -130,6 +132,7 @@ impl Section {
             Section::Webhook => "Webhook",
             Section::Failover => "Failover",
             Section::Durability => "Durability (full restart, write throughput with AOF)",
+            Section::RealClients => "Real clients through planned operations (TLS)",
         }
     }
 
@@ -143,6 +146,7 @@ impl Section {
             Section::Webhook => "webhook",
             Section::Failover => "failover",
             Section::Durability => "durability",
+            Section::RealClients => "real-clients",
         }
     }
 
@@ -150,6 +154,7 @@ impl Section {
     pub fn only_flag(self) -> &'static str {
         match self {
             Section::SlotMove => "scaling",
+            Section::RealClients => "clients",
             other => other.stem(),
         }
     }
@@ -216,6 +221,19 @@ impl Section {
                  pod Ready (the operator's holds-data gate), and the keys that did not read back. \
                  Write throughput: SETs per second of one client sending one SET at a time for \
                  the same duration on each, and their ratio (volumes over memory-only)."
+            }
+            Section::RealClients => {
+                "The client programs of docs/connect.md, extracted from the page and run as \
+                 written (Python valkey-py, Go valkey-go, Java Lettuce, Node.js iovalkey), and \
+                 the bench's own writer (fred), all at once against a 3 × 1 TLS cluster \
+                 (cert-manager's certificate, an ACL user), seeded with the client Service's \
+                 name and resolving names through the cluster DNS as a pod does, through a \
+                 scale-out 3 → 4, a scale-in 4 → 3, a rolling replacement of every member and \
+                 `kubectl delete pod` of a primary (default grace). Per client: the writes \
+                 acknowledged, the attempts that failed (each retried), the acknowledged writes \
+                 that did not read back afterwards, and the longest time between two \
+                 acknowledgements (the programs pause 10 ms between writes, the bench's writer \
+                 5 ms)."
             }
         }
     }
@@ -569,6 +587,61 @@ impl Durability {
     }
 }
 
+/// One client through the real-client section's operations.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClientRun {
+    /// "python (valkey-py)", ..., "vk-bench writer (fred)".
+    pub client: String,
+    pub acknowledged: usize,
+    pub failed_attempts: usize,
+    /// Acknowledged writes that did not read back.
+    pub lost: usize,
+    pub longest_pause_seconds: f64,
+    /// What the first failed attempt said.
+    #[serde(default)]
+    pub first_failure: Option<String>,
+    /// Per operation, in [`RealClients::operations`]' order (empty for a client whose
+    /// acknowledgements are not timed one by one).
+    #[serde(default)]
+    pub by_operation: Vec<DuringOperation>,
+}
+
+/// What one client saw while one operation ran.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DuringOperation {
+    pub failed_attempts: usize,
+    pub longest_pause_seconds: f64,
+}
+
+impl ClientRun {
+    /// "3 failed attempts, 1 lost" when either is not 0.
+    pub fn trouble(&self) -> Option<String> {
+        (self.failed_attempts > 0 || self.lost > 0).then(|| {
+            format!(
+                "{} failed attempts, {} acknowledged writes lost",
+                self.failed_attempts, self.lost
+            )
+        })
+    }
+}
+
+/// Real clients through planned operations (TLS).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RealClients {
+    /// The operations, in the order they ran.
+    pub operations: Vec<String>,
+    pub clients: Vec<ClientRun>,
+}
+
+/// The client name of the bench's own writer in [`RealClients`].
+pub const BENCH_WRITER: &str = "vk-bench writer (fred)";
+
+impl RealClients {
+    pub fn client(&self, starting: &str) -> Option<&ClientRun> {
+        self.clients.iter().find(|c| c.client.starts_with(starting))
+    }
+}
+
 /// Every benchmark's figures; a section is `None` when no run measured it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -586,6 +659,8 @@ pub struct Report {
     pub failover: Option<Failover>,
     #[serde(default)]
     pub durability: Option<Durability>,
+    #[serde(default)]
+    pub real_clients: Option<RealClients>,
     /// The run that measured each present section ([`Report::stamp`] fills it).
     #[serde(default)]
     pub measured_in: BTreeMap<Section, Metadata>,
@@ -609,6 +684,7 @@ impl Report {
             Section::Webhook => dynamic(&self.webhook),
             Section::Failover => dynamic(&self.failover),
             Section::Durability => dynamic(&self.durability),
+            Section::RealClients => dynamic(&self.real_clients),
         }
     }
 
@@ -640,6 +716,7 @@ impl Report {
         take(&mut self.webhook, newer.webhook);
         take(&mut self.failover, newer.failover);
         take(&mut self.durability, newer.durability);
+        take(&mut self.real_clients, newer.real_clients);
     }
 
     /// The figures saved under `repo_root`, or an empty report when there are none yet. A

@@ -159,7 +159,8 @@ impl WriterReport {
 }
 
 /// [`cluster_client`], tried for a minute: a TLS cluster's client Service can lag its Active
-/// by a moment (its endpoints; first tries were refused).
+/// by a moment (its endpoints; first tries were refused), and right after a member was lost
+/// the slot map can still name it with the unknown endpoint `?` until it is forgotten.
 pub async fn reachable_cluster_client(
     client: &Client,
     ns: &str,
@@ -399,7 +400,7 @@ impl Writer {
     ) -> anyhow::Result<WriterReport> {
         self.stop.store(true, Ordering::Relaxed);
         let mut report = self.task.await??;
-        let valkey = cluster_client(client, ns, name).await?;
+        let valkey = reachable_cluster_client(client, ns, name).await?;
         for (key, value) in &report.acknowledged {
             let got = read_back(&valkey, key.clone()).await?;
             if got.as_deref() != Some(value.as_str()) {
@@ -640,7 +641,7 @@ pub async fn missing_of(
     prefix: &str,
     written: &[u64],
 ) -> anyhow::Result<usize> {
-    let valkey = cluster_client(client, ns, name).await?;
+    let valkey = reachable_cluster_client(client, ns, name).await?;
     let mut missing = 0;
     for chunk in written.chunks(500) {
         let got: Vec<Option<String>> = try_join_all(

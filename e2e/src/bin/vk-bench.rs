@@ -36,7 +36,12 @@
 //!   one: SETs per second of one client (and their ratio), then a full restart of each after
 //!   100,000 replicated keys (every member pod force-deleted): seconds to Active, keys lost.
 //!
-//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet|durability]
+//! * Real clients: docs/connect.md's four client programs (valkey-py, valkey-go, Lettuce,
+//!   iovalkey) as written and the bench's own writer, at once, on a 3 x 1 TLS cluster through
+//!   a scale-out, a scale-in, a rolling replacement and `kubectl delete pod` of a primary:
+//!   failed attempts, acknowledged writes lost and the longest pause of each.
+//!
+//! Usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet|durability|clients]
 //! [--render] (`--render` measures nothing and writes the report again from figures.json,
 //! after a change to its text).
 
@@ -52,10 +57,11 @@ use valkey_e2e::harness::{TestNamespace, client, wait_for};
 use valkey_e2e::safety::{Shape, healed, members_with};
 use valkey_e2e::valkey::{OPERATOR_NAMESPACE, operator_driver, restart_all_members, wait_state};
 use valkey_e2e::workload::{
-    Menu, PRELOADED, active_cluster, active_cluster_on, apply, cluster, cluster_client,
-    durable_config, missing_confirmed, preload, sets_per_second, write_confirmed,
+    Menu, PASSWORD, PRELOADED, Writer, active_cluster, active_cluster_on, apply, cluster,
+    cluster_client, durable_config, missing_confirmed, missing_of, preload, sets_per_second,
+    write_confirmed,
 };
-use valkey_e2e::{floors, report};
+use valkey_e2e::{floors, guides, report};
 use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
 use valkey_operator::driver::testing::{LocalServers, ValkeyBuild, form_cluster};
 use valkey_operator::driver::{ClusterDriver, DriverConfig, FredDriver, MemberAddr};
@@ -846,7 +852,7 @@ async fn measure_rollout(client: &Client) -> anyhow::Result<report::Rollout> {
     })
 }
 
-const USAGE: &str = "usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet|durability] \
+const USAGE: &str = "usage: vk-bench [--runs N] [--only formation|scaling|rollout|failover|webhook|fleet|durability|clients] \
      [--render: measure nothing, write docs/benchmarks.md again from figures.json]";
 
 /// Keys written before each full restart of the durability section.
@@ -895,6 +901,156 @@ async fn measure_durability(client: &Client) -> anyhow::Result<report::Durabilit
         write_seconds: DURABILITY_WRITE.as_secs_f64(),
         sets_per_second_with_volumes: volumes.0,
         sets_per_second_memory_only: memory.0,
+    })
+}
+
+/// The real-client section's cluster.
+const CLIENTS_CLUSTER: &str = "clients";
+/// Writes every client acknowledges after each operation before the next one starts.
+const CLIENTS_PROGRESS: usize = 20;
+
+/// Waits until cluster CLIENTS_CLUSTER is Active with `shards` x 1 and no member `gone` names.
+async fn clients_settled(
+    client: &Client,
+    ns: &str,
+    shards: usize,
+    gone: &[&str],
+) -> anyhow::Result<()> {
+    let shape = Shape {
+        primaries: shards,
+        members: shards * 2,
+    };
+    healed(client, ns, CLIENTS_CLUSTER, shape, gone, Instant::now()).await?;
+    Ok(())
+}
+
+/// The planned operations the real clients write through, each followed by every guide
+/// program getting CLIENTS_PROGRESS more writes acknowledged: each one's name, start and end.
+async fn planned_operations(
+    client: &Client,
+    ns: &str,
+    menu: &Menu,
+    spec: &mut serde_json::Value,
+    programs: &mut [guides::Program],
+) -> anyhow::Result<Vec<(String, Instant, Instant)>> {
+    let mut done = Vec::new();
+    for (shards, what) in [(4, "scale-out 3 → 4"), (3, "scale-in 4 → 3")] {
+        let started = Instant::now();
+        spec["spec"]["shards"] = json!(shards);
+        apply(client, ns, spec.clone()).await?;
+        clients_settled(client, ns, shards, &[]).await?;
+        guides::every_program_writes(programs, CLIENTS_PROGRESS, what).await?;
+        done.push((what.to_string(), started, Instant::now()));
+    }
+    let started = Instant::now();
+    let before: Vec<String> = members_with(client, ns, CLIENTS_CLUSTER, NodeRole::Primary)
+        .await?
+        .into_iter()
+        .chain(members_with(client, ns, CLIENTS_CLUSTER, NodeRole::Replica).await?)
+        .map(|m| m.name)
+        .collect();
+    let mut config = valkey_e2e::workload::config(&menu.config, &menu.image);
+    config["spec"]["resources"]["memory"] = json!("300Mi");
+    apply(client, "config", config).await?;
+    let gone: Vec<&str> = before.iter().map(String::as_str).collect();
+    clients_settled(client, ns, 3, &gone).await?;
+    guides::every_program_writes(programs, CLIENTS_PROGRESS, "rolling replacement").await?;
+    done.push(("rolling replacement".to_string(), started, Instant::now()));
+    let started = Instant::now();
+    let primaries = members_with(client, ns, CLIENTS_CLUSTER, NodeRole::Primary).await?;
+    let victim = primaries.first().context("no primary")?;
+    valkey_e2e::harness::kubectl_run(&["delete", "pod", "-n", ns, &victim.pod])?;
+    clients_settled(client, ns, 3, &[victim.name.as_str()]).await?;
+    guides::every_program_writes(programs, CLIENTS_PROGRESS, "kubectl delete pod").await?;
+    let what = "`kubectl delete pod` of a primary".to_string();
+    done.push((what, started, Instant::now()));
+    Ok(done)
+}
+
+/// What guide program `p` saw: in all since `since`, and during each operation.
+async fn guide_figures(
+    client: &Client,
+    ns: &str,
+    p: &guides::Program,
+    since: Instant,
+    operations: &[(String, Instant, Instant)],
+) -> anyhow::Result<report::ClientRun> {
+    let acknowledged = p.acknowledged();
+    let prefix = guides::key_prefix(&p.language);
+    let lost = missing_of(client, ns, CLIENTS_CLUSTER, &prefix, &acknowledged).await?;
+    let (failed_attempts, first_failure) = p.failed_attempts();
+    let by_operation = operations
+        .iter()
+        .map(|(_, from, to)| report::DuringOperation {
+            failed_attempts: p.failed_attempts_within(*from, *to).0,
+            longest_pause_seconds: p.longest_pause_within(*from, *to).as_secs_f64(),
+        })
+        .collect();
+    Ok(report::ClientRun {
+        client: guides::client_name(&p.language),
+        acknowledged: acknowledged.len(),
+        failed_attempts,
+        lost,
+        longest_pause_seconds: p.longest_pause_within(since, Instant::now()).as_secs_f64(),
+        first_failure,
+        by_operation,
+    })
+}
+
+/// Real clients (the docs' four programs and the bench's writer) through planned operations
+/// on a TLS cluster.
+async fn measure_real_clients(client: &Client) -> anyhow::Result<report::RealClients> {
+    let built = guides::prepare()?;
+    let ns = TestNamespace::create(client, "bench-clients").await?;
+    let ns = ns.name.as_str();
+    valkey_e2e::certs::issue_for_clusters(client, ns, &[CLIENTS_CLUSTER]).await?;
+    let menu = Menu::publish(client, "bench-clients", "9.1.2").await?;
+    let mut spec = cluster(ns, CLIENTS_CLUSTER, &menu.config, 3, 1);
+    spec["spec"]["tls"] = json!({"secretRef": format!("{CLIENTS_CLUSTER}-tls")});
+    apply(client, ns, spec.clone()).await?;
+    clients_settled(client, ns, 3, &[]).await?;
+    let secret = format!("{CLIENTS_CLUSTER}-tls");
+    let app = guides::AppEnvironment::of(client, ns, CLIENTS_CLUSTER, &secret, PASSWORD).await?;
+    let mut programs = app.start_all(&built)?;
+    let writer = Writer::start(client, ns, CLIENTS_CLUSTER).await?;
+    guides::every_program_writes(&mut programs, CLIENTS_PROGRESS, "after starting").await?;
+    // Pauses count from here: a program's start-up (a JVM's) is not one.
+    let since = Instant::now();
+    let operations = planned_operations(client, ns, &menu, &mut spec, &mut programs).await;
+    programs.iter_mut().for_each(guides::Program::stop);
+    let operations = operations?;
+    let mut clients = Vec::new();
+    for p in &programs {
+        clients.push(guide_figures(client, ns, p, since, &operations).await?);
+    }
+    let own = writer
+        .finish_counting_losses(client, ns, CLIENTS_CLUSTER)
+        .await?;
+    clients.push(report::ClientRun {
+        client: report::BENCH_WRITER.to_string(),
+        acknowledged: own.acknowledged.len(),
+        failed_attempts: own.failed_attempts as usize,
+        lost: own.lost.len(),
+        longest_pause_seconds: own.longest_pause.as_secs_f64(),
+        first_failure: None,
+        by_operation: Vec::new(),
+    });
+    for c in &clients {
+        println!(
+            "real client {}: {} acknowledged, {} failed attempts, {} lost, longest pause {:.2} s; by operation: {:?}",
+            c.client,
+            c.acknowledged,
+            c.failed_attempts,
+            c.lost,
+            c.longest_pause_seconds,
+            c.by_operation
+        );
+    }
+    menu.remove(client).await?;
+    app.remove()?;
+    Ok(report::RealClients {
+        operations: operations.into_iter().map(|(what, _, _)| what).collect(),
+        clients,
     })
 }
 
@@ -955,6 +1111,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wanted("durability") {
         measured.durability = Some(measure_durability(&client).await?);
+    }
+    if wanted("clients") {
+        measured.real_clients = Some(measure_real_clients(&client).await?);
     }
     measured.publish(&root, &run)?;
     println!("wrote docs/benchmarks.md and docs/benchmarks/ (figures.json, SVG plots)");

@@ -1,6 +1,9 @@
 //! The goals of issue 19, each next to the figure that answers it.
 
-use super::{FLEET_GOAL_CLUSTERS, Fleet, Report, Rollout, Section, SlotMove, Webhook};
+use super::{
+    BENCH_WRITER, FLEET_GOAL_CLUSTERS, Fleet, RealClients, Report, Rollout, Section, SlotMove,
+    Webhook,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -37,6 +40,7 @@ enum Unit {
     Ratio,
     MiB,
     Ms,
+    Seconds,
 }
 
 impl Unit {
@@ -45,12 +49,13 @@ impl Unit {
             Unit::Ratio => format!("{value:.2}×"),
             Unit::MiB => format!("{value:.1} MiB"),
             Unit::Ms => format!("{value:.2} ms"),
+            Unit::Seconds => format!("{value:.2} s"),
         }
     }
 
     fn decimals(self) -> i32 {
         match self {
-            Unit::Ratio | Unit::Ms => 2,
+            Unit::Ratio | Unit::Ms | Unit::Seconds => 2,
             Unit::MiB => 1,
         }
     }
@@ -130,7 +135,39 @@ impl Report {
                 2.0,
             ),
             self.webhook_goal(),
+            self.client_goal(
+                "Real client (valkey-py, TLS, cluster DNS) through scale-out, scale-in, rolling \
+                 replacement, `kubectl delete pod` of a primary: longest pause, with 0 errors and \
+                 0 lost",
+                "python",
+                1.0,
+            ),
+            self.client_goal(
+                "The bench's own writer through the same operations (TLS): longest pause, with 0 \
+                 errors and 0 lost",
+                BENCH_WRITER,
+                0.5,
+            ),
         ]
+    }
+
+    /// The longest pause of the client named `starting` at most `limit` seconds, failed by
+    /// any failed attempt or lost write.
+    fn client_goal(&self, what: &str, starting: &str, limit: f64) -> Goal {
+        let run = self
+            .real_clients
+            .as_ref()
+            .and_then(|r: &RealClients| r.client(starting));
+        let goal = at_most(
+            what,
+            run.map(|r| r.longest_pause_seconds),
+            limit,
+            Unit::Seconds,
+        );
+        match run.and_then(|r| r.trouble()) {
+            Some(why) => goal.failed(why),
+            None => goal,
+        }
     }
 
     fn rss_goal(&self) -> Goal {

@@ -4,8 +4,8 @@
 use super::markdown::{NOT_MEASURED, optional_seconds, ratio, seconds, table};
 use super::plot::{self, Bars, Panel, Series};
 use super::{
-    AgainstFloor, Durability, Failover, Fleet, FleetStep, Formation, Medians, Rollout, SLOTS,
-    SlotMove, Webhook, WebhookKind, median,
+    AgainstFloor, Durability, Failover, Fleet, FleetStep, Formation, Medians, RealClients, Rollout,
+    SLOTS, SlotMove, Webhook, WebhookKind, median,
 };
 
 /// What the page shows of a measured section.
@@ -398,5 +398,80 @@ impl Benchmark for Durability {
             ],
         ];
         table(headers, rows)
+    }
+}
+
+impl Benchmark for RealClients {
+    fn plot(&self) -> anyhow::Result<String> {
+        plot::grouped_bars(&Bars {
+            title: "Longest pause between two acknowledged writes".to_string(),
+            y_label: "seconds".to_string(),
+            categories: self.clients.iter().map(|c| c.client.clone()).collect(),
+            series: vec![series(
+                "longest pause",
+                self.clients.iter().map(|c| Some(c.longest_pause_seconds)),
+            )],
+        })
+    }
+
+    fn figures(&self) -> String {
+        let headers = [
+            "Client",
+            "Acknowledged writes",
+            "Failed attempts",
+            "Lost",
+            "Longest pause (s)",
+        ];
+        let rows: Vec<_> = self
+            .clients
+            .iter()
+            .map(|c| {
+                [
+                    c.client.clone(),
+                    c.acknowledged.to_string(),
+                    c.failed_attempts.to_string(),
+                    c.lost.to_string(),
+                    seconds(c.longest_pause_seconds),
+                ]
+            })
+            .collect();
+        let failures: String = self
+            .clients
+            .iter()
+            .filter_map(|c| Some(format!("- {}: {}\n", c.client, c.first_failure.as_ref()?)))
+            .collect();
+        let failures = if failures.is_empty() {
+            String::new()
+        } else {
+            format!("\nFirst failed attempt of each client that had one:\n\n{failures}")
+        };
+        format!(
+            "{}\nOperations, in order: {}.\n\n{}{failures}",
+            table(headers, rows),
+            self.operations.join(", "),
+            self.by_operation_table()
+        )
+    }
+}
+
+impl RealClients {
+    /// Failed attempts and longest pause of each client during each operation.
+    fn by_operation_table(&self) -> String {
+        let mut text = format!("| Client | {} |\n", self.operations.join(" | "));
+        text.push_str(&format!("|---|{}\n", "---|".repeat(self.operations.len())));
+        for c in &self.clients {
+            let cells: Vec<String> = (0..self.operations.len())
+                .map(|i| match c.by_operation.get(i) {
+                    Some(d) => format!(
+                        "{} failed, {} s",
+                        d.failed_attempts,
+                        seconds(d.longest_pause_seconds)
+                    ),
+                    None => NOT_MEASURED.to_string(),
+                })
+                .collect();
+            text.push_str(&format!("| {} | {} |\n", c.client, cells.join(" | ")));
+        }
+        format!("Failed attempts and longest pause during each operation:\n\n{text}")
     }
 }

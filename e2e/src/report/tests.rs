@@ -21,6 +21,32 @@ fn formation(floor: f64, operator: f64) -> Formation {
     }
 }
 
+/// valkey-py with `pause` s and `failed` failed attempts; the bench's writer with `writer` s.
+fn real_clients(pause: f64, failed: usize, writer: f64) -> RealClients {
+    let client = |name: &str, longest_pause_seconds, failed_attempts| ClientRun {
+        client: name.to_string(),
+        acknowledged: 1000,
+        failed_attempts,
+        lost: 0,
+        longest_pause_seconds,
+        first_failure: (failed_attempts > 0).then(|| "write 7 failed, retrying: EOF".to_string()),
+        by_operation: vec![
+            DuringOperation {
+                failed_attempts,
+                longest_pause_seconds,
+            },
+            DuringOperation::default(),
+        ],
+    };
+    RealClients {
+        operations: vec!["scale-out 3 → 4".into(), "scale-in 4 → 3".into()],
+        clients: vec![
+            client("python (valkey-py)", pause, failed),
+            client(BENCH_WRITER, writer, 0),
+        ],
+    }
+}
+
 fn fleet(one_cluster: f64, parallelism: u32, settled_200: f64, rss_200: f64) -> Fleet {
     let step = |clusters, added, settled_seconds, operator_rss_mib| FleetStep {
         clusters,
@@ -141,6 +167,7 @@ fn full_report() -> Report {
             sets_per_second_with_volumes: 900.0,
             sets_per_second_memory_only: 1000.0,
         }),
+        real_clients: Some(real_clients(0.4, 0, 0.2)),
         measured_in: BTreeMap::new(),
     };
     report.stamp(&run("abc1234"));
@@ -162,6 +189,7 @@ fn a_full_report_writes_every_table_and_plot() {
         "| Review | Rate (req/s) |",
         "| Run | Native floor (s) | Operator, SIGKILL (s) | Ratio |",
         "| Measure | Memory-only | Volumes + AOF (everysec) | Ratio |",
+        "| Client | Acknowledged writes | Failed attempts | Lost | Longest pause (s) |",
     ] {
         assert!(page.contains(header), "no {header:?} in:\n{page}");
     }
@@ -380,4 +408,36 @@ fn medians_and_percentiles() {
     let kind = WebhookKind::from_latencies("r", &[0.001, 0.002, 0.003], 1, 200.0, 200);
     assert_eq!((kind.requests, kind.failed), (4, 1));
     assert!((kind.max_ms - 3.0).abs() < 1e-9 && (kind.p50_ms - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn real_client_goals_need_the_pause_within_limit_and_no_error() {
+    let with = |pause, failed, writer| Report {
+        real_clients: Some(real_clients(pause, failed, writer)),
+        ..Report::default()
+    };
+    let python = "Real client (valkey-py";
+    let writer = "The bench's own writer";
+    assert_eq!(verdict(&with(1.0, 0, 0.5), python), Verdict::Met);
+    assert_eq!(verdict(&with(1.0, 0, 0.5), writer), Verdict::Met);
+    assert_eq!(verdict(&with(1.01, 0, 0.51), python), Verdict::NotMet);
+    assert_eq!(verdict(&with(1.01, 0, 0.51), writer), Verdict::NotMet);
+    // Within the pause, but a write failed: not met, saying so.
+    let failed = with(0.2, 3, 0.1);
+    assert_eq!(verdict(&failed, python), Verdict::NotMet);
+    let goal = failed
+        .goals()
+        .into_iter()
+        .find(|g| g.what.starts_with(python))
+        .unwrap();
+    assert_eq!(
+        goal.note.as_deref(),
+        Some("3 failed attempts, 0 acknowledged writes lost")
+    );
+    assert_eq!(verdict(&Report::default(), python), Verdict::NotMeasured);
+    let page = failed.markdown();
+    assert!(
+        page.contains("- python (valkey-py): write 7 failed, retrying: EOF"),
+        "{page}"
+    );
 }
