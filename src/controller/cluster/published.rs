@@ -1,10 +1,20 @@
 //! Whether the hostname a TLS member announces resolves. TLS members announce
 //! `<member>.<cluster>.<namespace>.svc.cluster.local` (their pods have the client Service as
 //! subdomain), and the cluster DNS answers for it only while the member's address is ready in
-//! that Service's EndpointSlices, i.e. once its pod is Ready. Slots move to a member only after
-//! that (`plan::rebalance`): a client redirected there must be able to resolve it.
+//! that Service's EndpointSlices, i.e. once its pod is Ready. Slots move to a member, and a
+//! planned failover hands a shard to it, only after that (`plan::rebalance`, `plan::rollout`):
+//! a client redirected there must be able to resolve it.
+//!
+//! Ready in the EndpointSlices is not enough by itself: a new replica is in the cluster's
+//! topology (with its hostname) before it is in sync and Ready, and clients that connect to
+//! every node they learn of (Lettuce's topology refresh) ask for its name then and get
+//! NXDOMAIN, which the DNS server keeps in its negative cache (CoreDNS: up to its `cache` and
+//! SOA TTL, 30 s with kubeadm's Corefile, 5 s on the local cluster) after the record exists.
+//! So the operator also asks the cluster DNS itself, from its pod, and counts the name as
+//! resolving only once the answer is an address.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
@@ -44,9 +54,32 @@ pub async fn check(client: &Client, observed: &mut [Observed]) {
             BTreeSet::new()
         }
     };
-    for i in targets {
-        let member = &mut observed[i].member;
-        member.name_resolves = resolving.contains(&member.name);
+    let cluster = first.spec.cluster_name.clone();
+    let answered = futures::future::join_all(targets.iter().map(|&i| {
+        let name = &observed[i].member.name;
+        let ready = resolving.contains(name);
+        let hostname = names::member_hostname(name, &cluster, &namespace);
+        async move { ready && cluster_dns_answers(&hostname).await }
+    }))
+    .await;
+    for (i, resolves) in targets.into_iter().zip(answered) {
+        observed[i].member.name_resolves = resolves;
+    }
+}
+
+/// Whether the cluster DNS (the operator pod's resolver) gives `hostname` an address now,
+/// within a second. Asked only once the name's endpoint is ready, so the question itself does
+/// not leave a negative answer in the DNS server's cache.
+async fn cluster_dns_answers(hostname: &str) -> bool {
+    let absolute = format!("{hostname}.");
+    let lookup = tokio::net::lookup_host((absolute.as_str(), 6379));
+    match tokio::time::timeout(Duration::from_secs(1), lookup).await {
+        Ok(Ok(mut addrs)) => addrs.next().is_some(),
+        Ok(Err(e)) => {
+            tracing::debug!(hostname, error = %e, "the cluster DNS does not answer for a member's hostname yet");
+            false
+        }
+        Err(_) => false,
     }
 }
 
