@@ -334,11 +334,39 @@ pub type ShardRollout = FloorAndOperator;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Formation {
     pub runs: Vec<FormationRun>,
+    /// Per run, in the same order: seconds from the apply until every member's valkey
+    /// container ran (Kubernetes' share: the ValkeyNodes, scheduling, the image, the container
+    /// start). Empty in figures measured before it was recorded.
+    #[serde(default)]
+    pub members_running_seconds: Vec<Option<f64>>,
 }
 
 impl Formation {
     pub fn medians(&self) -> Medians {
         Medians::of(&self.runs)
+    }
+
+    /// Medians of the members-running share and of what followed it (formation proper), and
+    /// the latter over the floor; `None` when not recorded.
+    pub fn split(&self) -> Option<(f64, f64, Option<f64>)> {
+        let running: Vec<f64> = self
+            .members_running_seconds
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        let after: Vec<f64> = self
+            .runs
+            .iter()
+            .zip(&self.members_running_seconds)
+            .filter_map(|(run, r)| Some(run.operator_seconds - (*r)?))
+            .collect();
+        let (running, after) = (median(&running)?, median(&after)?);
+        Some((
+            running,
+            after,
+            ratio_of(Some(after), self.medians().floor_seconds),
+        ))
     }
 }
 

@@ -75,7 +75,18 @@ impl Benchmark for Formation {
 
     fn figures(&self) -> String {
         let headers = ["Run", "Floor (s)", "Time-to-Active (s)", "Ratio"];
-        floor_table(headers, &self.runs, true)
+        let split = match self.split() {
+            Some((running, after, ratio_after)) => format!(
+                "\nWhere the time goes (medians): {} s until every member's valkey container ran \
+                 (Kubernetes: the ValkeyNodes, scheduling, the image, the container start), then \
+                 {} s to Active (formation; {} of the floor, which starts from running servers).\n",
+                seconds(running),
+                seconds(after),
+                ratio(ratio_after)
+            ),
+            None => String::new(),
+        };
+        format!("{}{split}", floor_table(headers, &self.runs, true))
     }
 }
 

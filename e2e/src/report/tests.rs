@@ -18,6 +18,7 @@ fn formation(floor: f64, operator: f64) -> Formation {
             floor_seconds: floor,
             operator_seconds: operator,
         }],
+        members_running_seconds: Vec::new(),
     }
 }
 
@@ -121,6 +122,7 @@ fn full_report() -> Report {
                     operator_seconds: 2.9,
                 },
             ],
+            members_running_seconds: vec![Some(1.5), Some(1.7), None],
         }),
         rollout: Some(Rollout {
             shards: (0..3)
@@ -438,6 +440,27 @@ fn real_client_goals_need_the_pause_within_limit_and_no_error() {
     let page = failed.markdown();
     assert!(
         page.contains("- python (valkey-py): write 7 failed, retrying: EOF"),
+        "{page}"
+    );
+}
+
+#[test]
+fn formation_says_how_much_of_the_time_is_before_every_member_runs() {
+    let mut f = formation(2.0, 10.0);
+    assert_eq!(f.split(), None);
+    f.members_running_seconds = vec![Some(7.0)];
+    assert_eq!(f.split(), Some((7.0, 3.0, Some(1.5))));
+    let page = Report {
+        formation: Some(f),
+        ..Report::default()
+    }
+    .markdown();
+    assert!(
+        page.contains("7.00 s until every member's valkey container ran"),
+        "{page}"
+    );
+    assert!(
+        page.contains("then 3.00 s to Active (formation; 1.50×"),
         "{page}"
     );
 }
