@@ -5,11 +5,10 @@
 //!
 //! Member settings. The servers run with the settings that matter for these timings as the
 //! bench's clusters have them ([`member_conf`]):
-//! * `cluster-node-timeout 5000` (and `shutdown-on-sigterm failover`): the operator's
-//!   defaults ([`operator_defaults`]); the harness sets the same node timeout.
-//! * `repl-diskless-sync-delay 0`: the menu vk-bench publishes ([`MENU_SETTINGS`]). Neither
-//!   the operator nor the harness sets it, so without this the servers would wait Valkey's
-//!   default 5 s before each full sync (the `standard` sample config keeps that default).
+//! * `cluster-node-timeout 5000`, `repl-diskless-sync-delay 0` (and `shutdown-on-sigterm
+//!   failover`): the operator's defaults ([`operator_defaults`]); the harness sets the same
+//!   node timeout. The menu vk-bench publishes ([`MENU_SETTINGS`]) sets the same sync delay
+//!   explicitly: without it the servers would wait Valkey's default 5 s before each full sync.
 //! * `repl-diskless-sync yes`: Valkey's default; nobody overrides it.
 //!
 //! Every figure is the value of [`FLOOR_SETTINGS`] read back from a member, in

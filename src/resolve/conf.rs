@@ -96,11 +96,20 @@ pub struct MemberConf<'a> {
 /// detection. The operator's own failover (rollouts) leaves the member a replica before its
 /// pod is deleted, so the two never race: a replica's SIGTERM hands nothing over.
 ///
+/// `repl-diskless-sync-delay 0` (Valkey's default is 5 s): a new replica's full sync starts at
+/// once. The delay lets several replicas that attach within it share one transfer, but the
+/// operator attaches a shard's replicas as it creates them, and every second a new replica
+/// waits is a second the shard has one copy fewer: a cluster's formation waited those 5 s for
+/// nothing (`vk-bench --only formation`). A config that sets it keeps its value.
+///
 /// `maxmemory` ([`derived_maxmemory`]): without one Valkey grows until the kernel kills it at
 /// the container's memory limit, losing what the replica had not received yet; with one it
 /// refuses writes (or evicts, per `maxmemory-policy`) and keeps serving.
 pub fn operator_defaults(version: &str, memory_limit: Option<&str>) -> Vec<(&'static str, String)> {
-    let mut defaults = vec![("cluster-node-timeout", "5000".to_string())];
+    let mut defaults = vec![
+        ("cluster-node-timeout", "5000".to_string()),
+        ("repl-diskless-sync-delay", "0".to_string()),
+    ];
     if supports_shutdown_failover(version) {
         defaults.push(("shutdown-on-sigterm", "failover".to_string()));
     }
@@ -263,6 +272,14 @@ mod tests {
         assert_eq!(directive(&text, "cluster-node-timeout"), vec!["5000"]);
         let text = conf(&settings(&[("cluster-node-timeout", "15000")]), false);
         assert_eq!(directive(&text, "cluster-node-timeout"), vec!["15000"]);
+    }
+
+    #[test]
+    fn a_new_replica_syncs_at_once_unless_the_config_sets_a_delay() {
+        let text = conf(&BTreeMap::new(), false);
+        assert_eq!(directive(&text, "repl-diskless-sync-delay"), vec!["0"]);
+        let text = conf(&settings(&[("repl-diskless-sync-delay", "5")]), false);
+        assert_eq!(directive(&text, "repl-diskless-sync-delay"), vec!["5"]);
     }
 
     #[test]
