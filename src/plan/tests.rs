@@ -772,10 +772,47 @@ fn a_new_clusters_members_get_distinct_config_epochs_before_they_meet_and_later_
 }
 
 #[test]
-fn members_that_have_not_heard_of_each_other_are_introduced_directly_not_left_to_gossip() {
+fn a_new_clusters_primaries_get_their_slots_before_they_meet() {
     let mut sim = Sim::default();
     // Created, then given distinct config epochs.
     for _ in 0..2 {
+        for step in plan(&sim.topology(3, 1)).steps {
+            sim.apply(&step);
+        }
+    }
+    let assign = plan(&sim.topology(3, 1));
+    assert_eq!(assign.message, "assigning hash slots");
+    assert_eq!(assign.steps.len(), 3, "{:?}", assign.steps);
+    assert!(
+        assign
+            .steps
+            .iter()
+            .all(|s| matches!(s, Step::AssignSlots { .. }))
+    );
+    for step in &assign.steps {
+        sim.apply(step);
+    }
+    // Then they meet (the handshake carries the slots), and slots are never given twice.
+    let meets = plan(&sim.topology(3, 1));
+    assert!(
+        meets.steps.iter().all(|s| matches!(s, Step::Meet { .. })) && !meets.steps.is_empty(),
+        "{meets:?}"
+    );
+    form(&mut sim, 3, 1, |_| usize::MAX);
+    let owners: BTreeSet<&str> = sim
+        .nodes
+        .values()
+        .filter(|n| !n.slots.is_empty())
+        .map(|n| n.addr.host.as_str())
+        .collect();
+    assert_eq!(owners.len(), 3, "one owner per shard");
+}
+
+#[test]
+fn members_that_have_not_heard_of_each_other_are_introduced_directly_not_left_to_gossip() {
+    let mut sim = Sim::default();
+    // Created, given distinct config epochs, then the primaries their slots.
+    for _ in 0..3 {
         for step in plan(&sim.topology(2, 1)).steps {
             sim.apply(&step);
         }
