@@ -32,11 +32,13 @@ grep -q -- "--version v$CERT_MANAGER_VERSION" "$work"/*.sh \
   || fail "docs/quickstart.md does not pin cert-manager v$CERT_MANAGER_VERSION (e2e/versions.env)"
 
 # A new user's cluster: nothing of ours but the CRDs' objects the suites left (none).
-echo "[quickstart] removing the local install: helm release, persona roles, namespace my-app"
+# my-app goes first, while the operator still runs: the sample cluster an earlier suite left
+# there (provisioning's) holds finalizers only the operator removes.
+echo "[quickstart] removing the local install: namespace my-app, helm release, persona roles"
+kubectl delete namespace my-app --ignore-not-found --wait --timeout=180s >/dev/null
 helm uninstall valkey-operator -n valkey-operator-system --wait >/dev/null 2>&1 || true
 kubectl delete -f "$REPO/manifests/rbac/platform-team.yaml" -f "$REPO/manifests/rbac/product-team.yaml" \
   --ignore-not-found >/dev/null
-kubectl delete namespace my-app --ignore-not-found --wait --timeout=180s >/dev/null
 
 # Each block in a shell of its own, from the repository's root, as a user pastes it.
 run_block() { (cd "$REPO" && bash -euo pipefail "$1") > "$2" 2>&1; }
