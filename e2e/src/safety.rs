@@ -54,6 +54,36 @@ pub struct Shape {
     pub members: usize,
 }
 
+impl Shape {
+    /// `shards` shards of one replica each.
+    pub fn one_replica(shards: usize) -> Shape {
+        Shape {
+            primaries: shards,
+            members: shards * 2,
+        }
+    }
+}
+
+/// [`healed`] into `shards` x 1, timed from now.
+pub async fn settled(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    shards: usize,
+    gone: &[&str],
+) -> anyhow::Result<()> {
+    healed(
+        client,
+        ns,
+        name,
+        Shape::one_replica(shards),
+        gone,
+        Instant::now(),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Waits until no member `gone` names is in the cluster any more and the cluster is Active
 /// with `shape`; prints how long that took since `since` and returns it.
 pub async fn healed(

@@ -11,15 +11,13 @@
 //! member by its pod IP instead of the hostname it announces would fail to verify it.
 #![cfg(feature = "e2e")]
 
-use std::time::Instant;
-
 use anyhow::{Context as _, ensure};
 use serde_json::json;
 
 use valkey_e2e::certs;
 use valkey_e2e::guides::{self, AppEnvironment, Program, every_program_writes};
 use valkey_e2e::harness::{TestNamespace, client, kubectl_run};
-use valkey_e2e::safety::{Shape, healed, members_with};
+use valkey_e2e::safety::{members_with, settled};
 use valkey_e2e::workload::{self, Menu, PASSWORD};
 use valkey_operator::api::NodeRole;
 
@@ -41,7 +39,7 @@ async fn the_four_client_guides_write_through_a_primary_hand_over_and_a_scale_ou
     let mut spec = workload::cluster(ns, CLUSTER, &menu.config, 3, 1);
     spec["spec"]["tls"] = json!({"secretRef": format!("{CLUSTER}-tls")});
     workload::apply(&client, ns, spec.clone()).await?;
-    settled(&client, ns, 3, &[]).await?;
+    settled(&client, ns, CLUSTER, 3, &[]).await?;
 
     let app = AppEnvironment::of(&client, ns, CLUSTER, &format!("{CLUSTER}-tls"), PASSWORD).await?;
     let mut running = app.start_all(&built)?;
@@ -88,26 +86,12 @@ async fn exercise(
         victim.pod
     );
     every_program_writes(running, PROGRESS, "after the primary's pod was deleted").await?;
-    settled(client, ns, 3, &[victim.name.as_str()]).await?;
+    settled(client, ns, CLUSTER, 3, &[victim.name.as_str()]).await?;
     every_program_writes(running, PROGRESS, "after the lost member was replaced").await?;
 
     spec["spec"]["shards"] = json!(4);
     workload::apply(client, ns, spec.clone()).await?;
-    settled(client, ns, 4, &[]).await?;
+    settled(client, ns, CLUSTER, 4, &[]).await?;
     println!("scaled out to 4 shards");
     every_program_writes(running, PROGRESS, "after the scale-out").await
-}
-
-async fn settled(
-    client: &kube::Client,
-    ns: &str,
-    shards: usize,
-    gone: &[&str],
-) -> anyhow::Result<()> {
-    let shape = Shape {
-        primaries: shards,
-        members: shards * 2,
-    };
-    healed(client, ns, CLUSTER, shape, gone, Instant::now()).await?;
-    Ok(())
 }

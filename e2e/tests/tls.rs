@@ -29,7 +29,7 @@ use valkey_e2e::faults::PodRef;
 use valkey_e2e::harness::{
     TestNamespace, apply_yaml, client, kubectl_input, kubectl_outcome, wait_for,
 };
-use valkey_e2e::safety::{Shape, healed, members_with};
+use valkey_e2e::safety::{members_with, settled};
 use valkey_e2e::valkey::{member_pods, operator_driver, serving_addrs, wait_state};
 use valkey_e2e::workload::{self, Menu, PASSWORD, Writer};
 use valkey_operator::api::{ClusterState, NodeRole, ValkeyCluster};
@@ -774,21 +774,6 @@ async fn certificate_expiry_is_watched(
 
 /// Waits until cluster `name` is Active at its generation with `members` members, none of
 /// them named in `gone`.
-async fn settled(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    shards: usize,
-    gone: &[&str],
-) -> anyhow::Result<()> {
-    let shape = Shape {
-        primaries: shards,
-        members: shards * 2,
-    };
-    healed(client, ns, name, shape, gone, Instant::now())
-        .await
-        .map(|_| ())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_writes_survive_scaling_a_rolling_replacement_and_a_primary_kill() -> anyhow::Result<()>

@@ -950,21 +950,6 @@ const CLIENTS_CLUSTER: &str = "clients";
 /// Writes every client acknowledges after each operation before the next one starts.
 const CLIENTS_PROGRESS: usize = 20;
 
-/// Waits until cluster CLIENTS_CLUSTER is Active with `shards` x 1 and no member `gone` names.
-async fn clients_settled(
-    client: &Client,
-    ns: &str,
-    shards: usize,
-    gone: &[&str],
-) -> anyhow::Result<()> {
-    let shape = Shape {
-        primaries: shards,
-        members: shards * 2,
-    };
-    healed(client, ns, CLIENTS_CLUSTER, shape, gone, Instant::now()).await?;
-    Ok(())
-}
-
 /// The planned operations the real clients write through, each followed by every guide
 /// program getting CLIENTS_PROGRESS more writes acknowledged: each one's name, start and end.
 async fn planned_operations(
@@ -979,7 +964,7 @@ async fn planned_operations(
         let started = Instant::now();
         spec["spec"]["shards"] = json!(shards);
         apply(client, ns, spec.clone()).await?;
-        clients_settled(client, ns, shards, &[]).await?;
+        valkey_e2e::safety::settled(client, ns, CLIENTS_CLUSTER, shards, &[]).await?;
         guides::every_program_writes(programs, CLIENTS_PROGRESS, what).await?;
         done.push((what.to_string(), started, Instant::now()));
     }
@@ -994,14 +979,14 @@ async fn planned_operations(
     config["spec"]["resources"]["memory"] = json!("300Mi");
     apply(client, "config", config).await?;
     let gone: Vec<&str> = before.iter().map(String::as_str).collect();
-    clients_settled(client, ns, 3, &gone).await?;
+    valkey_e2e::safety::settled(client, ns, CLIENTS_CLUSTER, 3, &gone).await?;
     guides::every_program_writes(programs, CLIENTS_PROGRESS, "rolling replacement").await?;
     done.push(("rolling replacement".to_string(), started, Instant::now()));
     let started = Instant::now();
     let primaries = members_with(client, ns, CLIENTS_CLUSTER, NodeRole::Primary).await?;
     let victim = primaries.first().context("no primary")?;
     valkey_e2e::harness::kubectl_run(&["delete", "pod", "-n", ns, &victim.pod])?;
-    clients_settled(client, ns, 3, &[victim.name.as_str()]).await?;
+    valkey_e2e::safety::settled(client, ns, CLIENTS_CLUSTER, 3, &[victim.name.as_str()]).await?;
     guides::every_program_writes(programs, CLIENTS_PROGRESS, "kubectl delete pod").await?;
     let what = "`kubectl delete pod` of a primary".to_string();
     done.push((what, started, Instant::now()));
@@ -1049,7 +1034,7 @@ async fn measure_real_clients(client: &Client) -> anyhow::Result<report::RealCli
     let mut spec = cluster(ns, CLIENTS_CLUSTER, &menu.config, 3, 1);
     spec["spec"]["tls"] = json!({"secretRef": format!("{CLIENTS_CLUSTER}-tls")});
     apply(client, ns, spec.clone()).await?;
-    clients_settled(client, ns, 3, &[]).await?;
+    valkey_e2e::safety::settled(client, ns, CLIENTS_CLUSTER, 3, &[]).await?;
     let secret = format!("{CLIENTS_CLUSTER}-tls");
     let app = guides::AppEnvironment::of(client, ns, CLIENTS_CLUSTER, &secret, PASSWORD).await?;
     let mut programs = app.start_all(&built)?;
