@@ -369,7 +369,7 @@ import sys, yaml
 load = lambda *fs: [d for f in fs for d in yaml.safe_load_all(open(f)) if d]
 names = ["valkey-menu-reader", "valkey-platform-team", "valkey-product-team", "valkey-viewer"]
 def personas(docs):
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] != "valkey-operator"}
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole" and not d["metadata"]["name"].startswith("valkey-operator")}
 def essence(role): # name, rules, labels other than the release's
     labels = {k: v for k, v in role["metadata"]["labels"].items() if k not in ("app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart")}
     return role["metadata"]["name"], role["rules"], labels
@@ -381,7 +381,7 @@ assert not personas(load(sys.argv[2])), "personaRoles.create=false still renders
 assert [essence(chart[n]) for n in names] == [essence(personas(plain)[n]) for n in names], "the plain manifests' persona roles differ"
 # Example bindings: off in the chart, in the plain manifests (tests/api_e2e.rs binds as these groups).
 bindings = lambda docs: {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")): (d["roleRef"]["name"], [s["name"] for s in d["subjects"]])
-                         for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding") and d["metadata"]["name"] != "valkey-operator"}
+                         for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding") and not d["metadata"]["name"].startswith("valkey-operator")}
 assert not bindings(default) and not [d for d in default if d["kind"] == "Namespace"], "example bindings rendered by default"
 assert bindings(plain) == {("ClusterRoleBinding", "valkey-platform-team", None): ("valkey-platform-team", ["platform-team"]),
                            ("ClusterRoleBinding", "valkey-menu-reader", None): ("valkey-menu-reader", ["team-a"]),
@@ -453,6 +453,23 @@ PY
 }
 check "helm test pod: checks the webhook through its Service against the caBundle (cert-manager's ca.crt, or webhook.caBundle), restricted, not the operator's labels" helm_test_pod
 check "a malformed image digest is refused by the values schema" bash -c "! '$HELM' template vo '$CHART' --set image.digest=latest >/dev/null 2>&1"
+tenant_bindings() { # file -> "<kind> <namespace>" of each binding of valkey-operator-tenants
+  python3 -c 'import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"].endswith("Binding") and d["roleRef"]["name"] == "valkey-operator-tenants":
+        print(d["kind"], d["metadata"].get("namespace", ""))' "$1" | sort
+}
+watch_namespaces() { # scoped: tenant role bound per listed namespace and the release's; default: cluster-wide
+  render -f "$REPO/e2e/chart-values.yaml" --set webhook.caBundle=Zm9v \
+    --set 'watchNamespaces={team-a,team-b}' > "$tmp/scoped.yaml" || return 1
+  render -f "$REPO/e2e/chart-values.yaml" --set webhook.caBundle=Zm9v > "$tmp/all.yaml" || return 1
+  [ "$(tenant_bindings "$tmp/scoped.yaml" | tr '\n' ,)" = "RoleBinding ops,RoleBinding team-a,RoleBinding team-b," ] || return 1
+  [ "$(tenant_bindings "$tmp/all.yaml" | tr '\n' ,)" = "ClusterRoleBinding ," ] || return 1
+  grep -q '^  watchNamespaces: team-a,team-b$' "$tmp/scoped.yaml" || return 1
+  ! grep -q '^  watchNamespaces:' "$tmp/all.yaml" || return 1
+  ! render --set 'watchNamespaces={Team_A}' >/dev/null 2>&1
+}
+check "watchNamespaces: tenant role bound in the listed namespaces and the release's only (cluster-wide without it), the settings key set, a bad name refused" watch_namespaces
 
 "$REPO/e2e/render-manifests.sh" "$tmp/rendered" >/dev/null
 drift() {

@@ -7,6 +7,7 @@ pub mod driver;
 pub mod plan;
 pub mod plugin;
 pub mod resolve;
+pub mod scope;
 pub mod settings;
 pub mod telemetry;
 pub mod time;

@@ -257,7 +257,7 @@ async fn operate(
         &namespace,
         client.clone(),
         metrics.clone(),
-        settings.version_floor,
+        (settings.version_floor, settings.watch_namespaces.clone()),
     );
     let election = election(leader, &namespace);
     let controllers = valkey_operator::controller::run::run(
@@ -303,7 +303,10 @@ fn spawn_webhook(
     namespace: &str,
     client: kube::Client,
     metrics: std::sync::Arc<valkey_operator::telemetry::Metrics>,
-    version_floor: valkey_operator::settings::VersionFloor,
+    (version_floor, watch_namespaces): (
+        valkey_operator::settings::VersionFloor,
+        valkey_operator::scope::WatchScope,
+    ),
 ) -> tokio::task::JoinHandle<()> {
     let webhook_settings = valkey_operator::webhook::WebhookSettings {
         addr: webhook.webhook_addr,
@@ -321,9 +324,11 @@ fn spawn_webhook(
         menu: std::sync::Arc::new(valkey_operator::webhook::admission::WatchedMenu::start(
             client,
             std::time::Duration::from_secs(3),
+            watch_namespaces.clone(),
         )),
         metrics,
         version_floor,
+        watch_namespaces,
     });
     tokio::spawn(async move {
         if let Err(e) = valkey_operator::webhook::serve(webhook_settings, webhook_state).await {

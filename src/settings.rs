@@ -8,6 +8,7 @@ use kube::{Api, Client};
 
 use crate::api::ZoneSpread;
 use crate::api::placement::UnknownZoneSpread;
+use crate::scope::{InvalidNamespace, WatchScope};
 
 /// Name of the settings ConfigMap in the operator's namespace.
 pub const SETTINGS_CONFIGMAP: &str = "valkey-operator-config";
@@ -30,6 +31,9 @@ pub struct Settings {
     /// creation fails (Momento v0.9 fails at once: 0); the Secret of a cluster applied with its
     /// cert-manager Certificate shows up seconds later.
     pub tls_secret_grace: std::time::Duration,
+    /// The namespaces whose ValkeyClusters (and backups) the operator watches and reconciles;
+    /// the chart's `watchNamespaces` sets it with the permissions that go with it.
+    pub watch_namespaces: WatchScope,
 }
 
 /// The default `tlsSecretGracePeriod`: 120 s.
@@ -115,6 +119,10 @@ pub enum SettingsError {
         "{SETTINGS_CONFIGMAP}: key tlsSecretGracePeriod: {value:?} is not a whole number of seconds, optionally followed by s (\"120\", \"120s\"; \"0\" fails creation at once, as Momento v0.9); fix the ConfigMap and restart"
     )]
     TlsSecretGracePeriod { value: String },
+    #[error(
+        "{SETTINGS_CONFIGMAP}: key watchNamespaces: {0}; set the chart's watchNamespaces (its permissions follow) and upgrade"
+    )]
+    WatchNamespaces(InvalidNamespace),
     /// Unknown keys are errors too: a typo must not silently fall back to a default.
     #[error("{SETTINGS_CONFIGMAP}: unknown key {key:?}; known keys: {known}", known = KNOWN_KEYS.join(", "))]
     UnknownKey { key: String },
@@ -149,6 +157,7 @@ impl Default for Settings {
             version_floor: VersionFloor::Warn,
             utilization_sampling: true,
             tls_secret_grace: DEFAULT_TLS_SECRET_GRACE,
+            watch_namespaces: WatchScope::AllNamespaces,
         }
     }
 }
@@ -161,6 +170,7 @@ const KNOWN_KEYS: &[&str] = &[
     "versionFloor",
     "utilizationSampling",
     "tlsSecretGracePeriod",
+    "watchNamespaces",
 ];
 
 impl Settings {
@@ -215,6 +225,10 @@ impl Settings {
                             }
                         })?;
                     settings.tls_secret_grace = std::time::Duration::from_secs(seconds);
+                }
+                "watchNamespaces" => {
+                    settings.watch_namespaces =
+                        WatchScope::parse(value).map_err(SettingsError::WatchNamespaces)?;
                 }
                 other => {
                     return Err(SettingsError::UnknownKey {
@@ -315,6 +329,19 @@ mod tests {
     }
 
     #[test]
+    fn watch_namespaces_names_the_namespaces_or_stops_with_the_bad_name() {
+        let s = Settings::from_data(&data(&[("watchNamespaces", "team-a,team-b")])).unwrap();
+        assert!(s.watch_namespaces.includes("team-a") && !s.watch_namespaces.includes("x"));
+        let err = Settings::from_data(&data(&[("watchNamespaces", "team-a,Team_B")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("key watchNamespaces") && err.contains("\"Team_B\""),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn default_zone_spread_parses() {
         let s = Settings::from_data(&data(&[("defaultZoneSpread", "required")])).unwrap();
         assert_eq!(s.default_zone_spread, ZoneSpread::Required);
@@ -356,7 +383,7 @@ mod tests {
         let err = Settings::from_data(&data(&[("x", "1")])).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "valkey-operator-config: unknown key \"x\"; known keys: defaultZoneSpread, clientsFrom, maxConcurrentRollouts, versionFloor, utilizationSampling, tlsSecretGracePeriod"
+            "valkey-operator-config: unknown key \"x\"; known keys: defaultZoneSpread, clientsFrom, maxConcurrentRollouts, versionFloor, utilizationSampling, tlsSecretGracePeriod, watchNamespaces"
         );
         let err = Settings::from_data(&data(&[("versionFloor", "strict")])).unwrap_err();
         assert_eq!(

@@ -1,14 +1,15 @@
-//! The operator's ClusterRole and the Role in its own namespace (the chart's, as rendered into
-//! manifests/rbac/operator.yaml by `make manifests`) grant exactly
-//! `controller::permissions::OPERATOR_CLUSTER_PERMISSIONS` and `OPERATOR_NAMESPACE_PERMISSIONS`:
-//! least privilege, with a reason for every verb.
+//! The operator's two ClusterRoles and the Role in its own namespace (the chart's, as rendered
+//! into manifests/rbac/operator.yaml by `make manifests`) grant exactly
+//! `controller::permissions::OPERATOR_CLUSTER_PERMISSIONS`, `OPERATOR_TENANT_PERMISSIONS` and
+//! `OPERATOR_NAMESPACE_PERMISSIONS`: least privilege, with a reason for every verb.
 
 use std::collections::BTreeSet;
 
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 use valkey_operator::controller::permissions::{
-    OPERATOR_CLUSTER_PERMISSIONS, OPERATOR_NAMESPACE_PERMISSIONS, Permission,
+    OPERATOR_CLUSTER_PERMISSIONS, OPERATOR_NAMESPACE_PERMISSIONS, OPERATOR_TENANT_PERMISSIONS,
+    Permission,
 };
 
 /// (API group, resource, object name or "" for every object, verb).
@@ -46,9 +47,13 @@ fn manifests() -> Vec<Value> {
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    find_named(docs, kind, "valkey-operator")
+}
+
+fn find_named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == "valkey-operator")
-        .unwrap_or_else(|| panic!("the operator's {kind}"))
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("the operator's {kind} {name}"))
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -118,6 +123,37 @@ fn the_cluster_role_grants_exactly_the_documented_permissions() {
 }
 
 #[test]
+fn the_tenant_cluster_role_grants_exactly_the_documented_permissions_in_every_namespace() {
+    let docs = manifests();
+    let role = find_named(&docs, "ClusterRole", "valkey-operator-tenants");
+    assert_exactly(
+        "ClusterRole valkey-operator-tenants",
+        &granted(role),
+        &wanted(OPERATOR_TENANT_PERMISSIONS),
+    );
+    // Without watchNamespaces (the rendered manifests), it is bound cluster-wide.
+    let binding = find_named(&docs, "ClusterRoleBinding", "valkey-operator-tenants");
+    assert_eq!(binding["roleRef"]["name"], "valkey-operator-tenants");
+    // Every rule there is about a namespaced kind; the cluster-scoped ones are the other role's.
+    for p in OPERATOR_TENANT_PERMISSIONS {
+        for r in p.resources {
+            assert!(
+                ![
+                    "nodes",
+                    "persistentvolumes",
+                    "storageclasses",
+                    "valkeyimages",
+                    "valkeyconfigs"
+                ]
+                .iter()
+                .any(|c| r.starts_with(c)),
+                "{r} is cluster-scoped: OPERATOR_CLUSTER_PERMISSIONS"
+            );
+        }
+    }
+}
+
+#[test]
 fn the_operator_namespace_role_grants_exactly_the_documented_permissions() {
     let docs = manifests();
     let role = find(&docs, "Role");
@@ -154,5 +190,6 @@ fn secrets_are_deleted_only_in_the_operators_namespace() {
             .any(|p| p.resources.contains(&"secrets") && p.verbs.contains(&"delete"))
     };
     assert!(!deletes_secrets(OPERATOR_CLUSTER_PERMISSIONS));
+    assert!(!deletes_secrets(OPERATOR_TENANT_PERMISSIONS));
     assert!(deletes_secrets(OPERATOR_NAMESPACE_PERMISSIONS));
 }

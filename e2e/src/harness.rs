@@ -80,17 +80,29 @@ pub fn tool_cache() -> PathBuf {
 
 /// promtool of the version pinned in `e2e/versions.env` (`make tools` builds it).
 pub fn promtool() -> anyhow::Result<PathBuf> {
-    let versions = lc_dir()
-        .parent()
-        .map(|repo| repo.join("e2e/versions.env"))
-        .context("no checkout")?;
+    pinned_tool("PROMTOOL_VERSION", "promtool")
+}
+
+/// helm of the version pinned in `e2e/versions.env` (`make up` installs it).
+pub fn helm() -> anyhow::Result<PathBuf> {
+    pinned_tool("HELM_VERSION", "helm")
+}
+
+/// The checkout the local cluster was brought up from.
+pub fn repo_root() -> anyhow::Result<PathBuf> {
+    lc_dir().parent().map(PathBuf::from).context("no checkout")
+}
+
+/// `<tool cache>/<name>-v<version>/bin/<name>`, the version `e2e/versions.env` pins as `var`.
+fn pinned_tool(var: &str, name: &str) -> anyhow::Result<PathBuf> {
+    let versions = repo_root()?.join("e2e/versions.env");
     let text = std::fs::read_to_string(&versions)
         .with_context(|| format!("reading {}", versions.display()))?;
     let version = text
         .lines()
-        .find_map(|l| l.strip_prefix("PROMTOOL_VERSION="))
-        .context("PROMTOOL_VERSION in e2e/versions.env")?;
-    let path = tool_cache().join(format!("promtool-v{}/bin/promtool", version.trim()));
+        .find_map(|l| l.strip_prefix(&format!("{var}=")))
+        .with_context(|| format!("{var} in e2e/versions.env"))?;
+    let path = tool_cache().join(format!("{name}-v{}/bin/{name}", version.trim()));
     anyhow::ensure!(
         path.is_file(),
         "{} is missing: run `make tools`",

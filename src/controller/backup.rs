@@ -15,7 +15,6 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::info;
@@ -34,7 +33,6 @@ use crate::backup::job::{
 use crate::backup::{
     ClusterIdentity, JobOutcome, JobPlan, MemberAddress, ShardSource, StoreAddress, backup_path,
 };
-use crate::cache::controller_for;
 use crate::controller::jobs::{
     CA_MOUNT, JobImage, ca_volume, copy_job_spec, job_container, job_image, job_outcome,
     restricted_pod, secret_env, value_env,
@@ -49,20 +47,17 @@ pub const LABEL_BACKUP_NAME: &str = "valkey.gomomento.com/backup-name";
 
 /// Runs until shutdown (only while this replica leads).
 pub async fn run(ctx: Arc<Context>) {
-    let client = ctx.client.clone();
-    let jobs = Api::<Job>::namespaced(client.clone(), &ctx.operator_namespace);
     let selector =
         format!("{LABEL_APP_MANAGED_BY}={MANAGER},{LABEL_APP_COMPONENT}={BACKUP_COMPONENT}");
-    controller_for::<ValkeyBackup>(&client, watcher::Config::default())
-        .watches(
-            jobs,
-            watcher::Config::default().labels(&selector),
-            backup_of_job,
-        )
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    crate::controller::jobs::controller_following_jobs::<ValkeyBackup>(
+        &ctx,
+        &selector,
+        backup_of_job,
+    )
+    .shutdown_on_signal()
+    .run(reconcile, error_policy, ctx)
+    .for_each(|_| futures::future::ready(()))
+    .await;
 }
 
 fn backup_of_job(job: Job) -> Option<ObjectRef<ValkeyBackup>> {

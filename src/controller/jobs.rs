@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PropagationPolicy};
 
+use crate::cache::{NamespacedKind, controller_for};
 use crate::controller::{Context, Error};
 
 /// The image backup Jobs run, when set; the operator's own image otherwise.
@@ -392,6 +393,29 @@ pub fn job_end_reason(job: &Job) -> String {
         .and_then(|c| c.iter().find(|c| c.type_ == "Failed"))
         .and_then(|c| c.message.clone().or_else(|| c.reason.clone()))
         .unwrap_or_else(|| "its pod is gone".into())
+}
+
+/// A controller of every `K` in the namespaces the operator watches, also reconciling the
+/// object `named_by` finds in the labels of a Job (in the operator's namespace, selected by
+/// `selector`) whenever that Job changes: a backup or restore acts as soon as its Job ends.
+pub fn controller_following_jobs<K: NamespacedKind>(
+    ctx: &Context,
+    selector: &str,
+    named_by: impl Fn(
+        k8s_openapi::api::batch::v1::Job,
+    ) -> Option<kube::runtime::reflector::ObjectRef<K>>
+    + Send
+    + Sync
+    + 'static,
+) -> kube::runtime::Controller<K> {
+    use kube::runtime::watcher::Config;
+    let jobs = Api::namespaced(ctx.client.clone(), &ctx.operator_namespace);
+    controller_for::<K>(
+        &ctx.client,
+        &ctx.settings.watch_namespaces,
+        Config::default(),
+    )
+    .watches(jobs, Config::default().labels(selector), named_by)
 }
 
 #[cfg(test)]

@@ -98,7 +98,14 @@ async fn look(
         }
     }
     let live_members = pod_owners(&fleet.pods);
-    for record in records.iter().filter(|r| !released(r)) {
+    // A record of a cluster in a namespace no longer watched (watchNamespaces changed) is
+    // left as it is: nothing here can see whether its cluster still runs.
+    let in_scope = |r: &&Arc<ValkeyMeteringRecord>| {
+        ctx.settings
+            .watch_namespaces
+            .includes(&r.spec.cluster.namespace)
+    };
+    for record in records.iter().filter(|r| !released(r)).filter(in_scope) {
         let uid = record.spec.cluster.uid.as_str();
         if record
             .status

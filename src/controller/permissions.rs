@@ -1,5 +1,5 @@
-//! The operator's permissions, one entry per rule of its ClusterRole and of its Role in its
-//! own namespace, each with the code path that needs it. `tests/rbac.rs` checks that the
+//! The operator's permissions, one entry per rule of its two ClusterRoles and of its Role in
+//! its own namespace, each with the code path that needs it. `tests/rbac.rs` checks that the
 //! chart's ClusterRole and Role grant exactly these (a verb added to the chart without a reason
 //! here, or used in code without being granted, fails the test or the e2e suites), and
 //! docs/security.md and docs/operations.md list them.
@@ -14,9 +14,10 @@ pub struct Permission {
     pub why: &'static str,
 }
 
-/// The ClusterRole: what the clusters' namespaces (any namespace) need, and the cluster-scoped
-/// menu. Nothing here concerns the operator's own namespace only: that is
-/// [`OPERATOR_NAMESPACE_PERMISSIONS`].
+/// The ClusterRole `valkey-operator`, always bound cluster-wide: the cluster-scoped objects
+/// (the menu, Nodes, volumes, StorageClasses, backup locations) and Events. What the clusters'
+/// namespaces need is [`OPERATOR_TENANT_PERMISSIONS`]; what concerns the operator's own
+/// namespace only, [`OPERATOR_NAMESPACE_PERMISSIONS`].
 pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
     Permission {
         groups: &["valkey.gomomento.com"],
@@ -43,6 +44,47 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         verbs: &["patch"],
         why: "status.observedGeneration of the menu: the generation the operator's caches hold (controller/menu_status.rs)",
     },
+    Permission {
+        groups: &[""],
+        resources: &["nodes"],
+        names: &[],
+        verbs: &["list", "watch"],
+        why: "which Node objects exist (names only, a metadata watch): a member whose pod is bound to a deleted node is lost at once instead of after the pod garbage collector (cluster/observe.rs); and, only while a member cannot be scheduled for an untolerated taint, the nodes' taints, to name them in the status (cluster/taints.rs)",
+    },
+    Permission {
+        groups: &[""],
+        resources: &["persistentvolumes"],
+        names: &[],
+        verbs: &["get"],
+        why: "whether a durable member's volume is bound to a deleted node (its node affinity), so the member is lost with it at once (cluster/observe.rs)",
+    },
+    Permission {
+        groups: &["storage.k8s.io"],
+        resources: &["storageclasses"],
+        names: &[],
+        verbs: &["get"],
+        why: "whether the volumes' class allows expansion before a claim is grown (cluster/volumes.rs)",
+    },
+    Permission {
+        groups: &["valkey.gomomento.com"],
+        resources: &["valkeybackuplocations"],
+        names: &[],
+        verbs: &["get"],
+        why: "the location a backup names: endpoint, bucket and the names of its Secrets, handed to the backup or restore Job (controller/backup.rs, controller/restore.rs)",
+    },
+    Permission {
+        groups: &["", "events.k8s.io"],
+        resources: &["events"],
+        names: &[],
+        verbs: &["create", "patch"],
+        why: "Events on state transitions (kube's recorder creates, then patches a series)",
+    },
+];
+
+/// The ClusterRole `valkey-operator-tenants`: what the clusters' namespaces need. Bound in
+/// every namespace (a ClusterRoleBinding) by default; with the chart's `watchNamespaces`, by a
+/// RoleBinding in each namespace listed and in the operator's own (its backup Jobs' pods).
+pub const OPERATOR_TENANT_PERMISSIONS: &[Permission] = &[
     Permission {
         groups: &["valkey.gomomento.com"],
         resources: &["valkeyclusters"],
@@ -93,32 +135,11 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         why: "one volume claim per member of a config with storage, created once (node/mod.rs); grown, its retention set, and deleted when a retained member is retired (cluster/volumes.rs)",
     },
     Permission {
-        groups: &[""],
-        resources: &["nodes"],
-        names: &[],
-        verbs: &["list", "watch"],
-        why: "which Node objects exist (names only, a metadata watch): a member whose pod is bound to a deleted node is lost at once instead of after the pod garbage collector (cluster/observe.rs); and, only while a member cannot be scheduled for an untolerated taint, the nodes' taints, to name them in the status (cluster/taints.rs)",
-    },
-    Permission {
-        groups: &[""],
-        resources: &["persistentvolumes"],
-        names: &[],
-        verbs: &["get"],
-        why: "whether a durable member's volume is bound to a deleted node (its node affinity), so the member is lost with it at once (cluster/observe.rs)",
-    },
-    Permission {
         groups: &["discovery.k8s.io"],
         resources: &["endpointslices"],
         names: &[],
         verbs: &["list"],
         why: "only while a TLS cluster has a member that owns no slots yet: whether the hostname it announces resolves (its address is ready in the client Service's EndpointSlices), so no slot moves there before clients can reach it by name (cluster/published.rs)",
-    },
-    Permission {
-        groups: &["storage.k8s.io"],
-        resources: &["storageclasses"],
-        names: &[],
-        verbs: &["get"],
-        why: "whether the volumes' class allows expansion before a claim is grown (cluster/volumes.rs)",
     },
     Permission {
         groups: &[""],
@@ -167,14 +188,14 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         resources: &["secrets"],
         names: &[],
         verbs: &["list", "watch"],
-        why: "the cluster controller owns its Secrets (a watch selected by app.kubernetes.io/managed-by) and follow_tls_secrets watches Secrets' metadata so a renewed or restored TLS Secret is acted on at once (controller/run.rs). Cluster-wide because clusters live in any namespace; RBAC cannot limit a list or watch to a label or to metadata",
+        why: "the cluster controller owns its Secrets (a watch selected by app.kubernetes.io/managed-by) and follow_tls_secrets watches Secrets' metadata so a renewed or restored TLS Secret is acted on at once (controller/run.rs). In every namespace the operator watches (all, or the chart's watchNamespaces: the way to keep the operator from reading every Secret of the Kubernetes cluster); RBAC cannot limit a list or watch to a label or to metadata",
     },
     Permission {
         groups: &["valkey.gomomento.com"],
         resources: &["valkeybackups"],
         names: &[],
         verbs: &["get", "list", "watch", "create", "delete"],
-        why: "the backup controller's watch of ValkeyBackups in every namespace (controller/backup.rs); a cluster's scheduled backups created as they come due, and those retention replaced deleted (controller/backup_schedule.rs); the backup a new cluster's spec.restoreFrom names, read by the restore controller and the webhook (controller/restore.rs)",
+        why: "the backup controller's watch of ValkeyBackups in the namespaces it watches (controller/backup.rs); a cluster's scheduled backups created as they come due, and those retention replaced deleted (controller/backup_schedule.rs); the backup a new cluster's spec.restoreFrom names, read by the restore controller and the webhook (controller/restore.rs)",
     },
     Permission {
         groups: &["valkey.gomomento.com"],
@@ -182,20 +203,6 @@ pub const OPERATOR_CLUSTER_PERMISSIONS: &[Permission] = &[
         names: &[],
         verbs: &["patch"],
         why: "a backup's phase, shards, size and failure cause (controller/backup.rs write_status)",
-    },
-    Permission {
-        groups: &["valkey.gomomento.com"],
-        resources: &["valkeybackuplocations"],
-        names: &[],
-        verbs: &["get"],
-        why: "the location a backup names: endpoint, bucket and the names of its Secrets, handed to the backup or restore Job (controller/backup.rs, controller/restore.rs)",
-    },
-    Permission {
-        groups: &["", "events.k8s.io"],
-        resources: &["events"],
-        names: &[],
-        verbs: &["create", "patch"],
-        why: "Events on state transitions (kube's recorder creates, then patches a series)",
     },
 ];
 

@@ -15,7 +15,6 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
@@ -36,7 +35,6 @@ use crate::backup::restore::{
 };
 use crate::backup::restore_job::ENV_RESTORE_PLAN;
 use crate::backup::{ClusterIdentity, StoreAddress};
-use crate::cache::controller_for;
 use crate::controller::jobs::{
     CA_MOUNT, ca_volume, copy_job_spec, job_container, job_image, job_outcome, restricted_pod,
     secret_env, value_env,
@@ -56,22 +54,19 @@ const RESTORE_MANAGER: &str = "valkey-operator-restore";
 
 /// Runs until shutdown (only while this replica leads).
 pub async fn run(ctx: Arc<Context>) {
-    let client = ctx.client.clone();
-    let jobs = Api::<Job>::namespaced(client.clone(), &ctx.operator_namespace);
     let selector = format!(
         "{LABEL_APP_MANAGED_BY}={MANAGER},{LABEL_APP_COMPONENT}={BACKUP_COMPONENT},{LABEL_RESTORE_CLUSTER}"
     );
     // A second store of every cluster (the cluster controller keeps its own): trimmed likewise.
-    controller_for::<ValkeyCluster>(&client, watcher::Config::default())
-        .watches(
-            jobs,
-            watcher::Config::default().labels(&selector),
-            cluster_of_job,
-        )
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    crate::controller::jobs::controller_following_jobs::<ValkeyCluster>(
+        &ctx,
+        &selector,
+        cluster_of_job,
+    )
+    .shutdown_on_signal()
+    .run(reconcile, error_policy, ctx)
+    .for_each(|_| futures::future::ready(()))
+    .await;
 }
 
 fn cluster_of_job(job: Job) -> Option<ObjectRef<ValkeyCluster>> {

@@ -16,16 +16,20 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::info;
 
 use crate::api::constants::{LABEL_APP_MANAGED_BY, LABEL_CLUSTER, MANAGER};
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
-use crate::cache::{controller_for, forget_managed_fields, trimmed_watch};
+use crate::cache::{
+    NamespacedKind, controller_for, events_in, forget_managed_fields, metadata_changes_in,
+    trimmed_watch, trimmed_watch_in,
+};
 use crate::controller::cluster::{self, ClusterContext};
 use crate::controller::{Context, Error, MenuStores, node, object_key, until_ready};
 use crate::resolve::{MenuRef, menu_refs};
+use crate::scope::WatchScope;
 use crate::settings::Settings;
 use crate::telemetry::{ClusterFigures, ClusterKey, ClusterLabel, Metrics, StateLabel};
 
@@ -37,11 +41,12 @@ pub async fn run(
     metrics: Arc<Metrics>,
     election: Option<crate::controller::leader::Election>,
 ) -> anyhow::Result<()> {
+    let scope = settings.watch_namespaces.clone();
     let (configs, config_changes) = reflect::<ValkeyConfig>(&client, watcher::Config::default());
     let (images, image_changes) = reflect::<ValkeyImage>(&client, watcher::Config::default());
     let (roles, role_changes) = reflect::<ValkeyRole>(&client, watcher::Config::default());
-    let (nodes, node_changes) = reflect::<ValkeyNode>(&client, watcher::Config::default());
-    let (pods, pod_changes) = reflect_member_pods(&client);
+    let (nodes, node_changes) = reflect_in::<ValkeyNode>(&client, &scope);
+    let (pods, pod_changes) = reflect_member_pods(&client, &scope);
     let (hosts, deleted_hosts) = reflect_node_names(&client);
     let menu = MenuStores {
         configs,
@@ -57,7 +62,7 @@ pub async fn run(
         election,
     ));
 
-    let cluster_controller = cluster_controller(&client, node_changes, pod_changes)
+    let cluster_controller = cluster_controller(&client, &scope, node_changes, pod_changes)
         .watches_stream(deleted_hosts, clusters_on_host(pods.clone()));
     let cluster_controller = follow_menu(
         cluster_controller,
@@ -66,9 +71,10 @@ pub async fn run(
         image_changes,
         role_changes,
     );
-    let cluster_controller = follow_tls_secrets(&client, cluster_controller).shutdown_on_signal();
+    let cluster_controller =
+        follow_tls_secrets(&client, &scope, cluster_controller).shutdown_on_signal();
     let clusters = cluster_controller.store();
-    let node_controller = node_controller(&client);
+    let node_controller = node_controller(&client, &scope);
 
     beside_the_controllers(&ctx, &metrics, clusters, (&nodes, &pods, &hosts));
 
@@ -152,17 +158,29 @@ where
     (store, events.touched_objects())
 }
 
+/// [`reflect`] of a namespaced kind, every object in the namespaces of `scope`.
+fn reflect_in<K: NamespacedKind>(
+    client: &Client,
+    scope: &WatchScope,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) {
+    let (store, events) = trimmed_watch_in(client, scope, watcher::Config::default());
+    (store, events.touched_objects())
+}
+
 /// The members' pods: [`reflect`] of the pods labelled as ours, keeping only those a
 /// ValkeyNode controls (see [`members_only`]).
 fn reflect_member_pods(
     client: &Client,
+    scope: &WatchScope,
 ) -> (
     Store<Pod>,
     impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static,
 ) {
     let (store, writer) = reflector::store::<Pod>();
-    let changes = watcher(Api::<Pod>::all(client.clone()), managed())
-        .default_backoff()
+    let changes = events_in(client, scope, managed(), &store)
         .filter_map(|event| std::future::ready(event.map(members_only).transpose()))
         .modify(forget_pod_spec)
         .reflect(writer)
@@ -256,6 +274,7 @@ fn controlled_by_a_valkey_node(pod: &Pod) -> bool {
 /// followed by [`follow_menu`].
 fn cluster_controller(
     client: &Client,
+    scope: &WatchScope,
     node_changes: impl Stream<Item = Result<ValkeyNode, watcher::Error>> + Send + 'static,
     pod_changes: impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static,
 ) -> Controller<ValkeyCluster> {
@@ -264,11 +283,15 @@ fn cluster_controller(
         cluster::utilization::without_utilization,
         Default::default(),
     );
-    controller_for::<ValkeyCluster>(client, watcher::Config::default())
+    controller_for::<ValkeyCluster>(client, scope, watcher::Config::default())
         .owns_stream(node_changes)
-        .owns(Api::<Service>::all(client.clone()), managed())
-        .owns(Api::<Secret>::all(client.clone()), managed())
-        .owns(Api::<PodDisruptionBudget>::all(client.clone()), managed())
+        .owns_stream(metadata_changes_in::<Service>(client, scope, managed()))
+        .owns_stream(metadata_changes_in::<Secret>(client, scope, managed()))
+        .owns_stream(metadata_changes_in::<PodDisruptionBudget>(
+            client,
+            scope,
+            managed(),
+        ))
         .watches_stream(pod_changes, |pod: Pod| {
             let namespace = pod.namespace().unwrap_or_default();
             pod.labels()
@@ -304,15 +327,11 @@ fn follow_menu(
 /// few a cluster names are read when it is reconciled.
 fn follow_tls_secrets(
     client: &Client,
+    scope: &WatchScope,
     controller: Controller<ValkeyCluster>,
 ) -> Controller<ValkeyCluster> {
     let clusters = controller.store();
-    let changes = watcher(
-        Api::<kube::core::PartialObjectMeta<Secret>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects();
+    let changes = metadata_changes_in::<Secret>(client, scope, watcher::Config::default());
     controller.watches_stream(changes, move |secret| {
         clusters_naming_secret(
             &clusters.state(),
@@ -363,8 +382,8 @@ fn clusters_using(
 
 /// The ValkeyNode controller: one ConfigMap and one Pod per member, reconciled again when
 /// either changes.
-fn node_controller(client: &Client) -> Controller<ValkeyNode> {
-    let (store, events) = trimmed_watch::<ValkeyNode>(client, watcher::Config::default());
+fn node_controller(client: &Client, scope: &WatchScope) -> Controller<ValkeyNode> {
+    let (store, events) = trimmed_watch_in::<ValkeyNode>(client, scope, watcher::Config::default());
     let nodes = events
         .applied_objects()
         // A member's utilization, written every 30 s, changes nothing its reconcile reads.
@@ -373,8 +392,8 @@ fn node_controller(client: &Client) -> Controller<ValkeyNode> {
             Default::default(),
         );
     Controller::for_stream(nodes, store)
-        .owns(Api::<Pod>::all(client.clone()), managed())
-        .owns(Api::<ConfigMap>::all(client.clone()), managed())
+        .owns_stream(metadata_changes_in::<Pod>(client, scope, managed()))
+        .owns_stream(metadata_changes_in::<ConfigMap>(client, scope, managed()))
         .shutdown_on_signal()
 }
 
@@ -494,7 +513,14 @@ async fn sweep_gone_credentials(ctx: &Context, clusters: &Store<ValkeyCluster>) 
         .iter()
         .filter_map(|c| c.metadata.uid.clone())
         .collect();
-    match cluster::sweep_credentials(&ctx.client, &ctx.operator_namespace, &live).await {
+    match cluster::sweep_credentials(
+        &ctx.client,
+        &ctx.operator_namespace,
+        &live,
+        &ctx.settings.watch_namespaces,
+    )
+    .await
+    {
         Ok(0) => {}
         Ok(n) => info!(deleted = n, "deleted credentials of clusters that are gone"),
         Err(e) => tracing::warn!(error = %e, "could not sweep credentials Secrets"),

@@ -115,6 +115,9 @@ impl Validate for ValkeyCluster {
     const PATH: &'static str = "/validate/valkeycluster";
     const KIND: &'static str = "ValkeyCluster";
     async fn validate(request: &AdmissionRequest<Self>, state: &WebhookState) -> AdmissionResponse {
+        if let Some(refused) = admission::cluster::outside_scope(request, &state.watch_namespaces) {
+            return refused;
+        }
         let menu = state.menu.snapshot().await;
         let response = admission::cluster::validate(request, &menu);
         let Some((namespace, name)) = restore_named(request) else {
@@ -186,6 +189,7 @@ mod tests {
             menu: Arc::new(FixedMenu(Ok(Default::default()))),
             metrics: Arc::new(crate::telemetry::Metrics::new()),
             version_floor: Default::default(),
+            watch_namespaces: Default::default(),
         })
     }
 

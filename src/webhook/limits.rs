@@ -212,6 +212,7 @@ mod tests {
             menu: Arc::new(FixedMenu(Ok(Default::default()))),
             metrics: Arc::new(crate::telemetry::Metrics::new()),
             version_floor: Default::default(),
+            watch_namespaces: Default::default(),
         });
         (router_with_limits(state, limits.clone()), limits)
     }

@@ -182,6 +182,7 @@ mod tests {
             menu: Arc::new(FixedMenu(Ok(Default::default()))),
             metrics: Arc::new(crate::telemetry::Metrics::new()),
             version_floor: Default::default(),
+            watch_namespaces: Default::default(),
         }))
     }
 
@@ -360,6 +361,7 @@ mod tests {
             menu: Arc::new(FixedMenu(Ok(Default::default()))),
             metrics: Arc::new(crate::telemetry::Metrics::new()),
             version_floor: Default::default(),
+            watch_namespaces: Default::default(),
         });
         let server = tokio::spawn(serve(settings.clone(), state));
         tokio::time::sleep(Duration::from_millis(300)).await;

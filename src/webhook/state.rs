@@ -18,6 +18,9 @@ pub struct WebhookState {
     pub metrics: Arc<crate::telemetry::Metrics>,
     /// The operator setting `versionFloor` (ValkeyImage versions below Momento v0.9's floor).
     pub version_floor: crate::settings::VersionFloor,
+    /// The operator setting `watchNamespaces`: a ValkeyCluster is created only where it is
+    /// reconciled.
+    pub watch_namespaces: crate::scope::WatchScope,
 }
 
 /// A 4xx with a plain-text reason.

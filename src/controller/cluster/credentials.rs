@@ -230,6 +230,7 @@ pub async fn sweep_credentials(
     client: &kube::Client,
     operator_namespace: &str,
     live: &std::collections::BTreeSet<String>,
+    scope: &crate::scope::WatchScope,
 ) -> Result<usize, Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), operator_namespace);
     let selector = format!(
@@ -252,6 +253,12 @@ pub async fn sweep_credentials(
             labels.get(build::CREDENTIALS_NAMESPACE_LABEL),
             labels.get(crate::api::constants::LABEL_CLUSTER),
         );
+        // A cluster in a namespace no longer watched (watchNamespaces changed) is not seen
+        // here, but may live: its credentials stay, or the operator would lock itself out of
+        // it should the namespace be watched again.
+        if owner.0.is_some_and(|namespace| !scope.includes(namespace)) {
+            continue;
+        }
         let current_uid = match owner {
             (Some(namespace), Some(name)) => {
                 Api::<ValkeyCluster>::namespaced(client.clone(), namespace)

@@ -28,6 +28,7 @@ use crate::api::ValkeyCluster;
 use crate::api::autoscaling::{range_problem, shape_warnings};
 use crate::api::validation::check_member_count;
 use crate::resolve::{MenuMap, ResolveError, merge_bindings, resolve_config, resolve_roles};
+use crate::scope::WatchScope;
 
 /// The rule.
 pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &MenuSnapshot) -> AdmissionResponse {
@@ -75,6 +76,26 @@ pub fn validate(req: &AdmissionRequest<ValkeyCluster>, menu: &MenuSnapshot) -> A
         return deny(req, problem.to_string(), warnings);
     }
     allow_with_warnings(req, warnings)
+}
+
+/// A ValkeyCluster created in a namespace the operator does not watch (`watchNamespaces`)
+/// would never be reconciled: refused, saying where it can go. Updates and deletions of one
+/// created before the scope changed pass, so its owners can still clean it up.
+pub fn outside_scope(
+    req: &AdmissionRequest<ValkeyCluster>,
+    scope: &WatchScope,
+) -> Option<AdmissionResponse> {
+    let namespace = req.namespace.as_deref().unwrap_or_default();
+    if req.operation != Operation::Create || scope.includes(namespace) {
+        return None;
+    }
+    Some(deny(
+        req,
+        format!(
+            "the valkey-operator does not watch namespace {namespace:?} (its watchNamespaces: {scope}), so nothing would run this ValkeyCluster; create it in one of those namespaces, or ask the platform team to add {namespace:?} to the chart's watchNamespaces"
+        ),
+        vec![],
+    ))
 }
 
 /// Why an update may not make this change: `spec.tls` added or removed.
@@ -331,6 +352,32 @@ mod tests {
         let resp = validate(&req, &Ok(menu()));
         assert!(resp.allowed, "{:?}", resp.result);
         assert_eq!(resp.warnings, None);
+    }
+
+    #[test]
+    fn a_cluster_is_created_only_in_a_watched_namespace_and_one_left_outside_can_still_change() {
+        let scope = WatchScope::parse("team-a,team-b").unwrap();
+        let create = |ns: &'static str| {
+            request::<ValkeyCluster>("valkeycluster-create.json", move |v| {
+                v["request"]["namespace"] = ns.into();
+                v["request"]["object"]["metadata"]["namespace"] = ns.into();
+            })
+        };
+        assert!(outside_scope(&create("team-b"), &scope).is_none());
+        assert!(outside_scope(&create("elsewhere"), &WatchScope::AllNamespaces).is_none());
+        let refused = outside_scope(&create("elsewhere"), &scope).expect("refused");
+        assert!(!refused.allowed);
+        let message = refused.result.message;
+        assert!(
+            message.contains("does not watch namespace \"elsewhere\"")
+                && message.contains("team-a, team-b")
+                && message.contains("watchNamespaces"),
+            "{message}"
+        );
+        let mut update = create("elsewhere");
+        update.operation = Operation::Update;
+        update.old_object = update.object.clone();
+        assert!(outside_scope(&update, &scope).is_none());
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod node;
 pub mod role;
 pub mod settings;
 
+use crate::scope::WatchScope;
 use futures::future::BoxFuture;
 use kube::api::{Api, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
@@ -157,6 +158,8 @@ impl ApiMenu {
 pub struct ApiMenu {
     pub client: Client,
     pub timeout: std::time::Duration,
+    /// Where ValkeyClusters are listed (`watchNamespaces`: where the operator may list them).
+    pub scope: WatchScope,
 }
 
 impl MenuSource for ApiMenu {
@@ -185,11 +188,22 @@ impl MenuSource for ApiMenu {
 
     fn clusters(&self) -> BoxFuture<'_, Clusters> {
         Box::pin(async move {
-            let clusters = Api::<ValkeyCluster>::all(self.client.clone());
-            let list = tokio::time::timeout(self.timeout, clusters.list(&ListParams::default()))
+            let apis: Vec<Api<ValkeyCluster>> = match self.scope.namespaces() {
+                None => vec![Api::all(self.client.clone())],
+                Some(namespaces) => namespaces
+                    .iter()
+                    .map(|ns| Api::namespaced(self.client.clone(), ns))
+                    .collect(),
+            };
+            let lp = ListParams::default();
+            let lists = futures::future::try_join_all(apis.iter().map(|api| api.list(&lp)));
+            let lists = tokio::time::timeout(self.timeout, lists)
                 .await
                 .map_err(|_| LookupError::Timeout(self.timeout))??;
-            Ok(list.iter().map(ClusterSummary::from).collect())
+            Ok(lists
+                .iter()
+                .flat_map(|list| list.iter().map(ClusterSummary::from))
+                .collect())
         })
     }
 }
@@ -208,11 +222,12 @@ pub struct WatchedMenu {
 }
 
 impl WatchedMenu {
-    /// Starts the four watches (background tasks for the life of the process).
-    pub fn start(client: Client, timeout: std::time::Duration) -> WatchedMenu {
+    /// Starts the four watches (background tasks for the life of the process); ValkeyClusters
+    /// are watched in `scope` only.
+    pub fn start(client: Client, timeout: std::time::Duration, scope: WatchScope) -> WatchedMenu {
         use crate::cache::watched_store as watch;
         let (configs, images, roles) = (watch(&client), watch(&client), watch(&client));
-        let clusters = watch(&client);
+        let clusters = crate::cache::watched_store_in(&client, &scope);
         let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (c, i, r, k, flag) = (
             configs.clone(),
@@ -236,7 +251,11 @@ impl WatchedMenu {
             roles,
             clusters,
             ready,
-            fallback: ApiMenu { client, timeout },
+            fallback: ApiMenu {
+                client,
+                timeout,
+                scope,
+            },
         }
     }
 }
