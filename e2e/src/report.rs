@@ -372,13 +372,35 @@ impl Formation {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Rollout {
-    /// In the order the operator replaced them.
+    /// In the order the operator replaced them (of the run shown: the worst).
     pub shards: Vec<ShardRollout>,
-    /// Longest gap between a writer's successful writes during the operator's rollout.
+    /// Longest gap between a writer's successful writes during the operator's rollout, the
+    /// longest of every run.
     pub writer_longest_pause_seconds: Option<f64>,
+    /// Every run's worst-shard ratio, in the order measured (figures from before runs were
+    /// repeated have none).
+    #[serde(default)]
+    pub runs_worst_ratio: Vec<f64>,
 }
 
 impl Rollout {
+    /// The run with the worst [`Rollout::worst_ratio`] of `runs` (a goal is met when the worst
+    /// of its runs meets it), remembering every run's worst ratio and the longest pause of all.
+    pub fn worst_of(runs: Vec<Rollout>) -> Option<Rollout> {
+        let ratios: Vec<f64> = runs.iter().filter_map(Rollout::worst_ratio).collect();
+        let pause = runs
+            .iter()
+            .filter_map(|r| r.writer_longest_pause_seconds)
+            .reduce(f64::max);
+        let mut worst = runs.into_iter().max_by(|a, b| {
+            let key = |r: &Rollout| r.worst_ratio().unwrap_or(f64::INFINITY);
+            key(a).total_cmp(&key(b))
+        })?;
+        worst.runs_worst_ratio = ratios;
+        worst.writer_longest_pause_seconds = pause;
+        Some(worst)
+    }
+
     /// The slowest shard relative to its floor: the goal holds for every shard or not at all.
     pub fn worst_ratio(&self) -> Option<f64> {
         self.shards
@@ -642,6 +664,32 @@ pub struct DuringOperation {
 }
 
 impl ClientRun {
+    /// One client's runs as one (see [`RealClients::worst_of`]); `each` is not empty.
+    fn combined(each: &[&ClientRun]) -> ClientRun {
+        let longest = |pauses: &mut dyn Iterator<Item = f64>| pauses.fold(0.0, f64::max);
+        let operations = each.iter().map(|c| c.by_operation.len()).max().unwrap_or(0);
+        ClientRun {
+            client: each[0].client.clone(),
+            acknowledged: each.iter().map(|c| c.acknowledged).sum(),
+            failed_attempts: each.iter().map(|c| c.failed_attempts).sum(),
+            lost: each.iter().map(|c| c.lost).sum(),
+            longest_pause_seconds: longest(&mut each.iter().map(|c| c.longest_pause_seconds)),
+            first_failure: each.iter().find_map(|c| c.first_failure.clone()),
+            by_operation: (0..operations)
+                .map(|i| {
+                    let during: Vec<&DuringOperation> =
+                        each.iter().filter_map(|c| c.by_operation.get(i)).collect();
+                    DuringOperation {
+                        failed_attempts: during.iter().map(|d| d.failed_attempts).sum(),
+                        longest_pause_seconds: longest(
+                            &mut during.iter().map(|d| d.longest_pause_seconds),
+                        ),
+                    }
+                })
+                .collect(),
+        }
+    }
+
     /// "3 failed attempts, 1 lost" when either is not 0.
     pub fn trouble(&self) -> Option<String> {
         (self.failed_attempts > 0 || self.lost > 0).then(|| {
@@ -659,12 +707,37 @@ pub struct RealClients {
     /// The operations, in the order they ran.
     pub operations: Vec<String>,
     pub clients: Vec<ClientRun>,
+    /// How many runs the figures combine ([`RealClients::worst_of`]); 0 in figures from
+    /// before runs were repeated (one run).
+    #[serde(default)]
+    pub runs: usize,
 }
 
 /// The client name of the bench's own writer in [`RealClients`].
 pub const BENCH_WRITER: &str = "vk-bench writer (fred)";
 
 impl RealClients {
+    /// `runs` as one: per client, the longest pause of any run (overall and per operation) and
+    /// the failed attempts, losses and acknowledged writes of all runs summed, so a goal is met
+    /// only when the worst run meets it.
+    pub fn worst_of(runs: Vec<RealClients>) -> Option<RealClients> {
+        let first = runs.first()?;
+        let clients = first
+            .clients
+            .iter()
+            .map(|c| {
+                let each: Vec<&ClientRun> =
+                    runs.iter().filter_map(|r| r.client(&c.client)).collect();
+                ClientRun::combined(&each)
+            })
+            .collect();
+        Some(RealClients {
+            operations: first.operations.clone(),
+            clients,
+            runs: runs.len(),
+        })
+    }
+
     pub fn client(&self, starting: &str) -> Option<&ClientRun> {
         self.clients.iter().find(|c| c.client.starts_with(starting))
     }

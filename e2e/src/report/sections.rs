@@ -100,8 +100,19 @@ impl Benchmark for Rollout {
         let pause = self
             .writer_longest_pause_seconds
             .map_or_else(|| NOT_MEASURED.to_string(), |s| format!("{} s", seconds(s)));
+        let runs = match self.runs_worst_ratio.len() {
+            0 | 1 => String::new(),
+            n => format!(
+                "\nThe worst of {n} runs is shown (the goal is checked on it); every run's worst shard: {}. The writer's pause is the longest of all runs.\n",
+                self.runs_worst_ratio
+                    .iter()
+                    .map(|r| ratio(Some(*r)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         format!(
-            "{}\nWriter's longest pause during the operator's rollout: {pause}.\n",
+            "{}\nWriter's longest pause during the operator's rollout: {pause}.\n{runs}",
             floor_table(headers, &self.shards, false)
         )
     }
@@ -456,8 +467,14 @@ impl Benchmark for RealClients {
         } else {
             format!("\nFirst failed attempt of each client that had one:\n\n{failures}")
         };
+        let runs = match self.runs {
+            0 | 1 => String::new(),
+            n => format!(
+                "\n{n} runs, combined: per client the longest pause of any run, and the acknowledged writes, failed attempts and losses of all runs.\n"
+            ),
+        };
         format!(
-            "{}\nOperations, in order: {}.\n\n{}{failures}",
+            "{}{runs}\nOperations, in order: {}.\n\n{}{failures}",
             table(headers, rows),
             self.operations.join(", "),
             self.by_operation_table()

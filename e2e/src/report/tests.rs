@@ -45,6 +45,7 @@ fn real_clients(pause: f64, failed: usize, writer: f64) -> RealClients {
             client("python (valkey-py)", pause, failed),
             client(BENCH_WRITER, writer, 0),
         ],
+        runs: 1,
     }
 }
 
@@ -132,6 +133,7 @@ fn full_report() -> Report {
                 })
                 .collect(),
             writer_longest_pause_seconds: Some(0.8),
+            runs_worst_ratio: vec![],
         }),
         slot_move: Some(SlotMove {
             keys: 100_000,
@@ -463,4 +465,57 @@ fn formation_says_how_much_of_the_time_is_before_every_member_runs() {
         page.contains("then 3.00 s to Active (formation; 1.50×"),
         "{page}"
     );
+}
+
+#[test]
+fn the_rollout_shown_is_the_worst_run_with_every_runs_ratio_and_the_longest_pause() {
+    let run = |operator: [f64; 3], pause: f64| Rollout {
+        shards: operator
+            .iter()
+            .map(|&o| ShardRollout {
+                floor_seconds: 1.0,
+                operator_seconds: o,
+            })
+            .collect(),
+        writer_longest_pause_seconds: Some(pause),
+        runs_worst_ratio: vec![],
+    };
+    let worst = Rollout::worst_of(vec![
+        run([1.2, 1.1, 1.0], 0.9),
+        run([1.1, 2.5, 1.0], 0.1),
+        run([1.3, 1.2, 1.2], 0.2),
+    ])
+    .unwrap();
+    assert_eq!(worst.worst_ratio(), Some(2.5));
+    assert_eq!(worst.runs_worst_ratio, vec![1.2, 2.5, 1.3]);
+    assert_eq!(worst.writer_longest_pause_seconds, Some(0.9));
+    let text = worst.figures();
+    assert!(
+        text.contains("The worst of 3 runs is shown") && text.contains("1.20×, 2.50×, 1.30×"),
+        "{text}"
+    );
+    assert!(Rollout::worst_of(vec![]).is_none());
+}
+
+#[test]
+fn real_client_runs_combine_into_the_worst_pause_and_every_failure() {
+    let combined = RealClients::worst_of(vec![
+        real_clients(0.3, 0, 0.2),
+        real_clients(0.9, 2, 0.1),
+        real_clients(0.4, 0, 0.6),
+    ])
+    .unwrap();
+    assert_eq!(combined.runs, 3);
+    let py = combined.client("python").unwrap();
+    assert_eq!(py.longest_pause_seconds, 0.9);
+    assert_eq!((py.failed_attempts, py.acknowledged, py.lost), (2, 3000, 0));
+    assert_eq!(py.by_operation[0].failed_attempts, 2);
+    assert_eq!(py.by_operation[0].longest_pause_seconds, 0.9);
+    assert!(py.first_failure.is_some());
+    assert_eq!(
+        combined.client(BENCH_WRITER).unwrap().longest_pause_seconds,
+        0.6
+    );
+    assert!(combined.figures().contains("3 runs, combined"));
+    assert!(RealClients::worst_of(vec![]).is_none());
 }
