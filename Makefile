@@ -49,7 +49,7 @@ e2e:
 	  -- --test-threads=$(E2E_THREADS)
 	@# Node stops, pauses and drains last: they disturb every pod on the node; leader freezes
 	@# the operator itself; traces restarts it.
-	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test conversion --test drain --test lost_members --test rollout_limit --test kubelet_faults --test leader --test lockout --test tenant_pods --test traces --test backup_faults --test watch_namespaces -- --test-threads=1
+	cargo test --workspace --features valkey-operator/e2e,valkey-e2e/e2e --test conversion --test drain --test lost_members --test rollout_limit --test kubelet_faults --test leader --test lockout --test tenant_pods --test traces --test backup_faults --test watch_namespaces --test external_access -- --test-threads=1
 
 ## bench-backup: a 1 GiB shard's backup next to valkey-cli --rdb + S3 PUT, and its restore next
 ## to S3 GET + valkey-server loading the file (throughput ratios, each process's peak RSS); host

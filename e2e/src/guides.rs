@@ -27,7 +27,8 @@ pub struct Guide {
     pub command: Vec<String>,
 }
 
-fn built_dir() -> PathBuf {
+/// Where e2e/clients/prepare.sh builds the programs: the tool cache, outside the checkout.
+pub fn built_dir() -> PathBuf {
     tool_cache().join("client-guides")
 }
 

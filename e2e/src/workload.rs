@@ -237,14 +237,24 @@ pub async fn cluster_client_trusting(
         tls,
         ..Default::default()
     };
-    let valkey = Builder::from_config(config)
+    let valkey = application_client(config)?;
+    valkey
+        .set_resolver(Arc::new(crate::dns::ClusterDnsResolver))
+        .await;
+    valkey.init().await?;
+    Ok(valkey)
+}
+
+/// A fred client for `config` set up as an application's should be: short timeouts, redirects
+/// followed, a connection that stops answering dropped (a member whose node froze or vanished
+/// can leave its TCP connections open) and the cluster's slots asked again, so the client
+/// follows Valkey's failover; reconnecting for ever.
+pub fn application_client(config: Config) -> anyhow::Result<fred::clients::Client> {
+    Ok(Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = Duration::from_secs(2);
             c.internal_command_timeout = Duration::from_secs(2);
             c.max_redirections = 10;
-            // As an application should: a member whose node froze or vanished can leave its
-            // TCP connections open, and a connection that stops answering is dropped and the
-            // cluster's slots asked again, so the client follows Valkey's failover.
             c.unresponsive = UnresponsiveConfig {
                 max_timeout: Some(Duration::from_secs(4)),
                 interval: Duration::from_secs(1),
@@ -252,12 +262,7 @@ pub async fn cluster_client_trusting(
         })
         .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(2))
         .set_policy(ReconnectPolicy::new_constant(0, 200))
-        .build()?;
-    valkey
-        .set_resolver(Arc::new(crate::dns::ClusterDnsResolver))
-        .await;
-    valkey.init().await?;
-    Ok(valkey)
+        .build()?)
 }
 
 /// `WAIT 1 <ms>` on the primary of `slot` (the connection the write went over): how many

@@ -115,6 +115,13 @@ pub struct ValkeyClusterSpec {
     /// count as the backup; set at creation only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_from: Option<super::backup::RestoreFrom>,
+    /// Reach the members from outside the Kubernetes cluster: one Service of this type per
+    /// member, whose address Valkey announces to clients (the cluster bus and replication stay
+    /// on pod addresses). The type must be one the ValkeyConfig allows
+    /// (`spec.externalAccess.allowedTypes`); not with `tls` yet. Setting, changing or removing
+    /// it replaces the members one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_access: Option<super::external::ExternalAccess>,
 }
 
 fn default_replicas_per_shard() -> i32 {

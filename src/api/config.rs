@@ -106,6 +106,12 @@ pub struct ValkeyConfigSpec {
     /// setting it: no exporter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<super::metrics::Metrics>,
+
+    /// Which Service types clusters on this config may ask for in `spec.externalAccess` to be
+    /// reached from outside the Kubernetes cluster (one Service per member). Set here, it
+    /// replaces the base's; unset: inherited (nowhere in the chain: no external access).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_access: Option<super::external::ExternalAccessPolicy>,
 }
 
 /// Observed state of a ValkeyConfig (the operator writes `observedGeneration` once its caches hold that generation).

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod constants;
 pub mod crd;
+pub mod external;
 pub mod image;
 pub mod metering;
 pub mod metrics;

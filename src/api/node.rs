@@ -152,6 +152,12 @@ pub struct ValkeyNodeSpec {
     /// the member was created). Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exporter: Option<super::metrics::MemberExporter>,
+
+    /// The Service type giving this member an address outside the Kubernetes cluster (the
+    /// cluster's `spec.externalAccess` when the member was created): the node controller
+    /// creates it before the pod, and Valkey announces its address to clients. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<super::external::ExternalServiceType>,
 }
 
 impl ValkeyNodeSpec {

@@ -101,6 +101,13 @@ pub struct ValkeyClusterSpec {
     /// count as the backup; set at creation only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_from: Option<super::backup::RestoreFrom>,
+    /// Reach the members from outside the Kubernetes cluster: one Service of this type per
+    /// member, whose address Valkey announces to clients (the cluster bus and replication stay
+    /// on pod addresses). The type must be one the ValkeyConfig allows
+    /// (`spec.externalAccess.allowedTypes`); not with `tls` yet. Setting, changing or removing
+    /// it replaces the members one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_access: Option<super::external::ExternalAccess>,
 }
 
 /// Shards and replicas of a Valkey cluster.
@@ -198,4 +205,10 @@ pub struct ValkeyConfigSpec {
     /// Valkey's own metrics (exporter sidecar, scrapers); see the v1alpha1 version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<super::metrics::Metrics>,
+
+    /// Which Service types clusters on this config may ask for in `spec.externalAccess` to be
+    /// reached from outside the Kubernetes cluster (one Service per member). Set here, it
+    /// replaces the base's; unset: inherited (nowhere in the chain: no external access).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_access: Option<super::external::ExternalAccessPolicy>,
 }

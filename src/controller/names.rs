@@ -26,6 +26,12 @@ pub fn client_service(cluster: &str) -> String {
     cluster.to_string()
 }
 
+/// A member's own Service giving it an address outside the Kubernetes cluster
+/// (`spec.externalAccess`): `<member>-ext`.
+pub fn external_service(member: &str) -> String {
+    format!("{member}-ext")
+}
+
 /// Headless Service giving each member a stable DNS name: `<cluster>-nodes`.
 pub fn headless_service(cluster: &str) -> String {
     format!("{cluster}-nodes")

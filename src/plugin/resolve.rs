@@ -368,6 +368,7 @@ mod tests {
                 autoscaling: None,
                 backup: None,
                 restore_from: None,
+                external_access: None,
             },
         );
         c.metadata.namespace = Some("my-app".into());

@@ -400,6 +400,7 @@ mod tests {
                 autoscaling: None,
                 backup: None,
                 restore_from: None,
+                external_access: None,
             },
         );
         cluster.metadata.namespace = Some("ns".into());
@@ -498,6 +499,7 @@ mod autoscaling_tests {
                 autoscaling: None,
                 backup: None,
                 restore_from: None,
+                external_access: None,
             },
         );
         assert_eq!(autoscaling_line(&cluster), None);

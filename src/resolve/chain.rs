@@ -131,6 +131,9 @@ pub struct ResolvedConfig {
     pub storage: Option<Storage>,
     /// Metrics of the nearest config that sets `metrics` (none: no exporter).
     pub metrics: Option<crate::api::metrics::Metrics>,
+    /// External Service types of the nearest config that sets `externalAccess` (none: no
+    /// external access).
+    pub external_access: Vec<crate::api::external::ExternalServiceType>,
 }
 
 /// Who holds a reference that could not be resolved; used in messages.
@@ -181,6 +184,11 @@ pub enum ResolveError {
     TooManyMembers {
         problem: String,
     },
+    /// `spec.externalAccess` asks for a Service type the config does not allow, or comes with
+    /// TLS ([`crate::api::external::external_access_problem`]).
+    ExternalAccessNotAllowed {
+        problem: String,
+    },
     /// The resolved image is of an older major version than members already run.
     MajorDowngrade {
         image: String,
@@ -203,6 +211,7 @@ impl ResolveError {
             ResolveError::MajorDowngrade { .. } => "MajorVersionDowngrade",
             ResolveError::InvalidBinding { .. } => "InvalidBinding",
             ResolveError::TooManyMembers { .. } => "TooManyMembers",
+            ResolveError::ExternalAccessNotAllowed { .. } => "ExternalAccessNotAllowed",
         }
     }
 }
@@ -263,6 +272,9 @@ impl fmt::Display for ResolveError {
                 f,
                 "{problem}; the operator creates and changes no member until then"
             ),
+            ResolveError::ExternalAccessNotAllowed { problem } => {
+                write!(f, "{problem}; the operator creates no member until then")
+            }
             ResolveError::MajorDowngrade {
                 image,
                 running,
@@ -336,6 +348,7 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
     let mut scheduling = None;
     let mut storage = None;
     let mut metrics = None;
+    let mut external_access = None;
     for spec in specs.iter().rev() {
         valkey.extend(spec.valkey.clone());
         if let Some(resources) = &spec.resources {
@@ -354,6 +367,9 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
         if spec.metrics.is_some() {
             metrics = spec.metrics.clone();
         }
+        if let Some(policy) = &spec.external_access {
+            external_access = Some(policy.allowed_types.clone());
+        }
     }
     Ok(ResolvedConfig {
         chain,
@@ -368,6 +384,7 @@ pub fn resolve_config(menu: &impl Menu, config_ref: &str) -> Result<ResolvedConf
         scheduling: scheduling.unwrap_or_default(),
         storage,
         metrics,
+        external_access: external_access.unwrap_or_default(),
     })
 }
 
@@ -547,6 +564,7 @@ pub(crate) mod tests {
             scheduling: None,
             storage: None,
             metrics: None,
+            external_access: None,
         }
     }
 

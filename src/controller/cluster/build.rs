@@ -87,6 +87,11 @@ pub fn desired_node_spec(
         )),
         storage: resolved.storage.clone(),
         exporter: resolved.metrics.as_ref().map(|m| m.member_exporter()),
+        external: cluster
+            .spec
+            .external_access
+            .as_ref()
+            .map(|access| access.service_type),
     }
 }
 
@@ -294,6 +299,13 @@ pub fn network_policy(
     use crate::settings::ClientsFrom;
     // Unrestricted opens the client port to every source, never the cluster bus: a stranger
     // on 16379 could MEET members into another cluster or forge gossip.
+    // Clients outside the Kubernetes cluster come through each member's external Service,
+    // from addresses no policy can name: the client port is open to every source then.
+    let clients_from = if cluster.spec.external_access.is_some() {
+        ClientsFrom::Unrestricted
+    } else {
+        clients_from
+    };
     let clients = match clients_from {
         ClientsFrom::SameNamespace => Some(NetworkPolicyPeer {
             pod_selector: Some(LabelSelector::default()),
@@ -537,6 +549,7 @@ mod tests {
                 autoscaling: None,
                 backup: None,
                 restore_from: None,
+                external_access: None,
             },
         );
         c.metadata.namespace = Some("my-app".into());
@@ -615,6 +628,7 @@ mod tests {
             scheduling: Default::default(),
             storage: None,
             metrics: None,
+            external_access: vec![],
         }
     }
 

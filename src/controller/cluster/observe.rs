@@ -536,9 +536,57 @@ pub async fn members(
         }
     }))
     .await;
+    as_pod_addresses(&mut observed, pods);
     super::taints::name_untolerated(&stores.ctx.client, pods, &mut observed).await;
     super::published::check(&stores.ctx.client, &mut observed).await;
     observed
+}
+
+/// Members with external access announce another address to clients (their node's IP with a
+/// NodePort, a load balancer's IP), and the operator, a client of every member, sees them
+/// there in every `CLUSTER NODES`: such a view is put back to the member's pod IP, so the
+/// moved-member check (a full restart's new pod IPs, `plan::formation`) compares like with
+/// like. A load balancer's IP is not known here: any address shown for such a member counts
+/// as its own.
+fn as_pod_addresses(observed: &mut [Observed], pods: &kube::runtime::reflector::Store<Pod>) {
+    use crate::api::external::ExternalServiceType;
+    let aliases: std::collections::BTreeMap<
+        crate::driver::parse::NodeId,
+        (Option<String>, String),
+    > = observed
+        .iter()
+        .filter_map(|o| {
+            let external = o.node.spec.external?;
+            let id = o
+                .member
+                .view
+                .as_ref()
+                .map(|v| v.id.clone())
+                .or_else(|| o.member.node_id.clone())?;
+            let pod_ip = o.member.addr.as_ref()?.host.clone();
+            let alias = match external {
+                ExternalServiceType::NodePort => {
+                    let namespace = o.node.namespace().unwrap_or_default();
+                    let pod = pods.get(&ObjectRef::new(o.pod.as_deref()?).within(&namespace))?;
+                    Some(pod.status.as_ref()?.host_ip.clone()?)
+                }
+                ExternalServiceType::LoadBalancer => None,
+            };
+            Some((id, (alias, pod_ip)))
+        })
+        .collect();
+    for o in observed.iter_mut() {
+        let Some(view) = o.member.view.as_mut() else {
+            continue;
+        };
+        for (id, seen) in view.addresses.iter_mut() {
+            if let Some((alias, pod_ip)) = aliases.get(id)
+                && alias.as_ref().is_none_or(|alias| alias == seen)
+            {
+                *seen = pod_ip.clone();
+            }
+        }
+    }
 }
 
 /// Whether the member started with other values of settings that are set live (see
@@ -661,6 +709,7 @@ mod tests {
                 restart_in_place,
                 storage: None,
                 exporter: None,
+                external: None,
             },
         );
         n.status = Some(crate::api::ValkeyNodeStatus {

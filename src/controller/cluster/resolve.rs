@@ -32,6 +32,14 @@ pub fn resolve<'a>(
         .map_err(|problem| ResolveError::TooManyMembers { problem })?;
     let config = resolve_config(menu, &cluster.spec.config_ref)?;
     refuse_major_downgrade(&config, running)?;
+    if let Some(problem) = crate::api::external::external_access_problem(
+        cluster.spec.external_access.as_ref(),
+        cluster.spec.tls.is_some(),
+        &cluster.spec.config_ref,
+        &config.external_access,
+    ) {
+        return Err(ResolveError::ExternalAccessNotAllowed { problem });
+    }
     let bindings = merge_bindings(&config.acl, &cluster.spec.acl)?;
     let roles = resolve_roles(menu, &bindings)?;
     Ok(Resolved {
@@ -152,6 +160,7 @@ mod tests {
                 autoscaling: None,
                 backup: None,
                 restore_from: None,
+                external_access: None,
             },
         )
     }

@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::{
     NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodReadinessGate,
     PodSecurityContext, PodSpec, PreferredSchedulingTerm, Probe, ResourceRequirements,
-    SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext, TCPSocketAction,
-    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
+    SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext, Service, ServicePort,
+    ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -19,8 +20,9 @@ use kube::api::ObjectMeta;
 use serde_json::json;
 
 use crate::api::constants::{
-    CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_NODE, LABEL_SHARD, LABEL_SPEC_HASH,
+    CLIENT_PORT, CLUSTER_BUS_PORT, LABEL_CLUSTER, LABEL_NODE, LABEL_SHARD, LABEL_SPEC_HASH,
 };
+use crate::api::external::ExternalServiceType;
 use crate::api::metrics::{EXPORTER_NAME, EXPORTER_PORT, MemberExporter};
 use crate::api::placement::{SpreadScope, Toleration, WhenUnsatisfiable};
 use crate::api::{Resources, ValkeyNode, ValkeyNodeSpec, VolumeRetention, ZoneSpread};
@@ -140,6 +142,7 @@ pub fn pod_annotations_patch(
 pub fn pod(
     node: &ValkeyNode,
     pod_annotations: &BTreeMap<String, String>,
+    external: Option<&ExternalEndpoint>,
 ) -> Result<Pod, BuildError> {
     let (node_name, namespace, cluster) = identity(node);
     let mut meta = owned_meta(node, node_name.clone())?;
@@ -204,7 +207,7 @@ pub fn pod(
         affinity: node_affinity(node),
         topology_spread_constraints: Some(spread_constraints(node, &cluster)),
         init_containers: sidecars(node, &cluster),
-        containers: vec![valkey_container(node, &namespace, mounts)],
+        containers: vec![valkey_container(node, &namespace, mounts, external)],
         volumes: Some(volumes),
         ..Default::default()
     };
@@ -523,13 +526,27 @@ pub fn claim(node: &ValkeyNode) -> Result<Option<PersistentVolumeClaim>, BuildEr
 /// valkey-server's command line: the config file and what is only known per member: the pod
 /// IP it announces and, with TLS, the hostname under the certificate's wildcard it announces
 /// (clients are sent there: `cluster-preferred-endpoint-type hostname`).
-pub fn command(node: &ValkeyNode, namespace: &str) -> Vec<String> {
+pub fn command(
+    node: &ValkeyNode,
+    namespace: &str,
+    external: Option<&ExternalEndpoint>,
+) -> Vec<String> {
     let mut command = vec![
         "valkey-server".to_string(),
         paths::CONFIG_FILE.to_string(),
         "--cluster-announce-ip".to_string(),
         "$(POD_IP)".to_string(),
     ];
+    // Clients (CLUSTER SLOTS, SHARDS, NODES, MOVED) are sent to the member's external
+    // address; the bus and replication keep the pod IP above.
+    if let Some(external) = external {
+        command.extend([
+            "--cluster-announce-client-ipv4".to_string(),
+            external.ip.clone(),
+            "--cluster-announce-client-port".to_string(),
+            external.port.to_string(),
+        ]);
+    }
     if node.spec.tls_secret_ref.is_some() {
         let name = node.metadata.name.clone().unwrap_or_default();
         command.extend([
@@ -538,6 +555,94 @@ pub fn command(node: &ValkeyNode, namespace: &str) -> Vec<String> {
         ]);
     }
     command
+}
+
+/// An environment variable from one of the pod's own fields (downward API).
+fn field_env(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Where clients outside the Kubernetes cluster reach a member (`spec.externalAccess`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalEndpoint {
+    /// An IPv4 address, or [`HOST_IP`]: the address of the node the pod runs on, known only
+    /// once it is scheduled (the kubelet substitutes it).
+    pub ip: String,
+    pub port: i32,
+}
+
+/// The pod's node's address in the container's command line (`status.hostIP`).
+pub const HOST_IP: &str = "$(HOST_IP)";
+
+impl ExternalEndpoint {
+    /// The endpoint `service` (the member's [`external_service`], as the API server has it)
+    /// gives: a NodePort's node port on the pod's node; a LoadBalancer's IP and port.
+    /// `None` while it has none yet (a load balancer being provisioned, or one with only a
+    /// hostname, which Valkey cannot announce as an address).
+    pub fn of(service: &Service) -> Option<ExternalEndpoint> {
+        let spec = service.spec.as_ref()?;
+        let port = spec.ports.as_ref()?.first()?;
+        match spec.type_.as_deref() {
+            Some("NodePort") => Some(ExternalEndpoint {
+                ip: HOST_IP.to_string(),
+                port: port.node_port?,
+            }),
+            Some("LoadBalancer") => {
+                let ingress = service
+                    .status
+                    .as_ref()?
+                    .load_balancer
+                    .as_ref()?
+                    .ingress
+                    .as_ref()?;
+                let ip = ingress.iter().find_map(|i| i.ip.clone())?;
+                Some(ExternalEndpoint {
+                    ip,
+                    port: port.port,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The member's own Service of type `service_type`: its pod only (not-ready included: a
+/// member is announced while it syncs), the client port.
+pub fn external_service(
+    node: &ValkeyNode,
+    service_type: ExternalServiceType,
+) -> Result<Service, BuildError> {
+    let (node_name, _, cluster) = identity(node);
+    Ok(Service {
+        metadata: owned_meta(node, names::external_service(&node_name))?,
+        spec: Some(ServiceSpec {
+            type_: Some(service_type.to_string()),
+            selector: Some(BTreeMap::from([
+                (LABEL_CLUSTER.to_string(), cluster),
+                (LABEL_NODE.to_string(), node_name),
+            ])),
+            publish_not_ready_addresses: Some(true),
+            ports: Some(vec![ServicePort {
+                name: Some("valkey".into()),
+                protocol: Some("TCP".into()),
+                port: CLIENT_PORT.into(),
+                target_port: Some(IntOrString::Int(CLIENT_PORT.into())),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    })
 }
 
 /// Equal requests and limits.
@@ -642,7 +747,12 @@ fn exporter_container(node: &ValkeyNode, exporter: &MemberExporter, cluster: &st
 }
 
 /// The Valkey container: valkey-server on its config file, with equal requests and limits.
-fn valkey_container(node: &ValkeyNode, namespace: &str, mounts: Vec<VolumeMount>) -> Container {
+fn valkey_container(
+    node: &ValkeyNode,
+    namespace: &str,
+    mounts: Vec<VolumeMount>,
+    external: Option<&ExternalEndpoint>,
+) -> Container {
     let client_port = || {
         Some(TCPSocketAction {
             port: IntOrString::Int(CLIENT_PORT.into()),
@@ -653,18 +763,16 @@ fn valkey_container(node: &ValkeyNode, namespace: &str, mounts: Vec<VolumeMount>
         name: "valkey".into(),
         image: Some(node.spec.image.clone()),
         // The pod IP is only known at run time: announce it on the command line.
-        command: Some(command(node, namespace)),
-        env: Some(vec![EnvVar {
-            name: "POD_IP".into(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "status.podIP".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }]),
+        command: Some(command(node, namespace, external)),
+        env: Some(
+            std::iter::once(field_env("POD_IP", "status.podIP"))
+                .chain(
+                    external
+                        .filter(|e| e.ip == HOST_IP)
+                        .map(|_| field_env("HOST_IP", "status.hostIP")),
+                )
+                .collect(),
+        ),
         ports: Some(vec![
             port("valkey", CLIENT_PORT),
             port("cluster-bus", CLUSTER_BUS_PORT),
@@ -697,6 +805,11 @@ mod tests {
     use super::*;
     use crate::api::{NodePlacement, Resources, ValkeyNodeSpec};
 
+    /// The pod of a member without external access.
+    fn pod(node: &ValkeyNode, annotations: &BTreeMap<String, String>) -> Result<Pod, BuildError> {
+        super::pod(node, annotations, None)
+    }
+
     fn node(zone_spread: ZoneSpread, zones: &[&str]) -> ValkeyNode {
         let mut n = ValkeyNode::new(
             "my-cluster-1-0",
@@ -728,6 +841,7 @@ mod tests {
                 restart_in_place: Some(false),
                 storage: None,
                 exporter: None,
+                external: None,
             },
         );
         n.metadata.namespace = Some("my-app".into());
@@ -1413,5 +1527,80 @@ mod tests {
             json!({"requests": {}, "limits": {}})
         );
         assert_eq!(spec.get("affinity"), None);
+    }
+
+    #[test]
+    fn a_member_with_external_access_announces_its_service_address_to_clients_only() {
+        let mut n = node(ZoneSpread::BestEffort, &[]);
+        n.spec.external = Some(ExternalServiceType::NodePort);
+        let service = external_service(&n, ExternalServiceType::NodePort).unwrap();
+        let spec = service.spec.clone().unwrap();
+        assert_eq!(service.metadata.name.as_deref(), Some("my-cluster-1-0-ext"));
+        assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        let selector = spec.selector.clone().unwrap();
+        assert_eq!(
+            selector.get(LABEL_NODE).map(String::as_str),
+            Some("my-cluster-1-0")
+        );
+        let owner = &service.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("ValkeyNode", Some(true))
+        );
+
+        // The API server gave it node port 31234: announced on the pod's node.
+        let mut applied = service.clone();
+        applied.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(31234);
+        let endpoint = ExternalEndpoint::of(&applied).unwrap();
+        let container = &super::pod(&n, &BTreeMap::new(), Some(&endpoint))
+            .unwrap()
+            .spec
+            .unwrap()
+            .containers[0];
+        let command = container.command.clone().unwrap().join(" ");
+        assert!(
+            command.contains("--cluster-announce-ip $(POD_IP) --cluster-announce-client-ipv4 $(HOST_IP) --cluster-announce-client-port 31234"),
+            "{command}"
+        );
+        let env = container.env.clone().unwrap();
+        let host = env.iter().find(|e| e.name == "HOST_IP").expect("HOST_IP");
+        let field = host
+            .value_from
+            .as_ref()
+            .unwrap()
+            .field_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(field.field_path, "status.hostIP");
+        // Without it: no client announcement, no HOST_IP.
+        let plain = &pod(&node(ZoneSpread::BestEffort, &[]), &BTreeMap::new())
+            .unwrap()
+            .spec
+            .unwrap()
+            .containers[0];
+        assert!(!plain.command.clone().unwrap().join(" ").contains("client"));
+        assert_eq!(plain.env.as_ref().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_load_balancer_member_waits_for_an_ip_and_announces_it_with_the_service_port() {
+        let n = node(ZoneSpread::BestEffort, &[]);
+        let mut lb = external_service(&n, ExternalServiceType::LoadBalancer).unwrap();
+        assert_eq!(ExternalEndpoint::of(&lb), None, "no address yet");
+        let status = |ingress: serde_json::Value| {
+            serde_json::from_value(serde_json::json!({"loadBalancer": {"ingress": ingress}}))
+                .unwrap()
+        };
+        lb.status = Some(status(serde_json::json!([{"hostname": "lb.example"}])));
+        assert_eq!(ExternalEndpoint::of(&lb), None, "a hostname is no address");
+        lb.status = Some(status(serde_json::json!([{"ip": "203.0.113.7"}])));
+        assert_eq!(
+            ExternalEndpoint::of(&lb),
+            Some(ExternalEndpoint {
+                ip: "203.0.113.7".into(),
+                port: 6379
+            })
+        );
     }
 }

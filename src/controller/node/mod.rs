@@ -66,7 +66,12 @@ pub async fn reconcile(node: Arc<ValkeyNode>, ctx: Arc<Context>) -> Result<Actio
             if let Some(wait) = ensure_claim(&ctx, &node, &cluster).await? {
                 return Ok(wait);
             }
-            if let Some(wait) = create_pod(&ctx, &node, &cluster, &pods, &annotations).await? {
+            let external = match external_endpoint(&ctx, &node).await? {
+                Ok(external) => external,
+                Err(wait) => return Ok(wait),
+            };
+            let pod = (node.as_ref(), &annotations, external.as_ref());
+            if let Some(wait) = create_pod(&ctx, pod, &cluster, &pods).await? {
                 return Ok(wait);
             }
         }
@@ -237,12 +242,15 @@ async fn ensure_claim(
 /// calm retry.
 async fn create_pod(
     ctx: &Arc<Context>,
-    node: &ValkeyNode,
+    (node, annotations, external): (
+        &ValkeyNode,
+        &std::collections::BTreeMap<String, String>,
+        Option<&build::ExternalEndpoint>,
+    ),
     cluster: &ValkeyCluster,
     pods: &Api<Pod>,
-    annotations: &std::collections::BTreeMap<String, String>,
 ) -> Result<Option<Action>, Error> {
-    let pod = build::pod(node, annotations)?;
+    let pod = build::pod(node, annotations, external)?;
     match pods.create(&PostParams::default(), &pod).await {
         Ok(_) => {
             info!(node = %object_key(node), "created pod");
@@ -260,6 +268,33 @@ async fn create_pod(
             Ok(Some(Action::requeue(Duration::from_secs(30))))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// A member with `spec.external`: its own Service, applied before its pod so that Valkey
+/// announces the Service's address to clients from its first start (never the pod's), and
+/// the endpoint to announce. `Err(requeue)` while a load balancer has no address yet (the
+/// node's status says so).
+async fn external_endpoint(
+    ctx: &Arc<Context>,
+    node: &ValkeyNode,
+) -> Result<Result<Option<build::ExternalEndpoint>, Action>, Error> {
+    let Some(service_type) = node.spec.external else {
+        return Ok(Ok(None));
+    };
+    let service = build::external_service(node, service_type)?;
+    let namespace = node.namespace().unwrap_or_default();
+    let applied = apply_as(ctx, &namespace, service, NODE_MANAGER).await?;
+    match build::ExternalEndpoint::of(&applied) {
+        Some(endpoint) => Ok(Ok(Some(endpoint))),
+        None => {
+            let message = format!(
+                "waiting for an address on Service {} ({service_type}) to announce to clients outside the cluster",
+                applied.name_any()
+            );
+            info!(node = %object_key(node), "{message}");
+            Ok(Err(Action::requeue(Duration::from_secs(5))))
+        }
     }
 }
 

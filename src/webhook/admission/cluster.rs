@@ -192,7 +192,10 @@ fn check_references(
     warnings: &mut Vec<String>,
 ) -> Result<(), ResolveError> {
     let config_bindings = match resolve_config(menu, &cluster.spec.config_ref) {
-        Ok(resolved) => resolved.acl,
+        Ok(resolved) => {
+            external_access_allowed(cluster, old, &resolved, warnings)?;
+            resolved.acl
+        }
         Err(e) => {
             warnings.push(format!(
                 "{e}; the cluster stays Blocked until this is fixed"
@@ -221,6 +224,31 @@ fn check_references(
         }
         Err(e) => warnings.push(e.to_string()),
     }
+    Ok(())
+}
+
+/// `spec.externalAccess` of a type the resolved config allows, without TLS: refused when the
+/// cluster sets or changes it; a warning when the config stopped allowing it later (the
+/// cluster is Blocked until then).
+fn external_access_allowed(
+    cluster: &ValkeyCluster,
+    old: Option<&ValkeyCluster>,
+    resolved: &crate::resolve::ResolvedConfig,
+    warnings: &mut Vec<String>,
+) -> Result<(), ResolveError> {
+    let Some(problem) = crate::api::external::external_access_problem(
+        cluster.spec.external_access.as_ref(),
+        cluster.spec.tls.is_some(),
+        &cluster.spec.config_ref,
+        &resolved.external_access,
+    ) else {
+        return Ok(());
+    };
+    let error = ResolveError::ExternalAccessNotAllowed { problem };
+    if old.is_none_or(|o| o.spec.external_access != cluster.spec.external_access) {
+        return Err(error);
+    }
+    warnings.push(error.to_string());
     Ok(())
 }
 
@@ -327,6 +355,7 @@ mod tests {
                 scheduling: None,
                 storage: None,
                 metrics: None,
+                external_access: None,
             },
         );
         m.roles.insert(
@@ -378,6 +407,35 @@ mod tests {
         update.operation = Operation::Update;
         update.old_object = update.object.clone();
         assert!(outside_scope(&update, &scope).is_none());
+    }
+
+    #[test]
+    fn external_access_is_refused_unless_the_config_allows_its_type() {
+        let with = |type_: &'static str| {
+            request::<ValkeyCluster>("valkeycluster-create.json", move |v| {
+                v["request"]["object"]["spec"]["externalAccess"] =
+                    serde_json::json!({"type": type_});
+            })
+        };
+        let resp = validate(&with("NodePort"), &Ok(menu()));
+        assert!(!resp.allowed);
+        assert!(
+            resp.result
+                .message
+                .contains("NodePort is not allowed by ValkeyConfig \"standard\" (allowed: none)"),
+            "{}",
+            resp.result.message
+        );
+        let mut allowing = menu();
+        allowing
+            .configs
+            .get_mut("standard")
+            .unwrap()
+            .external_access = Some(crate::api::external::ExternalAccessPolicy {
+            allowed_types: vec![crate::api::external::ExternalServiceType::NodePort],
+        });
+        assert!(validate(&with("NodePort"), &Ok(allowing.clone())).allowed);
+        assert!(!validate(&with("LoadBalancer"), &Ok(allowing)).allowed);
     }
 
     #[test]

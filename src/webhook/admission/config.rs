@@ -484,6 +484,7 @@ mod tests {
             scheduling: None,
             storage: None,
             metrics: None,
+            external_access: None,
         }
     }
 

@@ -141,6 +141,7 @@ mod tests {
             scheduling: None,
             storage: None,
             metrics: None,
+            external_access: None,
         }
     }
 

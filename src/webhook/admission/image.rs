@@ -196,6 +196,7 @@ mod tests {
                 scheduling: None,
                 storage: None,
                 metrics: None,
+                external_access: None,
             },
         );
         m
