@@ -32,9 +32,12 @@ const PREFIX: &str = "ext";
 /// Writes acknowledged after each step before the next.
 const PROGRESS: usize = 20;
 
-/// A network namespace with a veth to the host and one route: to the node's address.
+/// A network namespace with a veth to the host and one route: to the node's address. It is
+/// held by a process of its own (`unshare --net`), never named under /run/netns: `ip netns
+/// add` would turn /run/netns into a mount of its own, hiding the pods' namespaces mounted
+/// there before from the CNI, which could then never remove them.
 struct OutsideNetwork {
-    name: String,
+    holder: Child,
     host_side: String,
 }
 
@@ -52,15 +55,25 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 impl OutsideNetwork {
     fn create(node_address: &str) -> anyhow::Result<OutsideNetwork> {
         let tag = std::process::id() % 200 + 20;
+        let holder = Command::new("unshare")
+            .args(["--net", "sleep", "infinity"])
+            .spawn()?;
         let net = OutsideNetwork {
-            name: format!("vkx-{tag}"),
+            holder,
             host_side: format!("vkx{tag}h"),
         };
+        let pid = net.pid();
+        // Until the holder is in its own namespace, a veth sent to it would stay here.
+        let ours = std::fs::read_link("/proc/self/ns/net")?;
+        for _ in 0..100 {
+            if std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|ns| ns != ours) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let inside = format!("vkx{tag}i");
         let (host_ip, inside_ip) = (format!("10.250.{tag}.1"), format!("10.250.{tag}.2"));
-        let _ = ip(&["netns", "del", &net.name]);
         let _ = ip(&["link", "del", &net.host_side]);
-        ip(&["netns", "add", &net.name])?;
         ip(&[
             "link",
             "add",
@@ -70,8 +83,9 @@ impl OutsideNetwork {
             "peer",
             "name",
             &inside,
+            "netns",
+            &pid,
         ])?;
-        ip(&["link", "set", &inside, "netns", &net.name])?;
         ip(&[
             "addr",
             "add",
@@ -80,15 +94,20 @@ impl OutsideNetwork {
             &net.host_side,
         ])?;
         ip(&["link", "set", &net.host_side, "up"])?;
-        let exec = |args: &[&str]| {
-            let mut all = vec!["netns", "exec", &net.name, "ip"];
-            all.extend(args);
-            ip(&all)
+        let inside_ip_cmd = |args: &[&str]| -> anyhow::Result<()> {
+            let out = net.enter().arg("ip").args(args).output()?;
+            ensure!(
+                out.status.success(),
+                "ip {} (inside): {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(())
         };
-        exec(&["addr", "add", &format!("{inside_ip}/30"), "dev", &inside])?;
-        exec(&["link", "set", &inside, "up"])?;
-        exec(&["link", "set", "lo", "up"])?;
-        exec(&[
+        inside_ip_cmd(&["addr", "add", &format!("{inside_ip}/30"), "dev", &inside])?;
+        inside_ip_cmd(&["link", "set", &inside, "up"])?;
+        inside_ip_cmd(&["link", "set", "lo", "up"])?;
+        inside_ip_cmd(&[
             "route",
             "add",
             &format!("{node_address}/32"),
@@ -97,11 +116,24 @@ impl OutsideNetwork {
         ])?;
         Ok(net)
     }
+
+    fn pid(&self) -> String {
+        self.holder.id().to_string()
+    }
+
+    /// A command to run inside the namespace.
+    fn enter(&self) -> Command {
+        let mut command = Command::new("nsenter");
+        command.args(["-t", &self.pid(), "-n", "--"]);
+        command
+    }
 }
 
 impl Drop for OutsideNetwork {
     fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.name]);
+        // The namespace, and the veth pair with it, goes with its last process.
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
         let _ = ip(&["link", "del", &self.host_side]);
     }
 }
@@ -119,8 +151,8 @@ impl OutsideWriter {
         let python = valkey_e2e::guides::built_dir().join("python/venv/bin/python");
         let program =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/outside_writer.py");
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &net.name])
+        let mut child = net
+            .enter()
             .arg(python)
             .arg(program)
             .args([host, &port.to_string(), "app", PASSWORD, PREFIX])
