@@ -41,8 +41,9 @@ struct OutsideNetwork {
     host_side: String,
 }
 
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip").args(args).output()?;
+/// `ip <args>` run by `command` (here, or inside a namespace), failing with its stderr.
+fn ip_by(mut command: Command, args: &[&str]) -> anyhow::Result<()> {
+    let out = command.arg("ip").args(args).output()?;
     ensure!(
         out.status.success(),
         "ip {}: {}",
@@ -50,6 +51,11 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(())
+}
+
+/// `ip <args>` on the host.
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    ip_by(Command::new("env"), args)
 }
 
 impl OutsideNetwork {
@@ -94,16 +100,7 @@ impl OutsideNetwork {
             &net.host_side,
         ])?;
         ip(&["link", "set", &net.host_side, "up"])?;
-        let inside_ip_cmd = |args: &[&str]| -> anyhow::Result<()> {
-            let out = net.enter().arg("ip").args(args).output()?;
-            ensure!(
-                out.status.success(),
-                "ip {} (inside): {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Ok(())
-        };
+        let inside_ip_cmd = |args: &[&str]| ip_by(net.enter(), args);
         inside_ip_cmd(&["addr", "add", &format!("{inside_ip}/30"), "dev", &inside])?;
         inside_ip_cmd(&["link", "set", &inside, "up"])?;
         inside_ip_cmd(&["link", "set", "lo", "up"])?;
